@@ -1,0 +1,25 @@
+"""A two-tool agent loop on the scripted model: no key, no network."""
+
+import asyncio
+
+from providers import ScriptedModel, call_tool, say
+from statemachine import LLMChain, Message, Ok, tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+async def main() -> None:
+    model = ScriptedModel([call_tool("add", a=2, b=40), say("2 + 40 = 42")])
+    chain = LLMChain(model, tools=[add]).add_message(Message.user("What is 2 + 40?"))
+    result = await chain.run("while_needs_response")
+    assert isinstance(result, Ok)
+    for message in result.chain.messages:
+        print(f"{message.role:>9}: {message.text or message.tool_calls or message.tool_results}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,60 @@
+"""FallbackModel: one call tried on each model in turn, on retryable failures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from statemachine.errors import ChainError
+from statemachine.messages import Message
+from statemachine.tools import Tool
+
+from .base import ChatModel, DeltaHandler
+
+__all__ = ["FallbackModel"]
+
+
+class FallbackModel:
+    """Call ``primary``; on a retryable error, each of ``others`` in turn.
+
+    The work already done in the run is kept: only the one call moves. The
+    reply's metadata says which model answered (``model``) and which failed
+    before it (``fallback_errors``). When every model fails, the last error is
+    raised, with the earlier ones in its ``details``.
+    """
+
+    def __init__(self, primary: ChatModel, *others: ChatModel) -> None:
+        self.models: tuple[ChatModel, ...] = (primary, *others)
+
+    @property
+    def name(self) -> str:
+        return "fallback(" + ", ".join(m.name for m in self.models) + ")"
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        *,
+        on_delta: DeltaHandler | None = None,
+    ) -> Message:
+        errors: list[dict[str, str]] = []
+        for model in self.models:
+            try:
+                reply = await model.complete(messages, tools, on_delta=on_delta)
+            except ChainError as error:
+                errors.append({"model": model.name, "type": error.type, "message": error.message})
+                if not error.retryable or model is self.models[-1]:
+                    raise ChainError(
+                        error.type,
+                        error.message,
+                        retryable=error.retryable,
+                        details={**error.details, "fallback_errors": errors},
+                    ) from error
+                continue
+            metadata = {"model": model.name, **reply.metadata}
+            if errors:
+                metadata["model"] = model.name
+                metadata["fallback_errors"] = errors
+            return attrs.evolve(reply, metadata=metadata)
+        raise AssertionError("unreachable: FallbackModel has at least one model")

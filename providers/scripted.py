@@ -1,0 +1,131 @@
+"""ScriptedModel: a deterministic model for examples, tests and benchmarks.
+
+It answers from a list of replies, or from a function of the conversation, and
+records every request. A reply may be an assistant :class:`Message`, a ``str``
+(plain text), or a :class:`ChainError` / exception to raise on cue::
+
+    model = ScriptedModel([call_tool("search", q="attrs"), say("Found it.")])
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+import attrs
+
+from statemachine.errors import ChainError
+from statemachine.messages import Message, MessageDelta, Status, ToolCall
+from statemachine.tools import Tool
+
+from .base import DeltaHandler
+
+__all__ = ["Reply", "ScriptedModel", "ScriptedRequest", "call_tool", "call_tools", "fail", "say"]
+
+Reply: TypeAlias = Message | str | BaseException
+Script: TypeAlias = Callable[[Sequence[Message]], Reply | Awaitable[Reply]]
+
+_ids = itertools.count(1)
+
+
+def say(text: str, *, status: Status = "complete") -> Message:
+    """A plain text reply."""
+    return Message.assistant(text, status=status)
+
+
+def call_tool(
+    name: str,
+    arguments: Mapping[str, Any] | None = None,
+    /,
+    *,
+    call_id: str | None = None,
+    **kwargs: Any,
+) -> Message:
+    """A reply asking for one tool: ``call_tool("add", a=1, b=2)``."""
+    return call_tools((name, {**(arguments or {}), **kwargs}, call_id))
+
+
+def call_tools(
+    *calls: tuple[str, Mapping[str, Any]] | tuple[str, Mapping[str, Any], str | None],
+    text: str | None = None,
+) -> Message:
+    """A reply asking for several tools at once, in order."""
+    tool_calls = []
+    for spec in calls:
+        name, arguments = spec[0], spec[1]
+        call_id = spec[2] if len(spec) > 2 else None
+        tool_calls.append(ToolCall(call_id or f"call_{next(_ids)}", name, dict(arguments)))
+    return Message.assistant(text, tool_calls)
+
+
+def fail(type: str = "server_error", message: str = "scripted failure") -> ChainError:
+    """A failure to raise instead of replying (retryable for provider-side types)."""
+    return ChainError(type, message)
+
+
+@attrs.frozen
+class ScriptedRequest:
+    """What the model was asked: the conversation and the tools offered."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[Tool, ...]
+
+
+@attrs.define(eq=False)
+class ScriptedModel:
+    """Answers from ``script`` (a list of replies, or a function of the conversation).
+
+    ``stream=True`` sends each reply's text to ``on_delta`` word by word;
+    ``delay`` seconds are awaited before each reply (for demos).
+    """
+
+    script: Sequence[Reply] | Script
+    model_name: str = "scripted"
+    stream: bool = False
+    delay: float = 0.0
+    requests: list[ScriptedRequest] = attrs.field(factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.model_name
+
+    @property
+    def calls(self) -> int:
+        """How many times the model was called."""
+        return len(self.requests)
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        *,
+        on_delta: DeltaHandler | None = None,
+    ) -> Message:
+        index = len(self.requests)
+        self.requests.append(ScriptedRequest(tuple(messages), tuple(tools)))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if callable(self.script):
+            reply = self.script(messages)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        elif index < len(self.script):
+            reply = self.script[index]
+        else:
+            raise ChainError(
+                "script_exhausted",
+                f"ScriptedModel {self.model_name!r} has {len(self.script)} replies "
+                f"but was called {index + 1} times",
+                retryable=False,
+            )
+        if isinstance(reply, BaseException):
+            raise reply
+        message = say(reply) if isinstance(reply, str) else reply
+        if self.stream and on_delta is not None and message.text:
+            for word in message.text.split(" "):
+                on_delta(MessageDelta(content=word + " "))
+                await asyncio.sleep(0)
+        return attrs.evolve(message, metadata={"model": self.model_name, **message.metadata})

@@ -1,0 +1,204 @@
+"""LLMChain: the conversation and its context, as one immutable value.
+
+Every change returns a new chain. ``add_message`` keeps ``messages``,
+``exchanged_messages`` (this run's), ``last_message`` and ``needs_response`` in
+agreement, so no step has to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .errors import ChainError
+from .messages import Message
+from .tools import Tool
+
+if TYPE_CHECKING:
+    from providers.base import ChatModel
+
+    from .modes import ModeLike
+    from .results import Terminal
+
+__all__ = ["CALLBACK_NAMES", "Callbacks", "LLMChain"]
+
+#: The callbacks a chain fires, named as in the original.
+CALLBACK_NAMES = frozenset(
+    {
+        "on_llm_new_delta",
+        "on_llm_new_message",
+        "on_llm_token_usage",
+        "on_llm_error",
+        "on_message_processed",
+        "on_tool_call_identified",
+        "on_tool_execution_started",
+        "on_tool_execution_completed",
+        "on_tool_execution_failed",
+        "on_tool_interrupted",
+        "on_tool_response_created",
+        "on_retries_exceeded",
+        "on_error",
+    }
+)
+
+Callbacks = Mapping[str, Callable[..., Any]]
+
+
+def _needs_response(message: Message) -> bool:
+    return message.role in ("user", "tool") or message.is_tool_call
+
+
+def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _callbacks(value: Iterable[Callbacks]) -> tuple[Callbacks, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+def _check_callbacks(_: Any, __: Any, value: tuple[Callbacks, ...]) -> None:
+    for handlers in value:
+        unknown = set(handlers) - CALLBACK_NAMES
+        if unknown:
+            raise ValueError(
+                f"Unknown callback name(s) {sorted(unknown)}. Known: {sorted(CALLBACK_NAMES)}"
+            )
+
+
+@attrs.frozen
+class LLMChain:
+    """A model, its tools, the conversation so far and the context a run carries.
+
+    ``custom_context`` is the run's shared context: modes keep ``mode_state``
+    there, a paused run its ``pause_reason``, an agent its ``state``.
+    """
+
+    llm: ChatModel
+    tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
+    messages: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
+    exchanged_messages: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
+    last_message: Message | None = attrs.field()
+    needs_response: bool = attrs.field()
+    custom_context: Mapping[str, Any] = attrs.field(factory=dict)
+    callbacks: tuple[Callbacks, ...] = attrs.field(
+        default=(), converter=_callbacks, validator=_check_callbacks
+    )
+    current_failure_count: int = 0
+    max_retry_count: int = 3
+
+    @last_message.default
+    def _last(self) -> Message | None:
+        return self.messages[-1] if self.messages else None
+
+    @needs_response.default
+    def _pending(self) -> bool:
+        return self.last_message is not None and _needs_response(self.last_message)
+
+    # ------------------------------------------------------------ messages
+
+    def add_message(self, message: Message) -> LLMChain:
+        """Append one message; the chain's view of the conversation follows it."""
+        if not isinstance(message, Message):
+            raise ChainError(
+                "invalid_message", f"add_message takes a Message, got: {type(message).__name__}"
+            )
+        return attrs.evolve(
+            self,
+            messages=(*self.messages, message),
+            exchanged_messages=(*self.exchanged_messages, message),
+            last_message=message,
+            needs_response=_needs_response(message),
+        )
+
+    def add_messages(self, messages: Iterable[Message]) -> LLMChain:
+        """Append messages in order, as ``add_message`` would one by one."""
+        chain = self
+        for message in messages:
+            chain = chain.add_message(message)
+        return chain
+
+    def replace_last_message(self, message: Message) -> LLMChain:
+        """Put ``message`` where the last message was, in every view of the conversation."""
+        exchanged = self.exchanged_messages
+        if exchanged and exchanged[-1] is self.last_message:
+            exchanged = (*exchanged[:-1], message)
+        return attrs.evolve(
+            self,
+            messages=(*self.messages[:-1], message),
+            exchanged_messages=exchanged,
+            last_message=message,
+            needs_response=_needs_response(message),
+        )
+
+    def clear_exchanged_messages(self) -> LLMChain:
+        return attrs.evolve(self, exchanged_messages=())
+
+    # ------------------------------------------------------------ context
+
+    def update_custom_context(self, updates: Mapping[str, Any]) -> LLMChain:
+        """Merge ``updates`` into ``custom_context`` (shallow: a key is replaced whole)."""
+        return attrs.evolve(self, custom_context={**self.custom_context, **updates})
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, if the chain has one."""
+        for candidate in self.tools:
+            if candidate.name == name:
+                return candidate
+        return None
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    # ------------------------------------------------------------ callbacks
+
+    def add_callback(self, handlers: Callbacks) -> LLMChain:
+        return attrs.evolve(self, callbacks=(*self.callbacks, handlers))
+
+    def fire(self, name: str, *args: Any) -> None:
+        """Call every handler registered for ``name``.
+
+        A raising handler becomes a :class:`ChainError` of type
+        ``callback_error`` naming it, which the steps turn into a failed run.
+        """
+        for handlers in self.callbacks:
+            handler = handlers.get(name)
+            if handler is None:
+                continue
+            try:
+                handler(*args)
+            except Exception as exc:
+                raise ChainError(
+                    "callback_error",
+                    f"Callback {name} raised {type(exc).__name__}: {exc}",
+                    details={"callback": name},
+                ) from exc
+
+    # ------------------------------------------------------------ running
+
+    async def run(
+        self,
+        mode: ModeLike = None,
+        *,
+        with_fallbacks: Sequence[ChatModel] | None = None,
+        before_fallback: Callable[[LLMChain], LLMChain] | None = None,
+        **opts: Any,
+    ) -> Terminal:
+        """Run the chain under ``mode``; see :func:`statemachine.modes.run_chain`."""
+        from .modes import run_chain
+
+        return await run_chain(
+            self, mode, with_fallbacks=with_fallbacks, before_fallback=before_fallback, **opts
+        )
+
+    def run_sync(self, mode: ModeLike = None, **opts: Any) -> Terminal:
+        """``run`` for scripts and tests, in a fresh event loop."""
+        import asyncio
+
+        return asyncio.run(self.run(mode, **opts))

@@ -1,0 +1,214 @@
+"""The conversation's values: messages, content parts, tool calls and their results.
+
+Every class here is a frozen attrs value; a change is a new value (``attrs.evolve``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+import attrs
+
+from .errors import ChainError
+
+__all__ = [
+    "DEFAULT_RESULT_CONTENT",
+    "Content",
+    "ContentPart",
+    "Message",
+    "MessageDelta",
+    "MessageExpansion",
+    "Role",
+    "Status",
+    "ToolCall",
+    "ToolResult",
+    "content_text",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+#: ``length``: the reply was cut off at the token limit; ``filtered``: the provider's
+#: content filter stopped it. Both end a run before the reply's tools run.
+Status = Literal["complete", "cancelled", "length", "filtered"]
+
+#: What the model reads in place of a tool result whose material was expanded into
+#: the conversation.
+DEFAULT_RESULT_CONTENT: Final = "The requested content has been added to the conversation."
+
+
+@attrs.frozen
+class ContentPart:
+    """One part of a multi-part content: ``text``, ``image_url``, ``image``, ``file``..."""
+
+    type: str
+    content: str
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def text(cls, content: str) -> ContentPart:
+        return cls("text", content)
+
+
+Content = str | tuple[ContentPart, ...] | None
+
+
+def content_text(content: Content) -> str:
+    """The text of a content, parts joined; non-text parts are left out."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(p.content for p in content if p.type == "text")
+
+
+def _content(value: str | Sequence[ContentPart] | None) -> Content:
+    if value is None or isinstance(value, str):
+        return value
+    return tuple(value)
+
+
+@attrs.frozen
+class ToolCall:
+    """A model's request to run a tool.
+
+    ``arguments`` is already parsed. When the model sent arguments that are not a
+    JSON object, ``arguments`` is empty and ``invalid_arguments`` holds the raw
+    text with the reason, so the call becomes an error result the model can fix.
+    """
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict)
+    invalid_arguments: str | None = None
+
+
+@attrs.frozen
+class MessageExpansion:
+    """Messages a tool result asks to have inserted before the next model call."""
+
+    messages: tuple[Message, ...]
+    result_content: Content = DEFAULT_RESULT_CONTENT
+
+    @staticmethod
+    def expand(
+        fallback_content: Content,
+        messages: Sequence[Message],
+        result_content: Content = DEFAULT_RESULT_CONTENT,
+    ) -> ToolResult:
+        """A tool result that expands into ``messages``.
+
+        ``fallback_content`` is what the model reads if nothing applies the
+        expansion (for instance under the ``step`` mode); once applied, the
+        result's content becomes ``result_content`` (``None`` keeps the fallback).
+        End an expansion with a short user message: some providers read a
+        trailing assistant message as a prefill.
+        """
+        if not isinstance(messages, list | tuple):
+            raise ChainError(
+                "invalid_expansion",
+                f"An expansion takes a list of Message values, got: {type(messages).__name__}",
+            )
+        if not messages:
+            raise ChainError(
+                "empty_expansion",
+                "An expansion needs at least one message. Return plain content instead "
+                "when there is nothing to insert.",
+            )
+        for message in messages:
+            if not isinstance(message, Message):
+                raise ChainError(
+                    "invalid_expansion",
+                    f"An expansion holds Message values only, got: {type(message).__name__}",
+                )
+            if message.role not in ("user", "assistant"):
+                raise ChainError(
+                    "invalid_expansion_role",
+                    f"Cannot expand into a message with role {message.role}. "
+                    "Supported roles: user, assistant.",
+                )
+        expansion = MessageExpansion(tuple(messages), result_content)
+        return ToolResult("", "", _content(fallback_content), expansion=expansion)
+
+
+@attrs.frozen
+class ToolResult:
+    """The outcome of one tool call, matched to it by ``tool_call_id``."""
+
+    tool_call_id: str
+    name: str
+    content: Content
+    is_error: bool = False
+    is_interrupt: bool = False
+    interrupt_data: Mapping[str, Any] | None = None
+    state_updates: Mapping[str, Any] | None = None
+    expansion: MessageExpansion | None = None
+
+    @property
+    def expandable(self) -> bool:
+        """Carries an expansion that may be applied (interrupts keep theirs)."""
+        return self.expansion is not None and not self.is_interrupt
+
+    @property
+    def text(self) -> str:
+        return content_text(self.content)
+
+
+@attrs.frozen
+class Message:
+    """One message of a conversation."""
+
+    role: Role
+    content: Content = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: tuple[ToolResult, ...] = ()
+    status: Status = "complete"
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def system(cls, content: str | Sequence[ContentPart]) -> Message:
+        return cls("system", _content(content))
+
+    @classmethod
+    def user(cls, content: str | Sequence[ContentPart]) -> Message:
+        return cls("user", _content(content))
+
+    @classmethod
+    def assistant(
+        cls,
+        content: str | Sequence[ContentPart] | None = None,
+        tool_calls: Sequence[ToolCall] = (),
+        *,
+        status: Status = "complete",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Message:
+        return cls(
+            "assistant",
+            _content(content),
+            tuple(tool_calls),
+            status=status,
+            metadata=dict(metadata or {}),
+        )
+
+    @classmethod
+    def tool(cls, results: Sequence[ToolResult]) -> Message:
+        return cls("tool", tool_results=tuple(results))
+
+    @property
+    def text(self) -> str:
+        return content_text(self.content)
+
+    @property
+    def is_tool_call(self) -> bool:
+        """An assistant message asking for tools."""
+        return self.role == "assistant" and bool(self.tool_calls)
+
+
+@attrs.frozen
+class MessageDelta:
+    """A piece of a reply while it streams: text, or a fragment of a tool call."""
+
+    content: str = ""
+    tool_call_index: int | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    arguments: str = ""

@@ -1,0 +1,404 @@
+"""The steps of a mode: pipe-friendly functions over pipeline results.
+
+Every step takes a pipeline result first and options second. ``Continue`` is
+processed; any terminal passes through unchanged, so a mode reads as a pipe::
+
+    async def run(self, chain, opts):
+        chain = ensure_mode_state(chain)
+        result = await pipe(Continue(chain), call_llm, execute_tools, check_max_runs, opts=opts)
+        return await continue_or_done(result, self.run, opts)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from .chain import LLMChain
+from .errors import ChainError
+from .messages import Message, ToolCall, ToolResult
+from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
+from .tools import ToolContext
+
+__all__ = [
+    "Step",
+    "call_llm",
+    "check_max_runs",
+    "check_pause",
+    "check_response_complete",
+    "check_tool_interrupts",
+    "check_until_tool",
+    "check_until_tool_success",
+    "continue_or_done",
+    "ensure_mode_state",
+    "execute_step",
+    "execute_tool_calls",
+    "execute_tools",
+    "expand_tool_results",
+    "get_run_count",
+    "normalize_pause",
+    "pipe",
+    "reset_run_count",
+]
+
+Opts = Mapping[str, Any] | None
+Step = Callable[[PipelineResult, Opts], PipelineResult | Awaitable[PipelineResult]]
+_NO_OPTS: Final[Mapping[str, Any]] = {}
+
+# ------------------------------------------------------------------ mode state
+
+
+def ensure_mode_state(chain: LLMChain) -> LLMChain:
+    """Create ``mode_state = {"run_count": 0}`` unless the chain has one."""
+    if chain.custom_context.get("mode_state") is not None:
+        return chain
+    return chain.update_custom_context({"mode_state": {"run_count": 0}})
+
+
+def reset_run_count(chain: LLMChain) -> LLMChain:
+    """Set ``run_count`` to 0, keeping other ``mode_state`` keys: a run counts its own calls."""
+    mode_state = chain.custom_context.get("mode_state") or {}
+    return chain.update_custom_context({"mode_state": {**mode_state, "run_count": 0}})
+
+
+def get_run_count(chain: LLMChain) -> int:
+    """Model calls made by this run so far."""
+    mode_state = chain.custom_context.get("mode_state") or {}
+    return int(mode_state.get("run_count", 0))
+
+
+def _increment_run_count(chain: LLMChain) -> LLMChain:
+    mode_state = chain.custom_context.get("mode_state") or {}
+    return chain.update_custom_context(
+        {"mode_state": {**mode_state, "run_count": int(mode_state.get("run_count", 0)) + 1}}
+    )
+
+
+# ------------------------------------------------------------------ the model call
+
+
+async def execute_step(chain: LLMChain) -> Continue | Failed:
+    """One model call: the reply is added to the chain, or the failure returned.
+
+    Refuses to call once ``current_failure_count`` reached ``max_retry_count``.
+    An exception that is not a :class:`ChainError` is reported as ``model_error``.
+    """
+    try:
+        if chain.current_failure_count >= chain.max_retry_count:
+            chain.fire("on_retries_exceeded", chain)
+            return Failed(chain, ChainError("exceeded_failure_count", "Exceeded max failure count"))
+        on_delta = None
+        if chain.callbacks:
+
+            def on_delta(delta: Any) -> None:
+                chain.fire("on_llm_new_delta", chain, delta)
+
+        try:
+            reply = await chain.llm.complete(chain.messages, chain.tools, on_delta=on_delta)
+        except ChainError as exc:
+            return _model_failed(chain, exc)
+        except Exception as exc:  # a provider's bug must not crash the host
+            return _model_failed(
+                chain, ChainError("model_error", f"{type(exc).__name__}: {exc}", retryable=False)
+            )
+        if not isinstance(reply, Message) or reply.role != "assistant":
+            return _model_failed(
+                chain,
+                ChainError(
+                    "invalid_response", f"The model returned {reply!r}, not an assistant Message"
+                ),
+            )
+        chain = chain.add_message(reply)
+        if not reply.is_tool_call:
+            chain = attrs.evolve(chain, current_failure_count=0)
+        if chain.callbacks:
+            chain.fire("on_llm_new_message", chain, reply)
+            for call in reply.tool_calls:
+                chain.fire("on_tool_call_identified", chain, call)
+            chain.fire("on_message_processed", chain, reply)
+            if "usage" in reply.metadata:
+                chain.fire("on_llm_token_usage", chain, reply.metadata["usage"])
+        return Continue(chain)
+    except ChainError as error:  # a callback raised
+        return Failed(chain, error)
+
+
+def _model_failed(chain: LLMChain, error: ChainError) -> Failed:
+    chain.fire("on_llm_error", chain, error)
+    return Failed(chain, error)
+
+
+async def call_llm(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """One model call; on success ``run_count += 1``, on failure ``Failed``, count kept."""
+    if not isinstance(result, Continue):
+        return result
+    stepped = await execute_step(result.chain)
+    if isinstance(stepped, Continue):
+        return Continue(_increment_run_count(stepped.chain))
+    return stepped
+
+
+def check_response_complete(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """A reply cut off at the token limit, or filtered, ends the run before its tools run."""
+    if not isinstance(result, Continue):
+        return result
+    last = result.chain.last_message
+    if last is None or last.role != "assistant":
+        return result
+    if last.status == "length":
+        return Failed(
+            result.chain,
+            ChainError(
+                "response_truncated",
+                "The model's reply was cut off at its token limit; its tool calls were not "
+                "run. Raise the model's max_tokens or ask for a shorter answer.",
+            ),
+        )
+    if last.status == "filtered":
+        return Failed(
+            result.chain,
+            ChainError(
+                "content_filtered",
+                "The provider's content filter stopped the model's reply; its tool calls "
+                "were not run.",
+            ),
+        )
+    return result
+
+
+# ------------------------------------------------------------------ tools
+
+
+def _pending_calls(chain: LLMChain) -> tuple[ToolCall, ...]:
+    last = chain.last_message
+    if last is None or last.role != "assistant" or last.status != "complete":
+        return ()
+    return last.tool_calls
+
+
+async def run_tool_calls(chain: LLMChain, calls: Sequence[ToolCall]) -> list[ToolResult]:
+    """Run ``calls`` and return one result per call, in call order.
+
+    Async tools of one turn run concurrently; plain functions run in turn.
+    Unknown tools become error results; raising tools error results with the
+    exception's text. Cancellation propagates.
+    """
+    state = chain.custom_context.get("state") or {}
+    results: list[ToolResult | None] = [None] * len(calls)
+    waiting: list[tuple[int, Awaitable[ToolResult]]] = []
+    for index, call in enumerate(calls):
+        tool = chain.tool(call.name)
+        if tool is None:
+            results[index] = ToolResult(
+                call.call_id,
+                call.name,
+                f"Tool call made to {call.name} but tool not found",
+                is_error=True,
+            )
+            continue
+        if chain.callbacks:
+            chain.fire("on_tool_execution_started", chain, call, tool)
+        invocation: Awaitable[ToolResult] = tool.invoke(call, ToolContext(state, chain.custom_context, call.call_id))
+        if tool.is_async or tool.timeout is not None:
+            waiting.append((index, invocation))
+        else:
+            results[index] = await invocation
+    if len(waiting) == 1:
+        index, invocation = waiting[0]
+        results[index] = await invocation
+    elif waiting:
+        done = await asyncio.gather(*(invocation for _, invocation in waiting))
+        for (index, _), value in zip(waiting, done, strict=True):
+            results[index] = value
+    final = [r for r in results if r is not None]
+    if chain.callbacks:
+        for call, tool_result in zip(calls, final, strict=True):
+            if tool_result.is_interrupt:
+                chain.fire("on_tool_interrupted", chain, tool_result)
+            elif tool_result.is_error:
+                chain.fire("on_tool_execution_failed", chain, call, tool_result)
+            else:
+                chain.fire("on_tool_execution_completed", chain, call, tool_result)
+    return final
+
+
+def add_tool_message(chain: LLMChain, results: Sequence[ToolResult]) -> LLMChain:
+    """Append one tool message; an error among the results counts as a failure."""
+    message = Message.tool(results)
+    failures = chain.current_failure_count + 1 if any(r.is_error for r in results) else 0
+    chain = attrs.evolve(chain.add_message(message), current_failure_count=failures)
+    if chain.callbacks:
+        chain.fire("on_tool_response_created", chain, message)
+        chain.fire("on_message_processed", chain, message)
+    return chain
+
+
+async def execute_tool_calls(chain: LLMChain) -> LLMChain:
+    """Run the last reply's tool calls and add their tool message; no calls, no change."""
+    calls = _pending_calls(chain)
+    if not calls:
+        return chain
+    return add_tool_message(chain, await run_tool_calls(chain, calls))
+
+
+async def execute_tools(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """Run pending tool calls; never fails the pipeline (a raising callback aside)."""
+    if not isinstance(result, Continue):
+        return result
+    try:
+        return Continue(await execute_tool_calls(result.chain))
+    except ChainError as error:
+        return Failed(result.chain, error)
+
+
+# ------------------------------------------------------------------ checks
+
+
+def check_max_runs(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """``run_count >= max_runs`` (default 25) fails the run with ``exceeded_max_runs``."""
+    if not isinstance(result, Continue):
+        return result
+    maximum = (opts or _NO_OPTS).get("max_runs", 25)
+    count = get_run_count(result.chain)
+    if count >= maximum:
+        return Failed(
+            result.chain,
+            ChainError("exceeded_max_runs", f"Exceeded maximum number of runs ({count}/{maximum})"),
+        )
+    return result
+
+
+def check_pause(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """``should_pause()`` true pauses the run (reason None): a node draining, say."""
+    if not isinstance(result, Continue):
+        return result
+    should_pause = (opts or _NO_OPTS).get("should_pause")
+    if callable(should_pause) and should_pause():
+        return Paused(result.chain)
+    return result
+
+
+def _last_tool_message(messages: Sequence[Message]) -> Message | None:
+    for message in reversed(messages):
+        if message.role == "tool":
+            return message
+    return None
+
+
+def _interrupt_data(results: Sequence[ToolResult]) -> dict[str, Any]:
+    def one(r: ToolResult) -> dict[str, Any]:
+        return {**(r.interrupt_data or {}), "tool_call_id": r.tool_call_id}
+
+    if len(results) == 1:
+        return one(results[0])
+    return {"type": "multiple_interrupts", "interrupts": [one(r) for r in results]}
+
+
+def check_tool_interrupts(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """Interrupting results in the most recent tool message stop the run as Interrupted."""
+    if not isinstance(result, Continue):
+        return result
+    message = _last_tool_message(result.chain.messages)
+    if message is None:
+        return result
+    interrupted = [r for r in message.tool_results if r.is_interrupt]
+    if not interrupted:
+        return result
+    return Interrupted(result.chain, _interrupt_data(interrupted))
+
+
+def _until(result: PipelineResult, opts: Opts, *, success_only: bool) -> PipelineResult:
+    if not isinstance(result, Continue):
+        return result
+    names = (opts or _NO_OPTS).get("tool_names")
+    last = result.chain.last_message
+    if not names or last is None or last.role != "tool":
+        return result
+    for tool_result in last.tool_results:
+        if tool_result.name in names and not (success_only and tool_result.is_error):
+            return Ok(result.chain, tool_result)
+    return result
+
+
+def check_until_tool(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """A result of a tool in ``tool_names`` (error or not) ends the run Ok with it."""
+    return _until(result, opts, success_only=False)
+
+
+def check_until_tool_success(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """As ``check_until_tool``, but only a non-error result counts."""
+    return _until(result, opts, success_only=True)
+
+
+# ------------------------------------------------------------------ expansion
+
+
+def expand_tool_results(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """Apply the expansions the last tool message's results asked for.
+
+    Each expandable result's content becomes its ``result_content`` (unless
+    None) and its expansion is cleared, so a second application inserts nothing;
+    the expansion messages, in result order, are then appended. Inserted
+    messages fire no callbacks. Anything but a ``Continue`` ending in a tool
+    message passes untouched.
+    """
+    if not isinstance(result, Continue):
+        return result
+    chain = result.chain
+    last = chain.last_message
+    if last is None or last.role != "tool" or not any(r.expandable for r in last.tool_results):
+        return result
+    inserted: list[Message] = []
+    rewritten: list[ToolResult] = []
+    for tool_result in last.tool_results:
+        expansion = tool_result.expansion
+        if expansion is None or not tool_result.expandable:
+            rewritten.append(tool_result)
+            continue
+        inserted.extend(expansion.messages)
+        content = (
+            tool_result.content if expansion.result_content is None else (expansion.result_content)
+        )
+        rewritten.append(attrs.evolve(tool_result, content=content, expansion=None))
+    chain = chain.replace_last_message(attrs.evolve(last, tool_results=tuple(rewritten)))
+    return Continue(chain.add_messages(inserted))
+
+
+# ------------------------------------------------------------------ the loop boundary
+
+
+async def continue_or_done(
+    result: PipelineResult,
+    run_fn: Callable[[LLMChain, Opts], Awaitable[PipelineResult]],
+    opts: Opts = None,
+) -> PipelineResult:
+    """Loop while the chain needs a response; done when it does not; terminals as they are."""
+    if not isinstance(result, Continue):
+        return result
+    if result.chain.needs_response:
+        return await run_fn(result.chain, opts)
+    return Ok(result.chain)
+
+
+def normalize_pause(result: PipelineResult) -> PipelineResult:
+    """Fold a step-level pause reason into ``custom_context["pause_reason"]``.
+
+    The result keeps the ``Paused(chain)`` shape a mode returns; a reasonless
+    pause keeps ``pause_reason`` None.
+    """
+    if isinstance(result, Paused) and result.reason is not None:
+        chain = result.chain.update_custom_context({"pause_reason": result.reason})
+        return Paused(chain)
+    return result
+
+
+async def pipe(result: PipelineResult, *steps: Step, opts: Opts = None) -> PipelineResult:
+    """Pass ``result`` through ``steps`` in order, each with ``opts``; async steps awaited."""
+    for step in steps:
+        out = step(result, opts)
+        result = await out if inspect.isawaitable(out) else out
+    return result
