@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .errors import ChainError
-from .messages import Message
+from .messages import Message, message_tuple
 from .tools import Tool
 
 if TYPE_CHECKING:
@@ -50,10 +50,6 @@ def _needs_response(message: Message) -> bool:
     return message.role in ("user", "tool") or message.is_tool_call
 
 
-def _messages(value: Iterable[Message]) -> tuple[Message, ...]:
-    return value if type(value) is tuple else tuple(value)
-
-
 def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
     return value if type(value) is tuple else tuple(value)
 
@@ -81,8 +77,8 @@ class LLMChain:
 
     llm: ChatModel
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
-    messages: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
-    exchanged_messages: tuple[Message, ...] = attrs.field(default=(), converter=_messages)
+    messages: tuple[Message, ...] = attrs.field(default=(), converter=message_tuple)
+    exchanged_messages: tuple[Message, ...] = attrs.field(default=(), converter=message_tuple)
     last_message: Message | None = attrs.field()
     needs_response: bool = attrs.field()
     custom_context: Mapping[str, Any] = attrs.field(factory=dict)

@@ -5,7 +5,7 @@ Every class here is a frozen attrs value; a change is a new value (``attrs.evolv
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
@@ -24,6 +24,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "content_text",
+    "message_tuple",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -34,6 +35,11 @@ Status = Literal["complete", "cancelled", "length", "filtered"]
 #: What the model reads in place of a tool result whose material was expanded into
 #: the conversation.
 DEFAULT_RESULT_CONTENT: Final = "The requested content has been added to the conversation."
+
+
+def message_tuple(value: Iterable[Message]) -> tuple[Message, ...]:
+    """A converter: messages as a tuple (a tuple passes as it is)."""
+    return value if type(value) is tuple else tuple(value)
 
 
 @attrs.frozen

@@ -42,6 +42,10 @@ __all__ = [
     "get_run_count",
     "normalize_pause",
     "pipe",
+    "propagate_state",
+    "deep_merge",
+    "add_tool_message",
+    "run_tool_calls",
     "reset_run_count",
 ]
 
@@ -202,7 +206,9 @@ async def run_tool_calls(chain: LLMChain, calls: Sequence[ToolCall]) -> list[Too
             continue
         if chain.callbacks:
             chain.fire("on_tool_execution_started", chain, call, tool)
-        invocation: Awaitable[ToolResult] = tool.invoke(call, ToolContext(state, chain.custom_context, call.call_id))
+        invocation: Awaitable[ToolResult] = tool.invoke(
+            call, ToolContext(state, chain.custom_context, call.call_id)
+        )
         if tool.is_async or tool.timeout is not None:
             waiting.append((index, invocation))
         else:
@@ -402,3 +408,38 @@ async def pipe(result: PipelineResult, *steps: Step, opts: Opts = None) -> Pipel
         out = step(result, opts)
         result = await out if inspect.isawaitable(out) else out
     return result
+
+
+# ------------------------------------------------------------------ agent state
+
+
+def deep_merge(base: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``delta`` merged in: mappings merge key by key, other values replace."""
+    merged = dict(base)
+    for key, value in delta.items():
+        current = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            merged[key] = deep_merge(current, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def propagate_state(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """Merge the last tool message's ``state_updates`` into ``custom_context["state"]``.
+
+    In call order, interrupting results skipped; later tools of the run read
+    the merged state through their ``ToolContext``.
+    """
+    if not isinstance(result, Continue):
+        return result
+    last = result.chain.last_message
+    if last is None or last.role != "tool":
+        return result
+    updates = [r.state_updates for r in last.tool_results if r.state_updates and not r.is_interrupt]
+    if not updates:
+        return result
+    state: Mapping[str, Any] = result.chain.custom_context.get("state") or {}
+    for delta in updates:
+        state = deep_merge(state, delta)
+    return Continue(result.chain.update_custom_context({"state": state}))

@@ -1,0 +1,73 @@
+"""Microseconds per model call of the standard machine on the scripted model.
+
+A run of K tool round trips makes K + 1 model calls and 7 (K + 1) transitions,
+trace recording included. Run by hand: ``python benchmarks/overhead.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from providers import ScriptedModel
+from statemachine import LLMChain, Message, ToolCall, tool
+from statemachine.modes.standard import StandardMode
+
+
+@tool
+def noop() -> str:
+    """Do nothing."""
+    return "ok"
+
+
+def _script(k: int) -> ScriptedModel:
+    calls = [Message.assistant(None, [ToolCall(f"c{i}", "noop", {})]) for i in range(k)]
+    return ScriptedModel([*calls, Message.assistant("done")])
+
+
+async def _one(k: int) -> float:
+    chain = LLMChain(_script(k), tools=[noop]).add_message(Message.user("go"))
+    mode = StandardMode()
+    start = time.perf_counter()
+    run = mode.start(chain, max_runs=k + 2)
+    result = await run.run()
+    elapsed = time.perf_counter() - start
+    assert type(result).__name__ == "Ok", result
+    assert len(run.trace) == 7 * (k + 1)
+    return elapsed / (k + 1) * 1e6
+
+
+async def measure(ks: Sequence[int], repeats: int) -> dict[int, tuple[float, float]]:
+    out = {}
+    for k in ks:
+        await _one(k)  # warm up
+        samples = [await _one(k) for _ in range(repeats)]
+        out[k] = (statistics.median(samples), min(samples))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("-k", type=int, nargs="*", default=[10, 50, 200, 500])
+    args = parser.parse_args()
+    results = asyncio.run(measure(args.k, args.repeats))
+    table = Table(title="agentfsm standard machine: overhead per model call (scripted model)")
+    table.add_column("K tool round trips", justify="right")
+    table.add_column("model calls", justify="right")
+    table.add_column("µs / model call (median)", justify="right")
+    table.add_column("µs / model call (best)", justify="right")
+    table.add_column("µs / transition (median)", justify="right")
+    for k, (median, best) in results.items():
+        table.add_row(str(k), str(k + 1), f"{median:.1f}", f"{best:.1f}", f"{median / 7:.1f}")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""Run: one execution of a machine, driven one state at a time.
+
+A step awaits the current state's work, then fires exactly one trigger of the
+shared machine; the move is recorded as a :class:`~statemachine.trace.Transition`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from typing import Any, TypeAlias, TypeVar
+
+from transitions import MachineError
+
+from .chain import LLMChain
+from .errors import ChainError, IllegalTransitionError
+from .machine import MachineTable
+from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
+from .steps import normalize_pause
+from .trace import Trace, Transition
+
+__all__ = ["Run", "Work"]
+
+#: A state's work: the chain in, a pipeline result and a detail mapping out.
+Work: TypeAlias = Callable[[LLMChain], Awaitable[tuple[PipelineResult, Mapping[str, Any] | None]]]
+Listener: TypeAlias = Callable[["Run", Transition], None]
+
+_T = TypeVar("_T")
+
+_TERMINAL_TRIGGER: Mapping[type, str] = {
+    Paused: "paused",
+    Failed: "failed",
+    Interrupted: "interrupted",
+}
+
+
+class _Cursor:
+    """The model ``transitions`` moves: one per run, holding only ``state``."""
+
+    state: str
+
+
+class Run:
+    """One run of a machine over a chain.
+
+    ``await run.step()`` does one state's work and returns the transition;
+    ``await run.run()`` steps to the end and returns the result. ``run.trace``
+    is the path so far, ``run.chain`` the chain as the last step left it.
+    """
+
+    def __init__(
+        self,
+        table: MachineTable,
+        work: Mapping[str, Work],
+        forward: Mapping[str, str],
+        chain: LLMChain,
+        entry: str,
+    ) -> None:
+        self.table = table
+        self.chain = chain
+        self.result: Terminal | None = None
+        self.trace = Trace(entry=entry, machine=table.name)
+        self.listeners: list[Listener] = []
+        self._work = work
+        self._forward = forward
+        self._terminals = frozenset(table.terminals)
+        self._machine = table.machine
+        self._events = self._machine.events
+        self._cursor = _Cursor()
+        self._pause_reason: Any = None
+        self._runner: asyncio.Runner | None = None
+        self._machine.add_model(self._cursor, initial=entry)
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def state(self) -> str:
+        return self._cursor.state
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    def request_pause(self, reason: Any) -> None:
+        """Make the next step pause the run with ``reason`` instead of doing its work."""
+        self._pause_reason = reason
+
+    # ------------------------------------------------------------ stepping
+
+    async def step(self) -> Transition:
+        """Do the current state's work and take the one transition it leads to."""
+        if self.result is not None:
+            raise RuntimeError(f"The run is over (it ended in {self.state!r}); nothing to step.")
+        source = self._cursor.state
+        chain = self.chain
+        started = time.perf_counter()
+        detail: Mapping[str, Any] | None
+        if self._pause_reason is not None:
+            result: PipelineResult = Paused(chain, self._pause_reason)
+            detail = {"requested": True}
+            self._pause_reason = None
+        else:
+            try:
+                result, detail = await self._work[source](chain)
+            except asyncio.CancelledError:
+                self._finish(source, Paused(chain, "cancelled"), started, {"cancelled": True})
+                raise
+            except Exception as exc:  # a step's bug ends the run, it does not crash the host
+                error = ChainError(
+                    "step_error",
+                    f"The {source} step raised {type(exc).__name__}: {exc}",
+                    retryable=False,
+                )
+                result, detail = Failed(chain, error), None
+        return self._finish(source, result, started, detail)
+
+    def _finish(
+        self,
+        source: str,
+        result: PipelineResult,
+        started: float,
+        detail: Mapping[str, Any] | None,
+    ) -> Transition:
+        if isinstance(result, Continue):
+            trigger = self._forward[source]
+        elif isinstance(result, Ok):
+            trigger = "satisfied" if source == "until_check" else "done"
+        else:
+            trigger = _TERMINAL_TRIGGER[type(result)]
+        try:
+            self._events[trigger].trigger(self._cursor)
+        except (MachineError, KeyError) as exc:
+            raise IllegalTransitionError(
+                f"The {source} step asked for {trigger!r}, which the {self.table.name} machine "
+                f"does not have from {source!r}: {type(result).__name__} is not a way out "
+                "of this state."
+            ) from exc
+        dest = self._cursor.state
+        transition = Transition(
+            source, trigger, dest, result.chain, time.perf_counter() - started, detail
+        )
+        self.trace.transitions.append(transition)
+        self.chain = result.chain
+        if dest in self._terminals:
+            terminal = normalize_pause(result)
+            assert not isinstance(terminal, Continue)
+            self.result = terminal
+            self.chain = terminal.chain
+            self._machine.remove_model(self._cursor)
+        for listener in self.listeners:
+            listener(self, transition)
+        return transition
+
+    async def run(self) -> Terminal:
+        """Step until a terminal; the result."""
+        while self.result is None:
+            await self.step()
+        return self.result
+
+    def __aiter__(self) -> AsyncIterator[Transition]:
+        return self._transitions()
+
+    async def _transitions(self) -> AsyncIterator[Transition]:
+        while self.result is None:
+            yield await self.step()
+
+    # ------------------------------------------------------------ sync doors
+
+    def step_sync(self) -> Transition:
+        """``step`` for scripts and tests: runs on this run's own event loop."""
+        return self._sync(self.step())
+
+    def run_sync(self) -> Terminal:
+        """``run`` for scripts and tests."""
+        return self._sync(self.run())
+
+    def _sync(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        try:
+            return self._runner.run(coroutine)
+        finally:
+            if self.result is not None:
+                self._runner.close()
+                self._runner = None
+
+    # ------------------------------------------------------------ views
+
+    def to_mermaid(self) -> str:
+        """This run's path drawn on the machine (Mermaid)."""
+        from .diagrams import run_mermaid
+
+        return run_mermaid(self.trace, self.table)
+
+    def __repr__(self) -> str:
+        return f"<Run {self.table.name} state={self.state!r} steps={len(self.trace)}>"
