@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from transitions import MachineError
 
@@ -49,6 +49,9 @@ class Run:
     is the path so far, ``run.chain`` the chain as the last step left it.
     """
 
+    #: Called with every new run (test helpers count the edges runs take).
+    observers: ClassVar[list[Callable[[Run], None]]] = []
+
     def __init__(
         self,
         table: MachineTable,
@@ -71,6 +74,8 @@ class Run:
         self._pause_reason: Any = None
         self._runner: asyncio.Runner | None = None
         self._machine.add_model(self._cursor, initial=entry)
+        for observer in Run.observers:
+            observer(self)
 
     # ------------------------------------------------------------ state
 

@@ -187,6 +187,11 @@ def _describe(schema: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- Tool
 
 
+def _is_context(hint: Any) -> bool:
+    """``ToolContext``, optional or not: a parameter the run fills, not the model."""
+    return hint is ToolContext or ToolContext in typing.get_args(hint)
+
+
 def _unset_function(**_: Any) -> Any:  # pragma: no cover - placeholder for data-only tools
     raise RuntimeError("this tool has no function")
 
@@ -235,7 +240,7 @@ class Tool:
         context_param = None
         for param in inspect.signature(function).parameters.values():
             hint = hints.get(param.name, Any)
-            if hint is ToolContext:
+            if _is_context(hint):
                 context_param = param.name
                 continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):

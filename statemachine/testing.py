@@ -1,0 +1,117 @@
+"""Test helpers: assert the path a run took, and which edges a suite exercised.
+
+``assert_path(run, "expanding calling interrupt_check executing propagating
+until_check deciding ok")`` takes a space-separated state list, or a pattern
+with groups and repetition: ``"(expanding calling interrupt_check executing
+propagating until_check deciding)+ ok"`` (``+ * ?`` and ``{n}`` / ``{n,m}``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import re
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
+
+import attrs
+
+from .machine import STANDARD, Edge, MachineTable
+from .run import Run
+from .trace import Trace
+
+__all__ = ["EdgeCoverage", "assert_path", "edge_coverage", "matches_path"]
+
+_TOKEN = re.compile(r"\(|\)|[+*?]|\{\d+(?:,\d*)?\}|[A-Za-z_]+|\S")
+
+
+@lru_cache(maxsize=256)
+def _compile(pattern: str, states: frozenset[str]) -> re.Pattern[str]:
+    parts = []
+    for token in _TOKEN.findall(pattern):
+        if token == "(":
+            parts.append("(?:")
+        elif token == ")" or token in "+*?" or token.startswith("{"):
+            parts.append(token)
+        elif token in states:
+            parts.append(f"(?:{token} )")
+        else:
+            raise ValueError(
+                f"{token!r} in path pattern {pattern!r} is not a state; states: {sorted(states)}"
+            )
+    return re.compile("".join(parts))
+
+
+def _trace(run_or_trace: Run | Trace) -> Trace:
+    return run_or_trace.trace if isinstance(run_or_trace, Run) else run_or_trace
+
+
+def matches_path(run_or_trace: Run | Trace, expected: str, table: MachineTable = STANDARD) -> bool:
+    """Whether the run's states match ``expected`` (a state list or a pattern)."""
+    trace = _trace(run_or_trace)
+    return _compile(expected, frozenset(table.states)).fullmatch(trace.path + " ") is not None
+
+
+def assert_path(run_or_trace: Run | Trace, expected: str, table: MachineTable = STANDARD) -> None:
+    """Fail with a readable diff unless the run's path matches ``expected``."""
+    trace = _trace(run_or_trace)
+    if matches_path(trace, expected, table):
+        return
+    lines = [f"the run took another path than {expected!r}", "", "took:"]
+    lines += [f"  {i:>3} {t.source} --{t.trigger}--> {t.dest}" for i, t in enumerate(trace)]
+    if not re.search(r"[()+*?{]", expected):
+        lines += ["", "diff (- expected, + took):"]
+        lines += [
+            f"  {d}"
+            for d in difflib.ndiff(expected.split(), trace.states)
+            if not d.startswith("?")
+        ]
+    raise AssertionError("\n".join(lines))
+
+
+@attrs.define
+class EdgeCoverage:
+    """Which edges of a table a set of traces took, and which none did."""
+
+    table: MachineTable = STANDARD
+    counts: dict[Edge, int] = attrs.field(factory=dict)
+    entries: dict[str, int] = attrs.field(factory=dict)
+
+    def add(self, run_or_trace: Run | Trace) -> None:
+        trace = _trace(run_or_trace)
+        self.entries[trace.entry] = self.entries.get(trace.entry, 0) + 1
+        for t in trace:
+            edge = self.table.edge(t.source, t.trigger)
+            if edge is not None:
+                self.counts[edge] = self.counts.get(edge, 0) + 1
+
+    def extend(self, runs: Iterable[Run | Trace]) -> None:
+        for run in runs:
+            self.add(run)
+
+    @property
+    def missing(self) -> list[Edge]:
+        """Edges of the table no trace took, in table order."""
+        return [e for e in self.table.edges if e not in self.counts]
+
+    @property
+    def ratio(self) -> float:
+        return len(self.counts) / len(self.table.edges)
+
+    def report(self) -> str:
+        lines = [f"{len(self.counts)}/{len(self.table.edges)} edges taken"]
+        lines += [f"  never: {e.source} --{e.trigger}--> {e.dest} ({e.why})" for e in self.missing]
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def edge_coverage(table: MachineTable = STANDARD) -> Iterator[EdgeCoverage]:
+    """Count the edges every run started inside the block takes (when it ends)."""
+    coverage = EdgeCoverage(table)
+    runs: list[Run] = []
+    Run.observers.append(runs.append)
+    try:
+        yield coverage
+    finally:
+        Run.observers.remove(runs.append)
+        coverage.extend(r for r in runs if r.table is table)

@@ -1,0 +1,260 @@
+"""Human in the loop: interrupt before gated calls, decide, resume (SPEC §5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from providers import ScriptedModel, call_tool, call_tools, say
+from statemachine import (
+    Agent,
+    AgentState,
+    HumanInTheLoop,
+    Message,
+    MessageExpansion,
+    ToolOutput,
+    tool,
+)
+from statemachine.testing import assert_path
+from tests.support import LOOP, submit, texts
+
+executed: list[tuple[str, dict[str, Any]]] = []
+
+
+@tool
+def write_file(path: str, text: str) -> str:
+    """Write a file."""
+    executed.append(("write_file", {"path": path, "text": text}))
+    return f"wrote {path}: {text}"
+
+
+@tool
+def read(path: str) -> str:
+    """Read a file."""
+    executed.append(("read", {"path": path}))
+    return f"content of {path}"
+
+
+@tool
+def delete(path: str) -> str:
+    """Delete a file."""
+    executed.append(("delete", {"path": path}))
+    return f"deleted {path}"
+
+
+HITL = HumanInTheLoop(
+    {
+        "write_file": True,
+        "delete": {"allowed_decisions": ["approve", "reject"]},
+        "read": False,
+        "submit": True,
+    }
+)
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    executed.clear()
+
+
+def make(model: ScriptedModel, *tools: Any) -> Agent:
+    return Agent(model, tools or (write_file, read, delete), middleware=[HITL])
+
+
+async def interrupted(a: Agent) -> AgentState:
+    run = a.start(AgentState.of("go"))
+    await run.run()
+    assert_path(run, "expanding calling interrupt_check interrupted")
+    return run.agent_state
+
+
+def test_configs_normalize() -> None:
+    hitl = HumanInTheLoop({"a": True, "b": False, "c": [], "d": {}, "e": ["reject"]})
+    assert hitl.configs == {
+        "a": {"allowed_decisions": ["approve", "edit", "reject"]},
+        "d": {"allowed_decisions": ["approve", "edit", "reject"]},
+        "e": {"allowed_decisions": ["reject"]},
+    }
+    with pytest.raises(ValueError, match="Unknown decision"):
+        HumanInTheLoop({"a": ["maybe"]})
+
+
+async def test_15_gated_call_interrupts_and_nothing_runs() -> None:
+    state = await interrupted(
+        make(ScriptedModel([call_tool("write_file", path="a", text="x", call_id="w1")]))
+    )
+    assert state.status == "interrupted"
+    assert executed == []
+    assert state.interrupt_data == {
+        "type": "hitl",
+        "action_requests": [
+            {
+                "tool_call_id": "w1",
+                "tool_name": "write_file",
+                "arguments": {"path": "a", "text": "x"},
+                "display_text": "Write file",
+            }
+        ],
+        "review_configs": {"write_file": {"allowed_decisions": ["approve", "edit", "reject"]}},
+        "hitl_tool_call_ids": ["w1"],
+    }
+
+
+async def test_16_approve_runs_the_tool_outside_and_reenters_at_propagating() -> None:
+    model = ScriptedModel([call_tool("write_file", path="a", text="x"), say("written")])
+    a = make(model)
+    state = await interrupted(a)
+    run = await a.start_resume(state, [{"type": "approve"}])
+    assert run.state == "propagating" and executed == [("write_file", {"path": "a", "text": "x"})]
+    await run.run()
+    assert_path(run, f"propagating until_check deciding {LOOP} ok")
+    assert texts(run.chain)[-2:] == [("tool", "wrote a: x"), ("assistant", "written")]
+
+
+async def test_17_reject_is_information_for_the_model() -> None:
+    model = ScriptedModel([call_tool("delete", path="a"), say("ok, not deleting")])
+    a = make(model)
+    state = await a.resume(await interrupted(a), [{"type": "reject"}])
+    assert state.status == "ok" and executed == []
+    tool_message = state.messages[2]
+    (result,) = tool_message.tool_results
+    assert (result.content, result.is_error) == (
+        "Tool call 'delete' was rejected by a human reviewer.",
+        False,
+    )
+    assert model.requests[1].messages[-1] == tool_message
+
+
+async def test_18_edit_runs_with_new_arguments() -> None:
+    a = make(ScriptedModel([call_tool("write_file", path="a", text="x"), say("done")]))
+    state = await a.resume(
+        await interrupted(a), [{"type": "edit", "arguments": {"path": "b", "text": "y"}}]
+    )
+    assert executed == [("write_file", {"path": "b", "text": "y"})]
+    assert state.messages[2].tool_results[0].content == "wrote b: y"
+
+
+async def test_19_an_approved_tools_expansion_applies_before_the_next_call() -> None:
+    @tool
+    def write_and_show(path: str) -> object:
+        """Write, then show the file."""
+        return MessageExpansion.expand(
+            "written", [Message.user(f"<file {path}>")], result_content="shown below"
+        )
+
+    model = ScriptedModel([call_tool("write_and_show", path="p"), say("seen")])
+    a = Agent(model, [write_and_show], middleware=[HumanInTheLoop({"write_and_show": True})])
+    state = await a.resume(await interrupted(a), [{"type": "approve"}])
+    assert state.status == "ok"
+    seen = model.requests[1].messages
+    assert seen[-2].tool_results[0].content == "shown below"
+    assert seen[-1] == Message.user("<file p>")
+
+
+async def test_20_and_32_ungated_sibling_waits_and_both_results_in_call_order() -> None:
+    model = ScriptedModel(
+        [
+            call_tools(("read", {"path": "r"}), ("write_file", {"path": "w", "text": "t"})),
+            say("both"),
+        ]
+    )
+    a = make(model)
+    state = await interrupted(a)
+    assert executed == []
+    assert state.interrupt_data is not None
+    assert [r["tool_name"] for r in state.interrupt_data["action_requests"]] == ["write_file"]
+    done = await a.resume(state, [{"type": "approve"}])
+    assert [r.content for r in done.messages[2].tool_results] == ["content of r", "wrote w: t"]
+    assert [name for name, _ in executed] == ["read", "write_file"]
+
+
+async def test_30_resumed_target_tool_satisfies_until_tool_without_a_model_call() -> None:
+    model = ScriptedModel([call_tool("submit", answer="42")])
+    a = make(model, submit)
+    run = a.start(AgentState.of("go"), until_tool="submit")
+    await run.run()
+    assert_path(run, "expanding calling interrupt_check interrupted")
+    resumed = await a.start_resume(run.agent_state, [{"type": "approve"}], until_tool="submit")
+    await resumed.run()
+    assert_path(resumed, "propagating until_check ok")
+    assert resumed.agent_state.tool_result is not None
+    assert resumed.agent_state.tool_result.content == "submitted 42"
+    assert model.calls == 1
+
+
+async def test_31_two_gated_calls_approve_and_edit() -> None:
+    model = ScriptedModel(
+        [
+            call_tools(
+                ("write_file", {"path": "1", "text": "a"}),
+                ("write_file", {"path": "2", "text": "b"}),
+            ),
+            say("ok"),
+        ]
+    )
+    a = make(model)
+    state = await a.resume(
+        await interrupted(a),
+        [{"type": "approve"}, {"type": "edit", "arguments": {"path": "2", "text": "B"}}],
+    )
+    assert [r.content for r in state.messages[2].tool_results] == ["wrote 1: a", "wrote 2: B"]
+
+
+async def test_a_resumed_result_that_interrupts_again_interrupts_again() -> None:
+    @tool
+    def ask(question: str) -> ToolOutput:
+        """Ask the user."""
+        return ToolOutput("asked", interrupt={"question": question})
+
+    a = Agent(
+        ScriptedModel([call_tool("ask", question="why?")]),
+        [ask],
+        middleware=[HumanInTheLoop({"ask": True})],
+    )
+    resumed = await a.start_resume(await interrupted(a), [{"type": "approve"}])
+    await resumed.run()
+    assert_path(resumed, "propagating interrupted")
+    assert resumed.agent_state.interrupt_data is not None
+    assert resumed.agent_state.interrupt_data["question"] == "why?"
+
+
+@pytest.mark.parametrize(
+    ("decisions", "message"),
+    [
+        (
+            [{"type": "approve"}, {"type": "approve"}],
+            "Decision count (2) does not match HITL tool count (1)",
+        ),
+        (["approve"], "Decision at index 0 is not a map"),
+        ([{}], "Decision at index 0 has no type; use 'approve', 'edit' or 'reject'"),
+        (
+            [{"type": "edit", "arguments": {}}],
+            "Decision type 'edit' not allowed for tool 'delete'. Allowed: ['approve', 'reject']",
+        ),
+        ([{"type": "approve", "tool_call_id": "zzz"}], "Decision at index 0 names tool call 'zzz'"),
+    ],
+)
+async def test_decisions_that_do_not_fit_change_nothing(decisions: list[Any], message: str) -> None:
+    model = ScriptedModel([call_tool("delete", path="a"), say("x")])
+    a = make(model)
+    state = await interrupted(a)
+    with pytest.raises(ValueError) as info:
+        await a.resume(state, decisions)
+    assert str(info.value).startswith(message)
+    assert executed == [] and model.calls == 1
+
+
+async def test_edit_needs_arguments() -> None:
+    a = make(ScriptedModel([call_tool("write_file", path="a", text="x")]))
+    with pytest.raises(ValueError, match="needs 'arguments'"):
+        await a.resume(await interrupted(a), [{"type": "edit"}])
+
+
+async def test_no_interrupt_in_state() -> None:
+    a = make(ScriptedModel([]))
+    with pytest.raises(ValueError) as info:
+        await a.resume(AgentState.of("go"), [{"type": "approve"}])
+    assert str(info.value) == (
+        "No interrupt data found in state. Cannot process decisions without interrupt context."
+    )

@@ -1,0 +1,110 @@
+"""Messages, expansions and the chain's bookkeeping (SPEC §1)."""
+
+from __future__ import annotations
+
+import pytest
+
+from providers import ScriptedModel
+from statemachine import (
+    ChainError,
+    ContentPart,
+    LLMChain,
+    Message,
+    MessageExpansion,
+    ToolCall,
+    ToolResult,
+)
+from statemachine.messages import DEFAULT_RESULT_CONTENT
+
+
+def test_needs_response_follows_the_last_message() -> None:
+    chain = LLMChain(ScriptedModel([]))
+    assert chain.needs_response is False and chain.last_message is None
+    chain = chain.add_message(Message.user("hi"))
+    assert chain.needs_response is True
+    chain = chain.add_message(Message.assistant(None, [ToolCall("c1", "add", {})]))
+    assert chain.needs_response is True
+    chain = chain.add_message(Message.tool([ToolResult("c1", "add", "3")]))
+    assert chain.needs_response is True
+    chain = chain.add_message(Message.assistant("done"))
+    assert chain.needs_response is False
+    assert chain.last_message == Message.assistant("done")
+    assert len(chain.messages) == len(chain.exchanged_messages) == 4
+
+
+def test_messages_given_at_construction_set_last_message_and_needs_response() -> None:
+    chain = LLMChain(ScriptedModel([]), messages=[Message.system("s"), Message.user("u")])
+    assert chain.last_message == Message.user("u")
+    assert chain.needs_response is True
+
+
+def test_add_message_refuses_what_is_not_a_message() -> None:
+    with pytest.raises(ChainError) as info:
+        LLMChain(ScriptedModel([])).add_message("hello")  # type: ignore[arg-type]
+    assert info.value.type == "invalid_message"
+
+
+def test_unknown_callback_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="on_llm_new_dleta"):
+        LLMChain(ScriptedModel([]), callbacks=[{"on_llm_new_dleta": print}])
+
+
+def test_content_parts_text() -> None:
+    m = Message.user(
+        [ContentPart.text("a"), ContentPart("image_url", "http://x"), ContentPart.text("b")]
+    )
+    assert m.text == "ab"
+
+
+class TestExpand:
+    def test_expand_builds_a_result_with_fallback_content_and_expansion(self) -> None:
+        result = MessageExpansion.expand("fallback", [Message.user("material")])
+        assert result.content == "fallback"
+        assert result.expansion is not None
+        assert result.expansion.messages == (Message.user("material"),)
+        assert result.expansion.result_content == DEFAULT_RESULT_CONTENT
+        assert result.expandable
+
+    def test_explicit_none_keeps_the_fallback(self) -> None:
+        result = MessageExpansion.expand("fb", [Message.user("m")], result_content=None)
+        assert result.expansion is not None and result.expansion.result_content is None
+
+    def test_empty_expansion(self) -> None:
+        with pytest.raises(ChainError) as info:
+            MessageExpansion.expand("fb", [])
+        assert info.value.type == "empty_expansion"
+        assert info.value.message.startswith("An expansion needs at least one message")
+
+    @pytest.mark.parametrize("bad", ["text", Message.user("x"), None])
+    def test_not_a_list(self, bad: object) -> None:
+        with pytest.raises(ChainError) as info:
+            MessageExpansion.expand("fb", bad)  # type: ignore[arg-type]
+        assert info.value.type == "invalid_expansion"
+
+    def test_element_not_a_message(self) -> None:
+        with pytest.raises(ChainError) as info:
+            MessageExpansion.expand("fb", [Message.user("ok"), "nope"])  # type: ignore[list-item]
+        assert info.value.type == "invalid_expansion"
+
+    @pytest.mark.parametrize("role", ["system", "tool"])
+    def test_role_not_allowed(self, role: str) -> None:
+        message = Message.system("s") if role == "system" else Message.tool([])
+        with pytest.raises(ChainError) as info:
+            MessageExpansion.expand("fb", [message])
+        assert info.value.type == "invalid_expansion_role"
+        assert info.value.message == (
+            f"Cannot expand into a message with role {role}. Supported roles: user, assistant."
+        )
+
+    def test_an_interrupt_is_not_expandable(self) -> None:
+        result = MessageExpansion.expand("fb", [Message.user("m")])
+        from attrs import evolve
+
+        assert not evolve(result, is_interrupt=True).expandable
+
+
+def test_chain_error_equality_and_retryable() -> None:
+    assert ChainError("rate_limited", "x").retryable
+    assert not ChainError("bad_request", "x").retryable
+    assert ChainError("a", "b") == ChainError("a", "b")
+    assert ChainError("timeout", "t", retryable=False).retryable is False
