@@ -70,8 +70,8 @@ def fail(type: str = "server_error", message: str = "scripted failure") -> Chain
 class ScriptedRequest:
     """What the model was asked: the conversation and the tools offered."""
 
-    messages: tuple[Message, ...]
-    tools: tuple[Tool, ...]
+    messages: Sequence[Message]
+    tools: Sequence[Tool]
 
 
 @attrs.define(eq=False)
@@ -105,7 +105,7 @@ class ScriptedModel:
         on_delta: DeltaHandler | None = None,
     ) -> Message:
         index = len(self.requests)
-        self.requests.append(ScriptedRequest(tuple(messages), tuple(tools)))
+        self.requests.append(ScriptedRequest(messages, tools))
         if self.delay:
             await asyncio.sleep(self.delay)
         if callable(self.script):
@@ -128,4 +128,13 @@ class ScriptedModel:
             for word in message.text.split(" "):
                 on_delta(MessageDelta(content=word + " "))
                 await asyncio.sleep(0)
-        return attrs.evolve(message, metadata={"model": self.model_name, **message.metadata})
+        if "model" in message.metadata:
+            return message
+        return Message(
+            message.role,
+            message.content,
+            message.tool_calls,
+            message.tool_results,
+            message.status,
+            {"model": self.model_name, **message.metadata},
+        )

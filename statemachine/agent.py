@@ -197,7 +197,7 @@ class Agent:
 
     def _finish(self, result: Terminal) -> AgentState:
         chain = result.chain
-        messages = chain.messages
+        messages: Sequence[Message] = chain.messages
         if self.system_prompt is not None and messages and messages[0].role == "system":
             messages = messages[1:]
         state = AgentState(messages, chain.custom_context.get("state") or {})

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .errors import ChainError
-from .messages import Message, message_tuple
+from .messages import Message, MessageLog
 from .tools import Tool
 
 if TYPE_CHECKING:
@@ -50,6 +50,10 @@ def _needs_response(message: Message) -> bool:
     return message.role in ("user", "tool") or message.is_tool_call
 
 
+def _log(value: Iterable[Message]) -> MessageLog:
+    return MessageLog.of(value)
+
+
 def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
     return value if type(value) is tuple else tuple(value)
 
@@ -77,8 +81,8 @@ class LLMChain:
 
     llm: ChatModel
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
-    messages: tuple[Message, ...] = attrs.field(default=(), converter=message_tuple)
-    exchanged_messages: tuple[Message, ...] = attrs.field(default=(), converter=message_tuple)
+    messages: MessageLog = attrs.field(factory=MessageLog, converter=_log)
+    exchanged_messages: MessageLog = attrs.field(factory=MessageLog, converter=_log)
     last_message: Message | None = attrs.field()
     needs_response: bool = attrs.field()
     custom_context: Mapping[str, Any] = attrs.field(factory=dict)
@@ -96,20 +100,27 @@ class LLMChain:
     def _pending(self) -> bool:
         return self.last_message is not None and _needs_response(self.last_message)
 
+    def _replace(self, **changes: Any) -> LLMChain:
+        """``attrs.evolve`` without its introspection: the run loop's copy, fields as given."""
+        return _replace(self, **changes)
+
     # ------------------------------------------------------------ messages
 
-    def add_message(self, message: Message) -> LLMChain:
-        """Append one message; the chain's view of the conversation follows it."""
+    def add_message(self, message: Message, **changes: Any) -> LLMChain:
+        """Append one message; the chain's view of the conversation follows it.
+
+        ``changes`` (other fields, e.g. ``current_failure_count``) go into the same copy.
+        """
         if not isinstance(message, Message):
             raise ChainError(
                 "invalid_message", f"add_message takes a Message, got: {type(message).__name__}"
             )
-        return attrs.evolve(
-            self,
-            messages=(*self.messages, message),
-            exchanged_messages=(*self.exchanged_messages, message),
+        return self._replace(
+            messages=self.messages.append(message),
+            exchanged_messages=self.exchanged_messages.append(message),
             last_message=message,
             needs_response=_needs_response(message),
+            **changes,
         )
 
     def add_messages(self, messages: Iterable[Message]) -> LLMChain:
@@ -123,23 +134,22 @@ class LLMChain:
         """Put ``message`` where the last message was, in every view of the conversation."""
         exchanged = self.exchanged_messages
         if exchanged and exchanged[-1] is self.last_message:
-            exchanged = (*exchanged[:-1], message)
-        return attrs.evolve(
-            self,
-            messages=(*self.messages[:-1], message),
+            exchanged = MessageLog((*exchanged[:-1], message))
+        return self._replace(
+            messages=MessageLog((*self.messages[:-1], message)),
             exchanged_messages=exchanged,
             last_message=message,
             needs_response=_needs_response(message),
         )
 
     def clear_exchanged_messages(self) -> LLMChain:
-        return attrs.evolve(self, exchanged_messages=())
+        return self._replace(exchanged_messages=MessageLog())
 
     # ------------------------------------------------------------ context
 
     def update_custom_context(self, updates: Mapping[str, Any]) -> LLMChain:
         """Merge ``updates`` into ``custom_context`` (shallow: a key is replaced whole)."""
-        return attrs.evolve(self, custom_context={**self.custom_context, **updates})
+        return self._replace(custom_context={**self.custom_context, **updates})
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, if the chain has one."""
@@ -198,3 +208,22 @@ class LLMChain:
         import asyncio
 
         return asyncio.run(self.run(mode, **opts))
+
+
+def _make_replace() -> Callable[..., LLMChain]:
+    """Build ``_replace(chain, **changes)`` with one line per field: half the cost of a loop."""
+    names = [field.name for field in attrs.fields(LLMChain)]
+    params = ", ".join(f"{n}=_MISSING" for n in names)
+    body = "\n".join(f"    _set(new, {n!r}, chain.{n} if {n} is _MISSING else {n})" for n in names)
+    source = f"def _replace(chain, *, {params}):\n    new = _new(_cls)\n{body}\n    return new\n"
+    namespace: dict[str, Any] = {
+        "_MISSING": object(),
+        "_set": object.__setattr__,
+        "_new": object.__new__,
+        "_cls": LLMChain,
+    }
+    exec(compile(source, "<LLMChain._replace>", "exec"), namespace)
+    return namespace["_replace"]  # type: ignore[no-any-return]
+
+
+_replace = _make_replace()

@@ -5,8 +5,10 @@ Every class here is a frozen attrs value; a change is a new value (``attrs.evolv
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final, Literal
+import itertools
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, Literal, overload
 
 import attrs
 
@@ -19,6 +21,7 @@ __all__ = [
     "Message",
     "MessageDelta",
     "MessageExpansion",
+    "MessageLog",
     "Role",
     "Status",
     "ToolCall",
@@ -40,6 +43,79 @@ DEFAULT_RESULT_CONTENT: Final = "The requested content has been added to the con
 def message_tuple(value: Iterable[Message]) -> tuple[Message, ...]:
     """A converter: messages as a tuple (a tuple passes as it is)."""
     return value if type(value) is tuple else tuple(value)
+
+
+_append_lock = threading.Lock()
+
+
+class MessageLog(Sequence["Message"]):
+    """An immutable sequence of messages whose ``append`` costs O(1).
+
+    Logs that grew from one another share one list: a log is a prefix of it,
+    so appending to the newest log extends the list in place, and appending to
+    an older one copies its prefix first. No log ever sees a message appended
+    after it. This keeps a long run's per-turn cost flat.
+    """
+
+    __slots__ = ("_items", "_len")
+    _items: list[Message]
+    _len: int
+
+    def __init__(self, messages: Iterable[Message] = ()) -> None:
+        self._items = list(messages)
+        self._len = len(self._items)
+
+    @classmethod
+    def of(cls, value: Iterable[Message]) -> MessageLog:
+        """A converter: a log passes as it is, anything iterable becomes one."""
+        return value if type(value) is cls else cls(value)
+
+    def append(self, message: Message) -> MessageLog:
+        """A new log: this one plus ``message``."""
+        with _append_lock:
+            items = self._items
+            if len(items) != self._len:
+                items = items[: self._len]
+            items.append(message)
+        new = object.__new__(MessageLog)
+        new._items = items
+        new._len = self._len + 1
+        return new
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, index: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(index, slice):
+            return tuple(self._items[: self._len][index])
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("message index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[Message]:
+        return itertools.islice(self._items, self._len)
+
+    def __reversed__(self) -> Iterator[Message]:
+        items = self._items
+        for index in range(self._len - 1, -1, -1):
+            yield items[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MessageLog | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"MessageLog({list(self)!r})"
 
 
 @attrs.frozen

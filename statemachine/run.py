@@ -20,10 +20,12 @@ from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, 
 from .steps import normalize_pause
 from .trace import Trace, Transition
 
-__all__ = ["Run", "Work"]
+__all__ = ["Outcome", "Run", "Work"]
 
-#: A state's work: the chain in, a pipeline result and a detail mapping out.
-Work: TypeAlias = Callable[[LLMChain], Awaitable[tuple[PipelineResult, Mapping[str, Any] | None]]]
+Outcome: TypeAlias = tuple[PipelineResult, Mapping[str, Any] | None]
+#: A state's work: the chain in, a pipeline result and a detail mapping out. Work
+#: that does no I/O may return the outcome directly instead of a coroutine.
+Work: TypeAlias = Callable[[LLMChain], Outcome | Awaitable[Outcome]]
 Listener: TypeAlias = Callable[["Run", Transition], None]
 
 _T = TypeVar("_T")
@@ -107,7 +109,10 @@ class Run:
             self._pause_reason = None
         else:
             try:
-                result, detail = await self._work[source](chain)
+                outcome = self._work[source](chain)
+                if not isinstance(outcome, tuple):
+                    outcome = await outcome
+                result, detail = outcome
             except asyncio.CancelledError:
                 self._finish(source, Paused(chain, "cancelled"), started, {"cancelled": True})
                 raise

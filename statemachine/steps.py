@@ -116,9 +116,10 @@ async def execute_step(chain: LLMChain) -> Continue | Failed:
                     "invalid_response", f"The model returned {reply!r}, not an assistant Message"
                 ),
             )
-        chain = chain.add_message(reply)
-        if not reply.is_tool_call:
-            chain = attrs.evolve(chain, current_failure_count=0)
+        if reply.is_tool_call:
+            chain = chain.add_message(reply)
+        else:
+            chain = chain.add_message(reply, current_failure_count=0)
         if chain.callbacks:
             chain.fire("on_llm_new_message", chain, reply)
             for call in reply.tool_calls:
@@ -236,7 +237,7 @@ def add_tool_message(chain: LLMChain, results: Sequence[ToolResult]) -> LLMChain
     """Append one tool message; an error among the results counts as a failure."""
     message = Message.tool(results)
     failures = chain.current_failure_count + 1 if any(r.is_error for r in results) else 0
-    chain = attrs.evolve(chain.add_message(message), current_failure_count=failures)
+    chain = chain.add_message(message, current_failure_count=failures)
     if chain.callbacks:
         chain.fire("on_tool_response_created", chain, message)
         chain.fire("on_message_processed", chain, message)

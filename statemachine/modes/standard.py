@@ -17,8 +17,8 @@ from ..chain import LLMChain
 from ..errors import ChainError
 from ..machine import STANDARD, MachineTable
 from ..middleware.human_in_the_loop import HumanInTheLoop, check_pre_tool_hitl
-from ..results import Continue, Failed, Ok, PipelineResult, Terminal
-from ..run import Run, Work
+from ..results import Continue, Failed, Ok, Terminal
+from ..run import Outcome, Run, Work
 from ..steps import (
     Step,
     call_llm,
@@ -35,6 +35,7 @@ from ..steps import (
     propagate_state,
     reset_run_count,
 )
+from ..trace import Trace
 
 __all__ = ["StandardMode", "StandardOptions", "entry_state"]
 
@@ -148,18 +149,19 @@ class _Work:
         return work
 
     def _with_steps(self, own: Work, steps: tuple[Step, ...]) -> Work:
-        async def work(chain: LLMChain) -> tuple[PipelineResult, Mapping[str, Any] | None]:
-            result, detail = await own(chain)
+        async def work(chain: LLMChain) -> Outcome:
+            outcome = own(chain)
+            result, detail = outcome if isinstance(outcome, tuple) else await outcome
             return await pipe(result, *steps, opts=self.opts), detail
 
         return work
 
-    async def expanding(self, chain: LLMChain) -> tuple[PipelineResult, Mapping[str, Any] | None]:
+    def expanding(self, chain: LLMChain) -> Outcome:
         result = expand_tool_results(Continue(chain))
         inserted = len(result.chain.messages) - len(chain.messages)
         return result, ({"inserted": inserted} if inserted else None)
 
-    async def calling(self, chain: LLMChain) -> tuple[PipelineResult, Mapping[str, Any] | None]:
+    async def calling(self, chain: LLMChain) -> Outcome:
         result = await call_llm(Continue(chain))
         if not isinstance(result, Continue):
             return result, {"model": chain.llm.name}
@@ -173,14 +175,12 @@ class _Work:
             detail["fallback_errors"] = reply.metadata["fallback_errors"]
         return check_pause(check_response_complete(result), self.opts), detail
 
-    async def interrupt_check(
-        self, chain: LLMChain
-    ) -> tuple[PipelineResult, Mapping[str, Any] | None]:
+    async def interrupt_check(self, chain: LLMChain) -> Outcome:
         if not self.hitl:
             return Continue(chain), None
         return check_pre_tool_hitl(Continue(chain), self.opts), None
 
-    async def executing(self, chain: LLMChain) -> tuple[PipelineResult, Mapping[str, Any] | None]:
+    async def executing(self, chain: LLMChain) -> Outcome:
         result = await execute_tools(Continue(chain))
         last = result.chain.last_message
         if last is None or last is chain.last_message or last.role != "tool":
@@ -190,18 +190,18 @@ class _Work:
             "errors": sum(r.is_error for r in last.tool_results),
         }
 
-    async def propagating(self, chain: LLMChain) -> tuple[PipelineResult, Mapping[str, Any] | None]:
+    def propagating(self, chain: LLMChain) -> Outcome:
         last = chain.last_message
         if last is None or last.role != "tool":
             return Continue(chain), None
         return check_tool_interrupts(propagate_state(Continue(chain))), None
 
-    async def until_check(self, chain: LLMChain) -> tuple[PipelineResult, Mapping[str, Any] | None]:
+    def until_check(self, chain: LLMChain) -> Outcome:
         if not self.options.until_tool:
             return Continue(chain), None
         return self.until(Continue(chain), self.opts), None
 
-    async def deciding(self, chain: LLMChain) -> tuple[PipelineResult, Mapping[str, Any] | None]:
+    def deciding(self, chain: LLMChain) -> Outcome:
         if chain.needs_response:
             return check_max_runs(Continue(chain), self.opts), None
         if self.options.until_tool:
@@ -246,6 +246,26 @@ class StandardMode:
                 chain, exchanged_messages=(*chain.exchanged_messages, chain.last_message)
             )
         return run_class(self.table, _Work(options).table(), FORWARD, chain, entry)
+
+    def restore(
+        self,
+        chain: LLMChain,
+        state: str,
+        trace: Trace,
+        opts: Mapping[str, Any] | None = None,
+        *,
+        run_class: type[Run] = Run,
+    ) -> Run:
+        """A run at working ``state`` over ``chain``, with ``trace`` behind it: a checkpoint's.
+
+        No entry logic and no run-count reset: the run goes on where it stopped.
+        """
+        if state not in FORWARD:
+            raise ValueError(f"Cannot restore a run at {state!r}; working states: {list(FORWARD)}")
+        options = StandardOptions.of(opts)
+        run = run_class(self.table, _Work(options).table(), FORWARD, chain, state)
+        run.trace = trace
+        return run
 
     async def run(
         self, chain: LLMChain, opts: Mapping[str, Any] | None = None, **kw: Any
