@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from transitions import Machine
+from transitions import Machine, State, Transition
 
 __all__ = ["STANDARD", "Edge", "MachineTable"]
 
@@ -28,6 +28,40 @@ class Edge:
     why: str
 
 
+class _State(State):
+    """A state whose enter and exit skip the callback machinery when it has no callbacks."""
+
+    def enter(self, event_data: Any) -> None:
+        if self.on_enter:
+            super().enter(event_data)
+
+    def exit(self, event_data: Any) -> None:
+        if self.on_exit:
+            super().exit(event_data)
+
+
+class _Transition(Transition):
+    """A transition that goes straight to the state change when nothing hooks into it.
+
+    The table has no conditions or callbacks: the work lives in the states'
+    steps. Any callback added to the machine or a transition takes the full path.
+    """
+
+    def execute(self, event_data: Any) -> bool:
+        machine = event_data.machine
+        if (
+            self.prepare
+            or self.conditions
+            or self.before
+            or self.after
+            or machine.before_state_change
+            or machine.after_state_change
+        ):
+            return bool(super().execute(event_data))
+        self._change_state(event_data)
+        return True
+
+
 class _SharedMachine(Machine):
     """A machine shared by many runs: nothing is bound onto them.
 
@@ -36,6 +70,9 @@ class _SharedMachine(Machine):
     trigger) are left out: they cost time and memory per run and would clash
     with a model's own names.
     """
+
+    state_cls = _State
+    transition_cls = _Transition
 
     def _checked_assignment(self, model: Any, name: str, func: Any) -> None:
         return None
