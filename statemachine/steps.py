@@ -148,7 +148,7 @@ async def call_llm(result: PipelineResult, opts: Opts = None) -> PipelineResult:
 
 
 def check_response_complete(result: PipelineResult, opts: Opts = None) -> PipelineResult:
-    """A reply cut off at the token limit, or filtered, ends the run before its tools run."""
+    """A reply cut off at the token limit, filtered, or empty ends the run before its tools run."""
     if not isinstance(result, Continue):
         return result
     last = result.chain.last_message
@@ -170,6 +170,15 @@ def check_response_complete(result: PipelineResult, opts: Opts = None) -> Pipeli
                 "content_filtered",
                 "The provider's content filter stopped the model's reply; its tool calls "
                 "were not run.",
+            ),
+        )
+    if not last.tool_calls and not last.text.strip() and not last.content:
+        return Failed(
+            result.chain,
+            ChainError(
+                "empty_response",
+                "The model returned an empty reply (no text and no tool calls). Retry the "
+                "run, or give the model a fallback (providers.FallbackModel).",
             ),
         )
     return result

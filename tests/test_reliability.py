@@ -1,0 +1,270 @@
+"""Bad input and faults: each ends in a defined terminal, with the chain kept.
+
+One row per case: what goes wrong, the terminal the run must reach, and the
+error type (for ``error``) or the tool result the model reads (for a loop that
+goes on). The README's "What happens when things go wrong" is checked against
+this table (``test_readme_lists_every_row``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import re
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+
+from providers import FallbackModel, ScriptedModel, call_tool, fail, say
+from statemachine import (
+    STANDARD,
+    Agent,
+    AgentState,
+    HumanInTheLoop,
+    Message,
+    ToolCall,
+    tool,
+)
+from tests.support import add, boom, submit
+
+
+@tool(timeout=0.05)
+async def hangs() -> str:
+    """Never answers."""
+    await asyncio.sleep(30)
+    return "late"
+
+
+@tool
+def gated(path: str) -> str:
+    """Needs approval."""
+    return path
+
+
+def _reply_then_ok(reply: Message) -> ScriptedModel:
+    return ScriptedModel([reply, say("recovered")])
+
+
+@attrs.frozen
+class Case:
+    name: str
+    model: Callable[[], Any]
+    terminal: str
+    error_type: str | None = None
+    tool_text: str | None = None  # the start of the error result the model reads
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+CASES = [
+    Case(
+        "malformed tool-call JSON",
+        lambda: _reply_then_ok(Message.assistant(None, [ToolCall("c", "add", {}, '{"a": 1,')])),
+        "ok",
+        tool_text="Invalid JSON in arguments for tool 'add'",
+    ),
+    Case(
+        "arguments that break the schema",
+        lambda: _reply_then_ok(call_tool("add", a="one", b=2)),
+        "ok",
+        tool_text="Invalid arguments for tool 'add': parameter 'a' must be integer",
+    ),
+    Case(
+        "unknown tool",
+        lambda: _reply_then_ok(call_tool("nope")),
+        "ok",
+        tool_text="Tool call made to nope but tool not found",
+    ),
+    Case(
+        "tool raising",
+        lambda: _reply_then_ok(call_tool("boom")),
+        "ok",
+        tool_text="ERROR: RuntimeError: kaput",
+    ),
+    Case(
+        "tool hanging past its timeout",
+        lambda: _reply_then_ok(call_tool("hangs")),
+        "ok",
+        tool_text="ERROR: TimeoutError: tool 'hangs' did not finish within 0.05s",
+    ),
+    Case(
+        "model returning an empty message",
+        lambda: ScriptedModel([say("")]),
+        "error",
+        "empty_response",
+    ),
+    Case(
+        "reply cut off at the token limit",
+        lambda: ScriptedModel([say("half", status="length")]),
+        "error",
+        "response_truncated",
+    ),
+    Case(
+        "model error on every fallback",
+        lambda: FallbackModel(
+            ScriptedModel([fail("rate_limited", "429")], model_name="a"),
+            ScriptedModel([fail("server_error", "500")], model_name="b"),
+        ),
+        "error",
+        "server_error",
+    ),
+    Case(
+        "provider 401",
+        lambda: ScriptedModel([fail("authentication", "bad key")]),
+        "error",
+        "authentication",
+    ),
+    Case(
+        "provider 429",
+        lambda: ScriptedModel([fail("rate_limited", "slow down")]),
+        "error",
+        "rate_limited",
+    ),
+    Case(
+        "provider 500",
+        lambda: ScriptedModel([fail("server_error", "oops")]),
+        "error",
+        "server_error",
+    ),
+    Case(
+        "provider timeout",
+        lambda: ScriptedModel([fail("timeout", "read timed out")]),
+        "error",
+        "timeout",
+    ),
+    Case(
+        "a provider bug (any exception)",
+        lambda: ScriptedModel([KeyError("choices")]),
+        "error",
+        "model_error",
+    ),
+    Case(
+        "the model never calls the until tool",
+        lambda: ScriptedModel([say("done")]),
+        "error",
+        "until_tool_not_called",
+        options={"until_tool": "submit"},
+    ),
+    Case(
+        "the model loops past max_runs",
+        lambda: ScriptedModel(lambda m: call_tool("add", a=1, b=1)),
+        "error",
+        "exceeded_max_runs",
+        options={"max_runs": 2},
+    ),
+    Case(
+        "three tool failures in a row",
+        lambda: ScriptedModel(lambda m: call_tool("boom")),
+        "error",
+        "exceeded_failure_count",
+    ),
+    Case(
+        "a call that needs approval",
+        lambda: ScriptedModel([call_tool("gated", path="x")]),
+        "interrupted",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+async def test_fault_ends_in_its_terminal(case: Case) -> None:
+    agent = Agent(
+        case.model(),
+        [add, boom, submit, hangs, gated],
+        middleware=[HumanInTheLoop({"gated": True})],
+    )
+    start = AgentState.of("go")
+    run = agent.start(start, **case.options)
+    await run.run()
+    states, triggers = run.trace.states, run.trace.triggers
+    assert states[-1] == case.terminal, run.trace.path
+    assert STANDARD.is_path(states, triggers)
+    state = run.agent_state
+    assert state.messages[: len(start.messages)] == start.messages  # nothing lost
+    if case.error_type is not None:
+        assert state.error is not None and state.error.type == case.error_type
+        assert state.error.message  # a message for the user
+    if case.tool_text is not None:
+        tool_message = next(m for m in state.messages if m.role == "tool")
+        (result,) = tool_message.tool_results
+        assert result.is_error and str(result.content).startswith(case.tool_text)
+        assert state.messages[-1].text == "recovered"
+
+
+INVALID_OPTIONS = [
+    ({"max_runs": -1}, "max_runs must be a positive integer"),
+    ({"until_tool": "nonexistent"}, "until_tool: tool(s) ['nonexistent'] not found"),
+    ({"until_tool": "submit", "until_tool_success": "submit"}, "Cannot pass both"),
+    ({"until_tool": {"submit": 1}}, "Invalid until_tool option"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), INVALID_OPTIONS)
+def test_invalid_options_are_a_value_error_before_anything_runs(
+    options: dict[str, Any], message: str
+) -> None:
+    model = ScriptedModel([say("x")])
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Agent(model, [add, submit]).start(AgentState.of("go"), **options)
+    assert model.calls == 0
+
+
+async def test_cancelled_mid_tool_pauses_and_the_resume_runs_the_tool_again() -> None:
+    calls: list[int] = []
+
+    @tool
+    async def slow() -> str:
+        """Slow."""
+        calls.append(1)
+        if len(calls) == 1:
+            await asyncio.sleep(30)
+        return "finished"
+
+    agent = Agent(ScriptedModel([call_tool("slow"), say("done")]), [slow])
+    run = agent.start(AgentState.of("go"))
+    task = asyncio.create_task(run.run())
+    while not calls:
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    paused = run.agent_state
+    assert (paused.status, paused.pause_reason) == ("paused", "cancelled")
+    resumed = await agent.execute(paused)
+    assert resumed.status == "ok" and len(calls) == 2  # at-least-once for a tool cut off mid-way
+    assert [m.role for m in resumed.messages] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_a_thousand_runs_share_one_machine() -> None:
+    async def one(n: int) -> tuple[int, Any]:
+        async def script(messages: Any) -> Message:
+            await asyncio.sleep(0)
+            if len(messages) < 1 + 2 * (n % 3):
+                return call_tool("add", a=n, b=1)
+            return say(f"answer {n}")
+
+        run = Agent(ScriptedModel(script), [add]).start(AgentState.of(f"q{n}"))
+        await run.run()
+        return n, run
+
+    models_before = len(STANDARD.machine.models)
+    runs = await asyncio.gather(*(one(n) for n in range(1000)))
+    for n, run in runs:
+        assert run.trace.states.count("calling") == n % 3 + 1
+        assert run.chain.last_message is not None
+        assert run.chain.last_message.text == f"answer {n}"
+        assert run.chain.messages[0].text == f"q{n}"
+        assert [r.content for m in run.chain.messages for r in m.tool_results] == [str(n + 1)] * (
+            n % 3
+        )
+    assert len(STANDARD.machine.models) == models_before
+
+
+def test_readme_lists_every_row() -> None:
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## What happens when things go wrong", 1)[-1]
+    for case in CASES:
+        assert case.name in section, f"README does not mention {case.name!r}"
+        if case.error_type:
+            assert f"`{case.error_type}`" in section
