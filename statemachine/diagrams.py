@@ -1,19 +1,729 @@
-"""Diagrams drawn from the machine table (Mermaid)."""
+"""Diagrams drawn from a machine table: the machine, every path through it, one run on it.
+
+Everything here is computed from a :class:`~statemachine.machine.MachineTable`
+(by default :data:`~statemachine.machine.STANDARD`), never drawn by hand, so
+the published pictures cannot drift from the machine the runs move along.
+
+- the machine: :func:`machine_mermaid` (``stateDiagram-v2``, renders on GitHub),
+  :func:`machine_dot` (Graphviz), :func:`machine_markdown` (Mermaid + edge table);
+- every path from an entry to a terminal: :func:`paths`, :func:`paths_markdown`;
+- one run drawn on the machine: :func:`run_mermaid`, :func:`run_dot`;
+- a trace as a table: :func:`trace_markdown`; a path in short: :func:`compress_path`;
+- the committed ``diagrams/`` folder: :func:`diagram_files`, :func:`render_svg`.
+"""
 
 from __future__ import annotations
 
-from .machine import MachineTable
-from .trace import Trace
+import html
+import re
+import shutil
+import subprocess
+import textwrap
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from .machine import STANDARD, Edge, MachineTable
+from .trace import Trace, Transition
+
+__all__ = [
+    "Path",
+    "compress_path",
+    "describe_detail",
+    "diagram_files",
+    "loop_edges",
+    "machine_dot",
+    "machine_markdown",
+    "machine_mermaid",
+    "paths",
+    "paths_markdown",
+    "render_svg",
+    "run_dot",
+    "run_markdown",
+    "run_mermaid",
+    "state_label",
+    "trace_markdown",
+]
+
+_GENERATED = "Generated from `statemachine.machine.{name}` by `agentfsm diagrams`; do not edit."
+
+# Colours shared by the Mermaid and DOT drawings.
+_TERMINAL_FILL = "#eef2ff"
+_TERMINAL_STROKE = "#4338ca"
+_VISITED_FILL = "#fde68a"
+_VISITED_STROKE = "#b45309"
+_ENDED_FILL = {"ok": "#bbf7d0", "paused": "#e0f2fe", "interrupted": "#fed7aa", "error": "#fecaca"}
+_ENDED_STROKE = {"ok": "#166534", "paused": "#0369a1", "interrupted": "#c2410c", "error": "#b91c1c"}
+_IDLE = "#9ca3af"
 
 
-def run_mermaid(trace: Trace, table: MachineTable) -> str:
-    """The machine with the edges ``trace`` took marked and counted."""
-    taken: dict[tuple[str, str, str], int] = {}
-    for edge in trace.edges:
-        taken[edge] = taken.get(edge, 0) + 1
-    lines = ["stateDiagram-v2", f"    [*] --> {trace.entry}"]
-    for e in table.edges:
-        count = taken.get((e.source, e.trigger, e.dest), 0)
-        label = f"{e.trigger} x{count}" if count else e.trigger
-        lines.append(f"    {e.source} --> {e.dest}: {label}")
+# ---------------------------------------------------------------- names and text
+
+
+def state_label(state: str) -> str:
+    """A state as drawn: ``interrupt_check`` -> ``InterruptCheck`` (CamelCase in diagrams)."""
+    return "".join(part.capitalize() for part in state.split("_"))
+
+
+def _mermaid_text(text: str) -> str:
+    """Text Mermaid's state-diagram parser takes literally in a label.
+
+    ``:`` starts a description, ``;`` ends a statement, ``#`` starts an entity
+    code, and braces, quotes and angle brackets confuse the lexer or the HTML
+    renderer; each gets a harmless stand-in.
+    """
+    for bad, good in (
+        (":", " -"),
+        (";", ","),
+        ("#", "no. "),
+        ("{", "("),
+        ("}", ")"),
+        ("[", "("),
+        ("]", ")"),
+        ('"', "'"),
+        ("<", "lt "),
+        (">", "gt "),
+        ("\n", " "),
+    ):
+        text = text.replace(bad, good)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width, break_long_words=False) or [""]
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _dot_id(state: str) -> str:
+    return '"' + state.replace('"', "'") + '"'
+
+
+def _shared(table: MachineTable) -> set[Edge]:
+    """Edges whose trigger, destination and why several states share ("any working state")."""
+    counts = Counter((e.trigger, e.dest, e.why) for e in table.edges)
+    return {e for e in table.edges if counts[(e.trigger, e.dest, e.why)] > 1}
+
+
+def loop_edges(table: MachineTable = STANDARD) -> tuple[Edge, ...]:
+    """Edges that go back to an earlier working state: the loop of the machine."""
+    order = {s: i for i, s in enumerate(table.working)}
+    return tuple(
+        e
+        for e in table.edges
+        if e.source in order and e.dest in order and order[e.dest] <= order[e.source]
+    )
+
+
+def _entry_names(table: MachineTable) -> dict[str, list[str]]:
+    """``{state: [situation, ...]}`` for the states runs enter at."""
+    out: dict[str, list[str]] = {}
+    for situation, state in table.entries.items():
+        out.setdefault(state, []).append(situation)
+    return out
+
+
+# ---------------------------------------------------------------- the machine
+
+
+def _shared_groups(table: MachineTable) -> dict[tuple[str, str, str], list[str]]:
+    """``{(trigger, dest, why): [source, ...]}`` for the edges several states share."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for e in sorted(_shared(table), key=table.edges.index):
+        groups.setdefault((e.trigger, e.dest, e.why), []).append(e.source)
+    return groups
+
+
+def _sources_text(table: MachineTable, sources: Sequence[str]) -> str:
+    """``every working state but calling`` rather than a list of six names."""
+    others = [s for s in table.working if s not in sources]
+    if len(others) < len(sources):
+        if not others:
+            return "every working state"
+        return "every working state but " + _and(map(state_label, others))
+    return _and(map(state_label, sources))
+
+
+def _and(words: Iterable[str]) -> str:
+    items = list(words)
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def machine_mermaid(table: MachineTable = STANDARD, *, width: int = 26) -> str:
+    """The machine as a Mermaid ``stateDiagram-v2``: entries from ``[*]``, terminals to ``[*]``.
+
+    Edges are labelled with their trigger and why, wrapped at ``width``
+    characters. Edges many states share (``paused`` from any working state)
+    carry only their trigger; their why is said once, in a note on the terminal.
+    """
+    shared = _shared(table)
+    lines = [
+        "stateDiagram-v2",
+        f"    %% The {table.name} machine. " + _GENERATED.format(name=table.name.upper()),
+        f"    classDef terminal fill:{_TERMINAL_FILL},stroke:{_TERMINAL_STROKE},stroke-width:2px",
+    ]
+    lines += [
+        f"    [*] --> {state_label(state)} : {_mermaid_text(situation)}"
+        for situation, state in table.entries.items()
+    ]
+    for e in _drawing_order(table):
+        label = e.trigger
+        if e not in shared:
+            label += "".join("<br/>" + part for part in _wrap(_mermaid_text(e.why), width))
+        lines.append(f"    {state_label(e.source)} --> {state_label(e.dest)} : {label}")
+    lines += [f"    {state_label(t)} --> [*]" for t in table.terminals]
+    for (trigger, dest, why), sources in _shared_groups(table).items():
+        text = f"{trigger} from {_sources_text(table, sources)}, when {why}"
+        note = "<br/>".join(_wrap(_mermaid_text(text), width))
+        lines.append(f"    note right of {state_label(dest)} : {note}")
+    lines.append(f"    class {', '.join(state_label(t) for t in table.terminals)} terminal")
     return "\n".join(lines) + "\n"
+
+
+def _dot_header(table: MachineTable, title: str) -> list[str]:
+    return [
+        f"digraph {_dot_id(table.name)} {{",
+        "    graph [rankdir=TB, nodesep=0.4, ranksep=0.45, fontname=Helvetica, fontsize=14,",
+        f"           labelloc=t, label={_dot_id(title)}];",
+        '    node [shape=box, style="rounded,filled", fillcolor="#ffffff", color="#374151",',
+        '          fontname=Helvetica, fontsize=12, margin="0.15,0.06"];',
+        '    edge [fontname=Helvetica, fontsize=9, color="#4b5563", fontcolor="#1f2937"];',
+        '    start [shape=circle, style=filled, fillcolor="#111827", label="", width=0.2];',
+    ]
+
+
+def _dot_html(title: str, lines: Sequence[str] = (), *, bold: bool = True, size: int = 0) -> str:
+    """An HTML-like DOT label: a (bold) first line, then smaller lines."""
+    head = f"<B>{html.escape(title, quote=False)}</B>" if bold else html.escape(title, quote=False)
+    rest = [html.escape(line, quote=False) for line in lines]
+    if size and rest:
+        rest = [f'<FONT POINT-SIZE="{size}">{line}</FONT>' for line in rest]
+    return "<" + "<BR/>".join([head, *rest]) + ">"
+
+
+def _dot_nodes(table: MachineTable, styles: Mapping[str, Mapping[str, str]]) -> list[str]:
+    out = []
+    for state in table.states:
+        attrs_: dict[str, str] = {"label": _dot_id(state_label(state))}
+        if state in table.terminals:
+            attrs_.update(
+                peripheries="2", fillcolor=f'"{_TERMINAL_FILL}"', color=f'"{_TERMINAL_STROKE}"'
+            )
+        attrs_.update(styles.get(state, {}))
+        body = ", ".join(f"{k}={v}" for k, v in attrs_.items())
+        out.append(f"    {_dot_id(state)} [{body}];")
+    out.append("    { rank=sink; " + " ".join(f"{_dot_id(t)};" for t in table.terminals) + " }")
+    return out
+
+
+def _dot_edge_roles(table: MachineTable) -> dict[Edge, str]:
+    """How each edge weighs in the layout.
+
+    ``spine``: forward between working states, kept straight; ``loop``: back
+    to an earlier state, laid out beside the spine; ``shared``: the same edge
+    from many states, which must not pull them about; ``exit``: to a terminal.
+    """
+    loop = set(loop_edges(table))
+    shared = _shared(table)
+    roles = {}
+    for e in table.edges:
+        if e in loop:
+            roles[e] = "loop"
+        elif e in shared:
+            roles[e] = "shared"
+        elif e.dest in table.working:
+            roles[e] = "spine"
+        else:
+            roles[e] = "exit"
+    return roles
+
+
+def _drawing_order(table: MachineTable) -> list[Edge]:
+    """The edges, spine first: layout engines place what they read first, so the loop
+    comes out as a straight column."""
+    rank = {"spine": 0, "loop": 1, "exit": 2, "shared": 3}
+    roles = _dot_edge_roles(table)
+    return sorted(table.edges, key=lambda e: rank[roles[e]])
+
+
+_LAYOUT = {"spine": ", weight=8", "loop": ", weight=0", "shared": ", weight=0", "exit": ""}
+
+
+def _dot_edge(e: Edge, role: str, style: str) -> str:
+    if role == "loop":
+        # Laid out forwards (dest above source) and drawn backwards, so the
+        # loop runs up beside the spine instead of turning the spine over.
+        return (
+            f"    // {e.source} -> {e.dest}, laid out reversed\n"
+            f"    {_dot_id(e.dest)} -> {_dot_id(e.source)} [{style}{_LAYOUT[role]}, dir=back];"
+        )
+    return f"    {_dot_id(e.source)} -> {_dot_id(e.dest)} [{style}{_LAYOUT[role]}];"
+
+
+def _dot_entries(table: MachineTable, styles: Mapping[str, str]) -> list[str]:
+    """Edges from the start dot; only the first places it, the others do not pull it."""
+    return [
+        f"    start -> {_dot_id(state)} [{styles[situation]}, weight={8 if i == 0 else 0}];"
+        for i, (situation, state) in enumerate(table.entries.items())
+    ]
+
+
+def machine_dot(table: MachineTable = STANDARD, *, width: int = 30) -> str:
+    """The machine as Graphviz DOT, every edge labelled with its trigger and why.
+
+    The forward edges are kept straight so the loop reads top to bottom. Edges
+    many states share (``paused`` from any working state) are dashed and carry
+    only their trigger; their why is said once, under the terminal's name.
+    """
+    roles = _dot_edge_roles(table)
+    notes: dict[str, list[str]] = {}
+    for (trigger, dest, why), sources in _shared_groups(table).items():
+        text = f"{trigger} from {_sources_text(table, sources)}, when {why}"
+        notes.setdefault(dest, []).extend(_wrap(text, width))
+    styles = {
+        t: {"label": _dot_html(state_label(t), notes.get(t, ()), size=9)} for t in table.terminals
+    }
+    lines = _dot_header(table, f"The {table.name} machine")
+    lines += _dot_nodes(table, styles)
+    lines += _dot_entries(table, {s: f"label={_dot_id(s)}, style=bold" for s in table.entries})
+    for e in table.edges:
+        role = roles[e]
+        if role == "shared":
+            style = f'label={_dot_html(e.trigger)}, style=dashed, color="{_IDLE}"'
+        else:
+            style = f"label={_dot_html(e.trigger, _wrap(e.why, width))}"
+        lines.append(_dot_edge(e, role, style))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def machine_markdown(table: MachineTable = STANDARD) -> str:
+    """A Markdown page: the machine in a ``mermaid`` block, then its entries and edges."""
+    lines = [
+        f"# The {table.name} machine",
+        "",
+        _GENERATED.format(name=table.name.upper()),
+        "",
+        "Runs enter from `[*]` at the state their chain's situation calls for, move along the "
+        "edges below, and end in one of the terminals "
+        + ", ".join(f"`{t}`" for t in table.terminals)
+        + ". Every path is listed in [paths.md](paths.md); the Graphviz drawing is "
+        "[machine.svg](machine.svg).",
+        "",
+        "```mermaid",
+        machine_mermaid(table).rstrip("\n"),
+        "```",
+        "",
+        "## Entries",
+        "",
+        "| situation | enters at |",
+        "|---|---|",
+    ]
+    lines += [f"| {_cell(s)} | `{state}` |" for s, state in table.entries.items()]
+    lines += [
+        "",
+        "## Edges",
+        "",
+        "| from | trigger | to | why |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{e.source}` | `{e.trigger}` | `{e.dest}` | {_cell(e.why)} |" for e in table.edges
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- every path
+
+
+@attrs.frozen
+class Path:
+    """One way through the machine: from an entry, along ``edges``, to a terminal.
+
+    ``entry`` is the situation the run entered in (a key of the table's
+    ``entries``); ``situation`` says in plain words what makes a run take it.
+    """
+
+    entry: str
+    edges: tuple[Edge, ...]
+    situation: str
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        return (self.edges[0].source, *(e.dest for e in self.edges))
+
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        return tuple(e.trigger for e in self.edges)
+
+    @property
+    def terminal(self) -> str:
+        return self.edges[-1].dest
+
+    @property
+    def text(self) -> str:
+        """The states as one space-separated string, as ``assert_path`` takes it."""
+        return " ".join(self.states)
+
+
+def _phrase(edge: Edge, shared: set[Edge]) -> str:
+    """An edge's why; for a why many states share, where it happened."""
+    if edge in shared:
+        return f"{edge.why} (in {state_label(edge.source)})"
+    return edge.why
+
+
+def _situation(edges: Sequence[Edge], loops: set[Edge], shared: set[Edge]) -> str:
+    """The whys of the edges that end each lap: the loop edges and the last one."""
+    return "; then ".join(
+        _phrase(e, shared) for i, e in enumerate(edges) if e in loops or i == len(edges) - 1
+    )
+
+
+def paths(table: MachineTable = STANDARD, *, loops: int = 1) -> list[Path]:
+    """Every path from an entry to a terminal, going round the loop at most ``loops`` times.
+
+    A lap (the part of a path between loop edges) visits no state twice, so
+    the list is finite and each path is a different story. Paths are ordered
+    by entry, then terminal (both in table order), then by the laps they take.
+    """
+    loop = set(loop_edges(table))
+    shared = _shared(table)
+    terminals = set(table.terminals)
+    outgoing: dict[str, list[Edge]] = {s: [] for s in table.states}
+    for e in table.edges:
+        outgoing[e.source].append(e)
+    out: list[Path] = []
+    for situation, entry in table.entries.items():
+        found: list[tuple[Edge, ...]] = []
+
+        def walk(
+            state: str,
+            taken: tuple[Edge, ...],
+            lap: frozenset[str],
+            left: int,
+            found: list[tuple[Edge, ...]] = found,
+        ) -> None:
+            for e in outgoing[state]:
+                if e in loop:
+                    if left:
+                        walk(e.dest, (*taken, e), frozenset({e.dest}), left - 1)
+                elif e.dest in terminals:
+                    found.append((*taken, e))
+                elif e.dest not in lap:
+                    walk(e.dest, (*taken, e), lap | {e.dest}, left)
+
+        walk(entry, (), frozenset({entry}), loops)
+        order = {t: i for i, t in enumerate(table.terminals)}
+        found.sort(
+            key=lambda edges: (order[edges[-1].dest], sum(e in loop for e in edges), len(edges))
+        )
+        out += [Path(situation, edges, _situation(edges, loop, shared)) for edges in found]
+    return out
+
+
+def _times(n: int) -> str:
+    return {0: "zero times", 1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def paths_markdown(table: MachineTable = STANDARD, *, loops: int = 1) -> str:
+    """Every path as Markdown: a count per entry and terminal, then one table per entry."""
+    found = paths(table, loops=loops)
+    loop = loop_edges(table)
+    loop_text = ", ".join(f"`{e.source}` -> `{e.dest}` (`{e.trigger}`)" for e in loop)
+    lines = [
+        f"# Every path of the {table.name} machine",
+        "",
+        _GENERATED.format(name=table.name.upper()),
+        "",
+        f"{len(found)} paths lead from an entry to a terminal. A path goes round the loop "
+        f"({loop_text or 'none'}) at most {_times(loops)}, and visits no "
+        "state twice between loops; a longer run repeats a lap shown here. Each path's situation "
+        "is the why of the edge that ends each lap. A path is written as `assert_path` takes it.",
+        "",
+        "| entry | " + " | ".join(f"`{t}`" for t in table.terminals) + " | all |",
+        "|---|" + "---:|" * (len(table.terminals) + 1),
+    ]
+    for situation in table.entries:
+        mine = [p for p in found if p.entry == situation]
+        counts = [sum(p.terminal == t for p in mine) for t in table.terminals]
+        lines.append(
+            f"| {_cell(situation)} | " + " | ".join(map(str, counts)) + f" | {len(mine)} |"
+        )
+    number = 0
+    for situation, state in table.entries.items():
+        lines += [
+            "",
+            f"## {situation} (enters at `{state}`)",
+            "",
+            "| # | ends | situation | path |",
+            "|---:|---|---|---|",
+        ]
+        for p in (p for p in found if p.entry == situation):
+            number += 1
+            lines.append(f"| {number} | `{p.terminal}` | {_cell(p.situation)} | `{p.text}` |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- one run on the machine
+
+
+def _traces(traces: Trace | Iterable[Trace]) -> list[Trace]:
+    return [traces] if isinstance(traces, Trace) else list(traces)
+
+
+def _counts(traces: Sequence[Trace]) -> tuple[Counter[tuple[str, str, str]], Counter[str]]:
+    edges: Counter[tuple[str, str, str]] = Counter()
+    states: Counter[str] = Counter()
+    for trace in traces:
+        edges.update(trace.edges)
+        states.update(trace.states)
+    return edges, states
+
+
+def run_mermaid(traces: Trace | Iterable[Trace], table: MachineTable = STANDARD) -> str:
+    """The machine with the states and edges ``traces`` visited highlighted and counted.
+
+    Edge labels read ``trigger x3`` for edges taken three times; visited states
+    carry their visit count; the terminals reached are filled by outcome.
+    Several traces (a run and its resume) are drawn on one machine.
+    """
+    runs = _traces(traces)
+    taken, visits = _counts(runs)
+    entered = Counter(t.entry for t in runs)
+    ended = {t.terminal for t in runs if t.terminal is not None}
+    lines = [
+        "stateDiagram-v2",
+        f"    classDef visited fill:{_VISITED_FILL},stroke:{_VISITED_STROKE},stroke-width:2px",
+        f"    classDef idle fill:#f9fafb,stroke:{_IDLE},color:#6b7280",
+    ]
+    lines += [
+        f"    classDef ended_{t} fill:{_ENDED_FILL.get(t, _VISITED_FILL)},"
+        f"stroke:{_ENDED_STROKE.get(t, _VISITED_STROKE)},stroke-width:3px"
+        for t in table.terminals
+        if t in ended
+    ]
+    for state in table.states:
+        if visits[state]:
+            label = f"{state_label(state)} x{visits[state]}"
+            lines.append(f'    state "{label}" as {state_label(state)}')
+    for situation, state in table.entries.items():
+        label = _mermaid_text(situation)
+        if entered[state] and _entry_names(table)[state][0] == situation:
+            label += f" x{entered[state]}"
+        lines.append(f"    [*] --> {state_label(state)} : {label}")
+    for e in _drawing_order(table):
+        count = taken[(e.source, e.trigger, e.dest)]
+        label = f"{e.trigger} x{count}" if count else e.trigger
+        lines.append(f"    {state_label(e.source)} --> {state_label(e.dest)} : {label}")
+    lines += [f"    {state_label(t)} --> [*]" for t in table.terminals]
+    visited = [s for s in table.states if visits[s] and s not in ended]
+    idle = [s for s in table.states if not visits[s]]
+    if visited:
+        lines.append(f"    class {', '.join(map(state_label, visited))} visited")
+    if idle:
+        lines.append(f"    class {', '.join(map(state_label, idle))} idle")
+    lines += [f"    class {state_label(t)} ended_{t}" for t in table.terminals if t in ended]
+    return "\n".join(lines) + "\n"
+
+
+def run_dot(traces: Trace | Iterable[Trace], table: MachineTable = STANDARD) -> str:
+    """The machine in DOT with the path of ``traces`` drawn thick and coloured, counts on edges."""
+    runs = _traces(traces)
+    taken, visits = _counts(runs)
+    entered = Counter(t.entry for t in runs)
+    ended = {t.terminal for t in runs if t.terminal is not None}
+    styles: dict[str, dict[str, str]] = {}
+    for state in table.states:
+        label = _dot_html(state_label(state), [f"x{visits[state]}"], bold=False, size=9)
+        if state in ended:
+            styles[state] = {
+                "label": label,
+                "fillcolor": f'"{_ENDED_FILL.get(state, _VISITED_FILL)}"',
+                "color": f'"{_ENDED_STROKE.get(state, _VISITED_STROKE)}"',
+                "penwidth": "2.5",
+            }
+        elif visits[state]:
+            styles[state] = {
+                "label": label,
+                "fillcolor": f'"{_VISITED_FILL}"',
+                "color": f'"{_VISITED_STROKE}"',
+                "penwidth": "2",
+            }
+        else:
+            styles[state] = {"color": f'"{_IDLE}"', "fontcolor": f'"{_IDLE}"'}
+    roles = _dot_edge_roles(table)
+    names = _entry_names(table)
+    lines = _dot_header(table, f"A run on the {table.name} machine")
+    lines += _dot_nodes(table, styles)
+    lines += _dot_entries(
+        table,
+        {
+            situation: _dot_edge_style(
+                situation, entered[state] if names[state][0] == situation else 0
+            )
+            for situation, state in table.entries.items()
+        },
+    )
+    for e in table.edges:
+        style = _dot_edge_style(e.trigger, taken[(e.source, e.trigger, e.dest)])
+        lines.append(_dot_edge(e, roles[e], style))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _dot_edge_style(label: str, count: int) -> str:
+    if not count:
+        return f'label={_dot_id(label)}, color="{_IDLE}", fontcolor="{_IDLE}", style=dashed'
+    width = 1.5 + min(count, 6) * 0.5
+    return (
+        f'label={_dot_id(f"{label} x{count}")}, color="{_VISITED_STROKE}", '
+        f'fontcolor="{_VISITED_STROKE}", penwidth={width:g}'
+    )
+
+
+# ---------------------------------------------------------------- traces as text
+
+
+def describe_detail(transition: Transition) -> str:
+    """What a step did, in a few words: the model and the tools it asked for, the tools run."""
+    detail = transition.detail
+    if not detail:
+        return ""
+    parts: list[str] = []
+    rest = dict(detail)
+    if "model" in rest:
+        calls = rest.pop("tool_calls", None)
+        text = str(rest.pop("model"))
+        if calls:
+            text += " -> " + ", ".join(map(str, calls))
+        elif calls is not None:
+            text += " -> answer"
+        parts.append(text)
+    if "tools" in rest:
+        tools = ", ".join(map(str, rest.pop("tools")))
+        errors = rest.pop("errors", 0)
+        parts.append(f"ran {tools}" + (f" ({errors} failed)" if errors else ""))
+    if "inserted" in rest:
+        parts.append(f"+{rest.pop('inserted')} messages")
+    parts += [f"{k}={_short(v)}" for k, v in rest.items()]
+    return "; ".join(parts)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def compress_path(states: Sequence[str], table: MachineTable = STANDARD) -> str:
+    """A path in short: laps between loop edges as ``first … last``, repeats as ``(…)xN``.
+
+    ``expanding calling … deciding`` three times, then ``ok``, reads
+    ``(expanding … deciding)x3 ok``.
+    """
+    if not states:
+        return ""
+    loop = {(e.source, e.dest) for e in loop_edges(table)}
+    body, end = list(states), None
+    if body[-1] in table.terminals:
+        end = body.pop()
+    laps: list[list[str]] = [[]]
+    for i, state in enumerate(body):
+        if i and (body[i - 1], state) in loop:
+            laps.append([])
+        laps[-1].append(state)
+    groups: list[tuple[tuple[str, ...], int]] = []
+    for lap in laps:
+        key = tuple(lap)
+        if groups and groups[-1][0] == key:
+            groups[-1] = (key, groups[-1][1] + 1)
+        else:
+            groups.append((key, 1))
+    words = []
+    for key, count in groups:
+        text = " ".join(key) if len(key) <= 2 else f"{key[0]} … {key[-1]}"
+        words.append(f"({text})x{count}" if count > 1 else text)
+    if end is not None:
+        words.append(end)
+    return " ".join(w for w in words if w)
+
+
+def trace_markdown(trace: Trace) -> str:
+    """A trace as a Markdown table: one row per transition, with time and what the step did."""
+    lines = [
+        f"Entered at `{trace.entry}`; path `{compress_path(trace.states)}`.",
+        "",
+        "| # | from | trigger | to | ms | detail |",
+        "|---:|---|---|---|---:|---|",
+    ]
+    for i, t in enumerate(trace, 1):
+        lines.append(
+            f"| {i} | `{t.source}` | `{t.trigger}` | `{t.dest}` | {t.elapsed * 1000:.1f} "
+            f"| {_cell(describe_detail(t))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_markdown(
+    traces: Trace | Iterable[Trace], table: MachineTable = STANDARD, *, title: str = "A run"
+) -> str:
+    """A Markdown page for a run (or a run and its resumes): drawings in Mermaid, then traces.
+
+    With several runs, the first drawing shows them all on one machine and each
+    run's section has its own.
+    """
+    runs = _traces(traces)
+
+    def block(drawn: Sequence[Trace]) -> list[str]:
+        return ["```mermaid", run_mermaid(drawn, table).rstrip("\n"), "```"]
+
+    lines = [f"# {title}", ""]
+    if len(runs) > 1:
+        lines += [f"All {len(runs)} runs on the {table.name} machine:", "", *block(runs)]
+    for i, trace in enumerate(runs, 1):
+        heading = f"Run {i}" if len(runs) > 1 else "The run"
+        lines += ["", f"## {heading}: ended `{trace.terminal}`", ""]
+        lines += [*block([trace]), ""]
+        lines.append(trace_markdown(trace).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the diagrams folder
+
+
+def render_svg(dot_source: str) -> str | None:
+    """``dot_source`` rendered by Graphviz, or None when ``dot`` is not installed.
+
+    The version comment Graphviz writes is stripped, so the file depends only
+    on the drawing (and on Graphviz's layout).
+    """
+    dot = shutil.which("dot")
+    if dot is None:
+        return None
+    svg = subprocess.run(
+        [dot, "-Tsvg"], input=dot_source, capture_output=True, text=True, check=True
+    ).stdout
+    return re.sub(r"<!-- Generated by graphviz[^>]*-->\n", "", svg)
+
+
+def diagram_files(table: MachineTable = STANDARD, *, svg: bool = True) -> dict[str, str]:
+    """The files of the ``diagrams/`` folder, by name: what ``agentfsm diagrams`` writes.
+
+    ``machine.svg`` is included only when ``svg`` is true and Graphviz is installed.
+    """
+    files = {
+        "machine.mmd": machine_mermaid(table),
+        "machine.md": machine_markdown(table),
+        "machine.dot": machine_dot(table),
+        "paths.md": paths_markdown(table),
+    }
+    if svg:
+        rendered = render_svg(files["machine.dot"])
+        if rendered is not None:
+            files["machine.svg"] = rendered
+    return files
