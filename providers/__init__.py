@@ -1,19 +1,26 @@
 """Chat models for agentfsm: the protocol, a scripted model, fallbacks, real providers."""
 
+from .anthropic import AnthropicChat
 from .base import ChatModel, DeltaHandler, ModelSettings, Usage
 from .fallback import FallbackModel
+from .openai import OpenAIChat
+from .registry import PROVIDERS, create_model
 from .scripted import ScriptedModel, ScriptedRequest, call_tool, call_tools, fail, say
 
 __all__ = [
+    "PROVIDERS",
+    "AnthropicChat",
     "ChatModel",
     "DeltaHandler",
     "FallbackModel",
     "ModelSettings",
+    "OpenAIChat",
     "ScriptedModel",
     "ScriptedRequest",
     "Usage",
     "call_tool",
     "call_tools",
+    "create_model",
     "fail",
     "say",
 ]

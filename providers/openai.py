@@ -1,0 +1,435 @@
+"""OpenAI Chat Completions, and the servers that speak it (vLLM, llama.cpp, Ollama, ...).
+
+::
+
+    model = OpenAIChat("gpt-4o-mini")                     # OPENAI_API_KEY from the environment
+    local = OpenAIChat("qwen2.5", base_url="http://127.0.0.1:11434/v1")   # no key needed
+
+``stream=True`` asks for server-sent events and hands every text delta and
+tool-call fragment to ``on_delta`` as it arrives; the reply is the same either
+way. Tool-call arguments that are not a JSON object never raise: the call
+carries ``invalid_arguments`` and becomes an error result the model can fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final
+
+import attrs
+
+from statemachine.errors import ChainError
+from statemachine.messages import ContentPart, Message, MessageDelta, Status, ToolCall
+from statemachine.tools import Tool
+
+from ._http import (
+    DEFAULT_BACKOFF,
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT,
+    HttpTransport,
+    error_for_provider_type,
+    parse_json,
+    tool_call,
+)
+from .base import DeltaHandler, ModelSettings
+
+__all__ = ["DEFAULT_BASE_URL", "OpenAIChat"]
+
+DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+_PATH: Final = "chat/completions"
+_STATUS: Final[Mapping[str, Status]] = {"length": "length", "content_filter": "filtered"}
+
+
+@attrs.define
+class _PartialCall:
+    """A tool call being assembled from stream fragments."""
+
+    call_id: str = ""
+    name: str = ""
+    arguments: list[str] = attrs.field(factory=list)
+
+
+class OpenAIChat:
+    """A chat model behind an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    ``api_key`` defaults to ``OPENAI_API_KEY``; without one, a call to the
+    official endpoint fails with ``authentication``, while another ``base_url``
+    (a local server) is called without an ``Authorization`` header.
+    ``settings.max_tokens`` is sent as ``max_completion_tokens`` to the official
+    endpoint and as the more widely understood ``max_tokens`` elsewhere.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str = DEFAULT_BASE_URL,
+        settings: ModelSettings | None = None,
+        stream: bool = False,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        backoff: float = DEFAULT_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.settings = settings or ModelSettings()
+        self.stream = stream or self.settings.stream
+        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        wire_headers = dict(headers or {})
+        if self._api_key:
+            wire_headers["authorization"] = f"Bearer {self._api_key}"
+        self._http = HttpTransport(
+            self.name,
+            self.base_url,
+            headers=wire_headers,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+        )
+
+    @property
+    def name(self) -> str:
+        return f"openai:{self.model}"
+
+    def __repr__(self) -> str:
+        return f"OpenAIChat({self.model!r}, base_url={self.base_url!r}, stream={self.stream})"
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> OpenAIChat:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------ the call
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        *,
+        on_delta: DeltaHandler | None = None,
+    ) -> Message:
+        """One Chat Completions request; the assistant reply, or a ChainError."""
+        if not self._api_key and self.base_url == DEFAULT_BASE_URL:
+            raise ChainError(
+                "authentication",
+                f"{self.name}: no API key. Pass api_key=... or set OPENAI_API_KEY "
+                "(a local OpenAI-compatible server needs none: pass its base_url).",
+            )
+        body = self.request_body(messages, tools)
+        if self.stream:
+            return await self._complete_streaming(body, on_delta)
+        data = await self._http.post_json(_PATH, body)
+        return self._reply(data)
+
+    def request_body(self, messages: Sequence[Message], tools: Sequence[Tool]) -> dict[str, Any]:
+        """The JSON body ``complete`` sends for this conversation."""
+        body: dict[str, Any] = {"model": self.model, "messages": _wire_messages(messages)}
+        settings = self.settings
+        if tools:
+            body["tools"] = [_wire_tool(t) for t in tools]
+            if settings.tool_choice is not None:
+                body["tool_choice"] = _tool_choice(settings.tool_choice)
+            if settings.parallel_tool_calls is not None:
+                body["parallel_tool_calls"] = settings.parallel_tool_calls
+        if settings.temperature is not None:
+            body["temperature"] = settings.temperature
+        if settings.max_tokens is not None:
+            key = "max_completion_tokens" if self.base_url == DEFAULT_BASE_URL else "max_tokens"
+            body[key] = settings.max_tokens
+        if self.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        body.update(settings.extra)
+        return body
+
+    # ------------------------------------------------------------ replies
+
+    def _reply(self, data: Any) -> Message:
+        if not isinstance(data, Mapping):
+            raise self._invalid(f"the response is not a JSON object: {data!r}")
+        if data.get("error"):
+            raise error_for_provider_type(self.name, data)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+            raise self._invalid("the response has no choices")
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, Mapping):
+            raise self._invalid("the first choice has no message")
+        calls = []
+        for index, raw in enumerate(message.get("tool_calls") or ()):
+            if not isinstance(raw, Mapping):
+                raise self._invalid(f"tool call {index} is not an object")
+            function = raw.get("function") or {}
+            if not isinstance(function, Mapping) or not function.get("name"):
+                raise self._invalid(f"tool call {index} has no function name")
+            calls.append(
+                tool_call(
+                    str(raw.get("id") or f"call_{index}"),
+                    str(function["name"]),
+                    function.get("arguments"),
+                )
+            )
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            content = _text_of(content)
+        refusal = message.get("refusal")
+        return self._message(
+            content or (refusal if isinstance(refusal, str) else None),
+            calls,
+            choice.get("finish_reason"),
+            data.get("usage"),
+            data,
+            refusal=refusal,
+        )
+
+    def _message(
+        self,
+        content: str | None,
+        calls: Sequence[ToolCall],
+        finish_reason: Any,
+        usage: Any,
+        data: Mapping[str, Any],
+        *,
+        refusal: Any = None,
+    ) -> Message:
+        metadata: dict[str, Any] = {"model": self.name}
+        if isinstance(usage, Mapping):
+            metadata["usage"] = {
+                "input_tokens": int(usage.get("prompt_tokens") or 0),
+                "output_tokens": int(usage.get("completion_tokens") or 0),
+            }
+        if finish_reason is not None:
+            metadata["finish_reason"] = finish_reason
+        if data.get("id"):
+            metadata["response_id"] = data["id"]
+        if data.get("model"):
+            metadata["response_model"] = data["model"]
+        if refusal:
+            metadata["refusal"] = refusal
+        status = _STATUS.get(finish_reason, "complete") if isinstance(finish_reason, str) else None
+        return Message.assistant(
+            content or None, calls, status=status or "complete", metadata=metadata
+        )
+
+    async def _complete_streaming(
+        self, body: Mapping[str, Any], on_delta: DeltaHandler | None
+    ) -> Message:
+        text: list[str] = []
+        calls: dict[int, _PartialCall] = {}
+        finish_reason: Any = None
+        usage: Any = None
+        first: dict[str, Any] = {}
+        done = False
+        async with self._http.stream(_PATH, body) as events:
+            async for event in events:
+                if event.data == "[DONE]":
+                    done = True
+                    await events.drain()
+                    break
+                chunk = parse_json(event.data, self.name, "a stream event")
+                if not isinstance(chunk, Mapping):
+                    raise self._invalid(f"a stream event is not a JSON object: {event.data!r}")
+                if chunk.get("error"):
+                    raise error_for_provider_type(self.name, chunk["error"])
+                if not first:
+                    first = {"id": chunk.get("id"), "model": chunk.get("model")}
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                for choice in chunk.get("choices") or ():
+                    if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                        continue
+                    if choice.get("finish_reason"):
+                        finish_reason = choice["finish_reason"]
+                    delta = choice.get("delta") or {}
+                    if not isinstance(delta, Mapping):
+                        raise self._invalid(f"a stream delta is not an object: {delta!r}")
+                    self._take_delta(delta, text, calls, on_delta)
+            if not done and finish_reason is None:
+                raise events.cut_off("data: [DONE]")
+        tool_calls = []
+        for index in sorted(calls):
+            partial = calls[index]
+            if not partial.name:
+                raise self._invalid(f"streamed tool call {index} never named its function")
+            tool_calls.append(
+                tool_call(
+                    partial.call_id or f"call_{index}", partial.name, "".join(partial.arguments)
+                )
+            )
+        return self._message("".join(text), tool_calls, finish_reason, usage, first)
+
+    def _take_delta(
+        self,
+        delta: Mapping[str, Any],
+        text: list[str],
+        calls: dict[int, _PartialCall],
+        on_delta: DeltaHandler | None,
+    ) -> None:
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            text.append(content)
+            if on_delta is not None:
+                on_delta(MessageDelta(content=content))
+        for position, fragment in enumerate(delta.get("tool_calls") or ()):
+            if not isinstance(fragment, Mapping):
+                raise self._invalid(f"a streamed tool call is not an object: {fragment!r}")
+            index = _fragment_index(fragment, position, calls)
+            partial = calls.setdefault(index, _PartialCall())
+            function = fragment.get("function") or {}
+            call_id = fragment.get("id") or None
+            name = function.get("name") or None
+            arguments = function.get("arguments") or ""
+            if call_id:
+                partial.call_id = str(call_id)
+            if name:
+                partial.name = str(name)
+            if arguments:
+                partial.arguments.append(str(arguments))
+            if on_delta is not None:
+                on_delta(
+                    MessageDelta(
+                        tool_call_index=index,
+                        tool_call_id=call_id,
+                        tool_name=name,
+                        arguments=str(arguments),
+                    )
+                )
+
+    def _invalid(self, what: str) -> ChainError:
+        return ChainError("invalid_response", f"{self.name}: {what}")
+
+
+def _fragment_index(
+    fragment: Mapping[str, Any], position: int, calls: dict[int, _PartialCall]
+) -> int:
+    """The call a fragment belongs to: its ``index``; servers that omit it get one
+    by id (a new id starts a new call) or by position."""
+    index = fragment.get("index")
+    if isinstance(index, int):
+        return index
+    call_id = fragment.get("id")
+    if call_id:
+        for known, partial in calls.items():
+            if partial.call_id == call_id:
+                return known
+        return max(calls, default=-1) + 1
+    return max(calls, default=position)
+
+
+def _text_of(content: Any) -> str | None:
+    """Text of a content given as parts (some compatible servers answer that way)."""
+    if isinstance(content, list):
+        return "".join(
+            str(p.get("text", "")) for p in content if isinstance(p, Mapping) and "text" in p
+        )
+    return None
+
+
+# ---------------------------------------------------------------- to the wire
+
+
+def _wire_tool(tool: Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name, "parameters": dict(tool.parameters)}
+    if tool.description:
+        function["description"] = tool.description
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: str | Mapping[str, Any]) -> str | dict[str, Any]:
+    """``auto`` / ``none`` / ``required`` as is; any other name forces that tool."""
+    if isinstance(choice, Mapping):
+        return dict(choice)
+    if choice in ("auto", "none", "required"):
+        return choice
+    if choice == "any":
+        return "required"
+    return {"type": "function", "function": {"name": choice}}
+
+
+def _wire_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    wire: list[dict[str, Any]] = []
+    for message in messages:
+        match message.role:
+            case "system":
+                wire.append({"role": "system", "content": message.text})
+            case "user":
+                wire.append({"role": "user", "content": _wire_content(message.content)})
+            case "assistant":
+                wire.append(_wire_assistant(message))
+            case "tool":
+                wire.extend(
+                    {"role": "tool", "tool_call_id": r.tool_call_id, "content": r.text}
+                    for r in message.tool_results
+                )
+    return wire
+
+
+def _wire_assistant(message: Message) -> dict[str, Any]:
+    entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    if message.tool_calls:
+        entry["tool_calls"] = [
+            {
+                "id": call.call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(dict(call.arguments))},
+            }
+            for call in message.tool_calls
+        ]
+    elif entry["content"] is None:
+        entry["content"] = ""
+    return entry
+
+
+def _wire_content(content: str | tuple[ContentPart, ...] | None) -> str | list[dict[str, Any]]:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return [_wire_part(part) for part in content]
+
+
+def _wire_part(part: ContentPart) -> dict[str, Any]:
+    match part.type:
+        case "text":
+            return {"type": "text", "text": part.content}
+        case "image_url":
+            image: dict[str, Any] = {"url": part.content}
+            if "detail" in part.options:
+                image["detail"] = part.options["detail"]
+            return {"type": "image_url", "image_url": image}
+        case "image":
+            media_type = part.options.get("media_type", "image/png")
+            image = {"url": f"data:{media_type};base64,{part.content}"}
+            if "detail" in part.options:
+                image["detail"] = part.options["detail"]
+            return {"type": "image_url", "image_url": image}
+    raise ChainError(
+        "unsupported_content",
+        f"OpenAI chat messages cannot carry a content part of type {part.type!r}; "
+        "supported: text, image_url, image (base64 with options media_type).",
+        retryable=False,
+    )

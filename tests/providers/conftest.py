@@ -1,0 +1,45 @@
+"""Fixtures of the provider tests: loopback servers and models closed at the end."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.providers.fake_server import FakeServer
+
+
+@pytest.fixture
+def server() -> Iterator[FakeServer]:
+    fake = FakeServer()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def make_server() -> Iterator[Callable[[str], FakeServer]]:
+    """More servers for one test (a prefix such as ``/v1`` is part of the url)."""
+    servers: list[FakeServer] = []
+
+    def make(prefix: str = "") -> FakeServer:
+        servers.append(FakeServer(prefix))
+        return servers[-1]
+
+    yield make
+    for fake in servers:
+        fake.close()
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[Callable[[Any], Any]]:
+    """Register models to be closed when the test ends."""
+    models: list[Any] = []
+
+    def register(model: Any) -> Any:
+        models.append(model)
+        return model
+
+    yield register
+    for model in models:
+        await model.aclose()

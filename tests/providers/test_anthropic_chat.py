@@ -1,0 +1,689 @@
+"""AnthropicChat over real HTTP against a loopback server speaking the Messages API.
+
+Canned replies and stream events are built from the ``anthropic`` SDK's own
+pydantic models, and every request body we send is validated against the
+SDK's request TypedDicts (unknown keys rejected).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal
+
+import pytest
+
+pytest.importorskip("anthropic")
+
+from anthropic import types as wire
+from anthropic.types.message_create_params import (
+    MessageCreateParamsNonStreaming,
+    MessageCreateParamsStreaming,
+)
+from anthropic.types.raw_message_delta_event import Delta
+
+from providers import AnthropicChat, ModelSettings
+from statemachine.errors import ChainError
+from statemachine.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
+from statemachine.tools import tool
+from tests.providers.fake_server import FakeServer, Reply, named_sse, strict_validator
+
+StopReason = Literal[
+    "end_turn",
+    "max_tokens",
+    "stop_sequence",
+    "tool_use",
+    "pause_turn",
+    "refusal",
+    "model_context_window_exceeded",
+]
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"sunny in {city}"
+
+
+@tool
+def get_time(zone: str) -> str:
+    """Current time in a zone."""
+    return "noon"
+
+
+# ---------------------------------------------------------------- wire builders (SDK models)
+
+
+def message(
+    text: str | None = None,
+    tool_uses: Sequence[tuple[str, str, dict[str, Any]]] = (),
+    *,
+    stop_reason: StopReason = "end_turn",
+    usage: tuple[int, int] = (21, 9),
+    cache_read: int | None = None,
+) -> dict[str, Any]:
+    content: list[Any] = [wire.TextBlock(type="text", text=text)] if text else []
+    content.extend(
+        wire.ToolUseBlock(type="tool_use", id=call_id, name=name, input=arguments)
+        for call_id, name, arguments in tool_uses
+    )
+    return wire.Message(
+        id="msg_01",
+        type="message",
+        role="assistant",
+        model="claude-test-1",
+        content=content,
+        stop_reason=stop_reason,
+        stop_sequence=None,
+        usage=wire.Usage(
+            input_tokens=usage[0], output_tokens=usage[1], cache_read_input_tokens=cache_read
+        ),
+    ).model_dump(mode="json")
+
+
+def start(input_tokens: int = 30) -> dict[str, Any]:
+    empty = wire.Message(
+        id="msg_02",
+        type="message",
+        role="assistant",
+        model="claude-test-1",
+        content=[],
+        stop_reason=None,
+        stop_sequence=None,
+        usage=wire.Usage(input_tokens=input_tokens, output_tokens=1),
+    )
+    return wire.RawMessageStartEvent(type="message_start", message=empty).model_dump(mode="json")
+
+
+def text_start(index: int) -> dict[str, Any]:
+    block = wire.TextBlock(type="text", text="")
+    return wire.RawContentBlockStartEvent(
+        type="content_block_start", index=index, content_block=block
+    ).model_dump(mode="json")
+
+
+def tool_start(index: int, call_id: str, name: str) -> dict[str, Any]:
+    block = wire.ToolUseBlock(type="tool_use", id=call_id, name=name, input={})
+    return wire.RawContentBlockStartEvent(
+        type="content_block_start", index=index, content_block=block
+    ).model_dump(mode="json")
+
+
+def text_delta(index: int, text: str) -> dict[str, Any]:
+    return wire.RawContentBlockDeltaEvent(
+        type="content_block_delta", index=index, delta=wire.TextDelta(type="text_delta", text=text)
+    ).model_dump(mode="json")
+
+
+def json_delta(index: int, partial: str) -> dict[str, Any]:
+    delta = wire.InputJSONDelta(type="input_json_delta", partial_json=partial)
+    return wire.RawContentBlockDeltaEvent(
+        type="content_block_delta", index=index, delta=delta
+    ).model_dump(mode="json")
+
+
+def block_stop(index: int) -> dict[str, Any]:
+    return wire.RawContentBlockStopEvent(type="content_block_stop", index=index).model_dump(
+        mode="json"
+    )
+
+
+def message_delta(stop_reason: StopReason, output_tokens: int = 15) -> dict[str, Any]:
+    return wire.RawMessageDeltaEvent(
+        type="message_delta",
+        delta=Delta(stop_reason=stop_reason, stop_sequence=None),
+        usage=wire.MessageDeltaUsage(output_tokens=output_tokens),
+    ).model_dump(mode="json")
+
+
+def stop() -> dict[str, Any]:
+    return wire.RawMessageStopEvent(type="message_stop").model_dump(mode="json")
+
+
+PING = {"type": "ping"}
+
+
+def error_body(kind: str, text: str) -> dict[str, Any]:
+    return wire.ErrorResponse.model_validate(
+        {"type": "error", "error": {"type": kind, "message": text}, "request_id": "req_1"}
+    ).model_dump(mode="json")
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@functools.cache
+def _validator(streaming: bool) -> Any:
+    return strict_validator(
+        MessageCreateParamsStreaming if streaming else MessageCreateParamsNonStreaming
+    )
+
+
+#: The SDK's request types follow API version 2026-10-21, which dropped the
+#: sampling parameters; the 2023-06-01 version we send still takes them for the
+#: models that support them, so they are the one exception to the check.
+_SAMPLING = frozenset({"temperature", "top_p", "top_k"})
+
+
+def validate_request(body: dict[str, Any]) -> None:
+    """Fails when ``body`` is not a Messages API request as the SDK types it."""
+    checked = {k: v for k, v in body.items() if k not in _SAMPLING}
+    _validator(bool(body.get("stream"))).validate_python(checked)
+
+
+@pytest.fixture
+def server(server: FakeServer) -> Iterator[FakeServer]:
+    """The loopback server; every request it got must fit the SDK types."""
+    yield server
+    for request in server.requests:
+        assert request.path == "/v1/messages"
+        validate_request(request.json)
+
+
+@pytest.fixture
+def chat(server: FakeServer, closing: Callable[[Any], Any]) -> Callable[..., AnthropicChat]:
+    def make(**options: Any) -> AnthropicChat:
+        settings: dict[str, Any] = {
+            "api_key": "sk-ant-test",
+            "base_url": server.url,
+            "timeout": 2.0,
+            "backoff": 0.01,
+        }
+        settings.update(options)
+        return closing(AnthropicChat("claude-test", **settings))  # type: ignore[no-any-return]
+
+    return make
+
+
+HELLO = [Message.system("Be brief."), Message.user("Hi")]
+
+
+# ---------------------------------------------------------------- plain replies
+
+
+async def test_a_text_reply(server: FakeServer, chat: Callable[..., AnthropicChat]) -> None:
+    server.push(Reply(json=message("Hello!", cache_read=4)))
+    reply = await chat().complete(HELLO, [])
+    assert reply == Message.assistant(
+        "Hello!",
+        metadata={
+            "model": "anthropic:claude-test",
+            "usage": {"input_tokens": 25, "output_tokens": 9},  # cached input counted too
+            "stop_reason": "end_turn",
+            "response_id": "msg_01",
+            "response_model": "claude-test-1",
+        },
+    )
+    request = server.requests[0]
+    assert request.headers["x-api-key"] == "sk-ant-test"
+    assert request.headers["anthropic-version"] == "2023-06-01"
+    assert "authorization" not in request.headers
+    assert request.json == {
+        "model": "claude-test",
+        "max_tokens": 1024,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Hi"}],
+    }
+
+
+def test_name_and_max_tokens() -> None:
+    assert AnthropicChat("claude-x", api_key="k").name == "anthropic:claude-x"
+    assert AnthropicChat("m", api_key="k").max_tokens == 1024
+    assert AnthropicChat("m", api_key="k", settings=ModelSettings(max_tokens=50)).max_tokens == 50
+    explicit = AnthropicChat("m", api_key="k", max_tokens=9, settings=ModelSettings(max_tokens=50))
+    assert explicit.max_tokens == 9
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "status"),
+    [
+        ("end_turn", "complete"),
+        ("tool_use", "complete"),
+        ("stop_sequence", "complete"),
+        ("pause_turn", "complete"),
+        ("max_tokens", "length"),
+        ("model_context_window_exceeded", "length"),
+        ("refusal", "filtered"),
+    ],
+)
+async def test_stop_reason_sets_the_status(
+    server: FakeServer, chat: Callable[..., AnthropicChat], stop_reason: StopReason, status: str
+) -> None:
+    server.push(Reply(json=message("partial", stop_reason=stop_reason)))
+    reply = await chat().complete(HELLO, [])
+    assert reply.status == status
+    assert reply.metadata["stop_reason"] == stop_reason
+
+
+# ---------------------------------------------------------------- requests
+
+
+CONVERSATION = [
+    Message.system("You report the weather."),
+    Message.system("Answer in English."),
+    Message.user(
+        [
+            ContentPart.text("Where is this?"),
+            ContentPart("image_url", "https://example.test/paris.jpg"),
+            ContentPart("image", "aGVsbG8=", {"media_type": "image/jpeg"}),
+        ]
+    ),
+    Message.assistant(
+        "Checking.",
+        [
+            ToolCall("toolu_1", "get_weather", {"city": "Paris"}),
+            ToolCall("toolu_2", "get_time", {"zone": "CET"}),
+        ],
+    ),
+    Message.tool(
+        [
+            ToolResult("toolu_1", "get_weather", "sunny in Paris"),
+            ToolResult("toolu_2", "get_time", "ERROR: unknown zone", is_error=True),
+        ]
+    ),
+    Message.user("And tomorrow?"),
+    Message.assistant(None, [ToolCall("toolu_3", "get_weather", {"city": "Paris"})]),
+    Message.tool([ToolResult("toolu_3", "get_weather", (ContentPart.text("rain"),))]),
+]
+
+
+async def test_the_request_carries_the_conversation_tools_and_settings(
+    server: FakeServer, chat: Callable[..., AnthropicChat]
+) -> None:
+    server.push(Reply(json=message("Rain.")))
+    settings = ModelSettings(
+        temperature=0.5, tool_choice="any", parallel_tool_calls=False, extra={"top_k": 5}
+    )
+    await chat(settings=settings, max_tokens=200).complete(CONVERSATION, [get_weather, get_time])
+    assert server.requests[0].json == {
+        "model": "claude-test",
+        "max_tokens": 200,
+        "system": "You report the weather.\n\nAnswer in English.",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Where is this?"},
+                    {
+                        "type": "image",
+                        "source": {"type": "url", "url": "https://example.test/paris.jpg"},
+                    },
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/jpeg",
+                            "data": "aGVsbG8=",
+                        },
+                    },
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Checking."},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "get_weather",
+                        "input": {"city": "Paris"},
+                    },
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_2",
+                        "name": "get_time",
+                        "input": {"zone": "CET"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [  # both results in one user turn, the next user text after them
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny in Paris"},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_2",
+                        "content": "ERROR: unknown zone",
+                        "is_error": True,
+                    },
+                    {"type": "text", "text": "And tomorrow?"},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_3",
+                        "name": "get_weather",
+                        "input": {"city": "Paris"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_3",
+                        "content": [{"type": "text", "text": "rain"}],
+                    }
+                ],
+            },
+        ],
+        "tools": [
+            {
+                "name": "get_weather",
+                "description": "Current weather for a city.",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+            {
+                "name": "get_time",
+                "description": "Current time in a zone.",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"zone": {"type": "string"}},
+                    "required": ["zone"],
+                },
+            },
+        ],
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+        "temperature": 0.5,
+        "top_k": 5,
+    }
+
+
+@pytest.mark.parametrize(
+    ("choice", "parallel", "wire_choice"),
+    [
+        (None, None, None),
+        (None, False, {"type": "auto", "disable_parallel_tool_use": True}),
+        ("auto", None, {"type": "auto"}),
+        ("none", False, {"type": "none"}),
+        ("required", None, {"type": "any"}),
+        ("get_weather", None, {"type": "tool", "name": "get_weather"}),
+    ],
+)
+def test_tool_choice(choice: Any, parallel: bool | None, wire_choice: Any) -> None:
+    settings = ModelSettings(tool_choice=choice, parallel_tool_calls=parallel)
+    body = AnthropicChat("m", api_key="k", settings=settings).request_body(HELLO, [get_weather])
+    assert body.get("tool_choice") == wire_choice
+    validate_request(body)
+
+
+def test_an_unsupported_content_part() -> None:
+    with pytest.raises(ChainError) as caught:
+        AnthropicChat("m", api_key="k").request_body([Message.user([ContentPart("audio", "")])], [])
+    assert caught.value.type == "unsupported_content"
+
+
+# ---------------------------------------------------------------- tool calls
+
+
+async def test_tool_use_blocks(server: FakeServer, chat: Callable[..., AnthropicChat]) -> None:
+    server.push(
+        Reply(
+            json=message(
+                "Let me check.",
+                [("toolu_1", "get_weather", {"city": "Paris"}), ("toolu_2", "get_time", {})],
+                stop_reason="tool_use",
+            )
+        )
+    )
+    reply = await chat().complete(HELLO, [get_weather, get_time])
+    assert reply.text == "Let me check."
+    assert reply.status == "complete"
+    assert reply.tool_calls == (
+        ToolCall("toolu_1", "get_weather", {"city": "Paris"}),
+        ToolCall("toolu_2", "get_time", {}),
+    )
+
+
+async def test_tool_input_that_is_not_an_object(
+    server: FakeServer, chat: Callable[..., AnthropicChat]
+) -> None:
+    body = message(None, [("toolu_1", "get_weather", {})], stop_reason="tool_use")
+    body["content"][0]["input"] = '{"city": Par'  # what a compatible gateway may send
+    server.push(Reply(json=body))
+    (call,) = (await chat().complete(HELLO, [get_weather])).tool_calls
+    assert call.arguments == {}
+    assert call.invalid_arguments is not None
+    assert call.invalid_arguments.startswith('{"city": Par (Expecting value')
+
+
+# ---------------------------------------------------------------- streaming
+
+
+async def test_streaming_assembles_text_and_tool_input(
+    server: FakeServer, chat: Callable[..., AnthropicChat]
+) -> None:
+    server.push(
+        Reply(
+            events=named_sse(
+                start(input_tokens=30),
+                text_start(0),
+                PING,
+                text_delta(0, "Let me "),
+                text_delta(0, "check."),
+                block_stop(0),
+                tool_start(1, "toolu_a", "get_weather"),
+                json_delta(1, ""),
+                json_delta(1, '{"city"'),
+                json_delta(1, ': "Paris"}'),
+                block_stop(1),
+                tool_start(2, "toolu_b", "get_time"),
+                block_stop(2),
+                message_delta("tool_use", output_tokens=15),
+                stop(),
+            )
+        )
+    )
+    deltas: list[MessageDelta] = []
+    model = chat(stream=True)
+    reply = await model.complete(HELLO, [get_weather, get_time], on_delta=deltas.append)
+    assert reply.text == "Let me check."
+    assert reply.tool_calls == (
+        ToolCall("toolu_a", "get_weather", {"city": "Paris"}),
+        ToolCall("toolu_b", "get_time", {}),
+    )
+    assert reply.status == "complete"
+    assert reply.metadata["usage"] == {"input_tokens": 30, "output_tokens": 15}
+    assert reply.metadata["model"] == "anthropic:claude-test"
+    assert reply.metadata["response_id"] == "msg_02"
+    assert deltas == [
+        MessageDelta(content="Let me "),
+        MessageDelta(content="check."),
+        MessageDelta(tool_call_index=0, tool_call_id="toolu_a", tool_name="get_weather"),
+        MessageDelta(tool_call_index=0, tool_call_id="toolu_a", arguments='{"city"'),
+        MessageDelta(tool_call_index=0, tool_call_id="toolu_a", arguments=': "Paris"}'),
+        MessageDelta(tool_call_index=1, tool_call_id="toolu_b", tool_name="get_time"),
+    ]
+    assert server.requests[0].json["stream"] is True
+
+
+async def test_streamed_tool_input_that_is_not_json(
+    server: FakeServer, chat: Callable[..., AnthropicChat]
+) -> None:
+    server.push(
+        Reply(
+            events=named_sse(
+                start(),
+                tool_start(0, "toolu_a", "get_weather"),
+                json_delta(0, '{"city": '),
+                block_stop(0),
+                message_delta("tool_use"),
+                stop(),
+            )
+        )
+    )
+    (call,) = (await chat(stream=True).complete(HELLO, [get_weather])).tool_calls
+    assert call.arguments == {}
+    assert call.invalid_arguments is not None
+    assert call.invalid_arguments.startswith('{"city":  (Expecting value')
+
+
+@pytest.mark.parametrize(
+    ("stop_reason", "status"), [("max_tokens", "length"), ("refusal", "filtered")]
+)
+async def test_streamed_stop_reason_sets_the_status(
+    server: FakeServer, chat: Callable[..., AnthropicChat], stop_reason: StopReason, status: str
+) -> None:
+    server.push(
+        Reply(
+            events=named_sse(
+                start(), text_start(0), text_delta(0, "cut"), message_delta(stop_reason), stop()
+            )
+        )
+    )
+    assert (await chat(stream=True).complete(HELLO, [])).status == status
+
+
+async def test_an_error_event_mid_stream(
+    server: FakeServer, chat: Callable[..., AnthropicChat]
+) -> None:
+    server.push(
+        Reply(
+            events=named_sse(
+                start(),
+                text_start(0),
+                text_delta(0, "Hel"),
+                error_body("overloaded_error", "Overloaded"),
+            )
+        )
+    )
+    with pytest.raises(ChainError) as caught:
+        await chat(stream=True).complete(HELLO, [])
+    assert caught.value.type == "overloaded"
+    assert caught.value.retryable
+    assert "Overloaded" in caught.value.message
+
+
+async def test_a_stream_cut_mid_way(server: FakeServer, chat: Callable[..., AnthropicChat]) -> None:
+    events = named_sse(start(), text_start(0), text_delta(0, "Hel"))
+    server.push(
+        Reply(events=[*events, 'event: content_block_delta\ndata: {"type": "con'], cut=True)
+    )
+    deltas: list[MessageDelta] = []
+    with pytest.raises(ChainError) as caught:
+        await chat(stream=True).complete(HELLO, [], on_delta=deltas.append)
+    assert caught.value.type == "invalid_response"
+    assert deltas == [MessageDelta(content="Hel")]
+
+
+async def test_a_stream_that_ends_before_message_stop(
+    server: FakeServer, chat: Callable[..., AnthropicChat]
+) -> None:
+    server.push(Reply(events=named_sse(start(), text_start(0), text_delta(0, "Hel"))))
+    with pytest.raises(ChainError) as caught:
+        await chat(stream=True).complete(HELLO, [])
+    assert caught.value.type == "invalid_response"
+    assert "message_stop" in caught.value.message
+
+
+async def test_streams_reuse_the_connection(
+    server: FakeServer, chat: Callable[..., AnthropicChat]
+) -> None:
+    server.default = Reply(
+        events=named_sse(
+            start(), text_start(0), text_delta(0, "ok"), message_delta("end_turn"), stop()
+        )
+    )
+    model = chat(stream=True)
+    for _ in range(3):
+        assert (await model.complete(HELLO, [])).text == "ok"
+    assert len({r.client_port for r in server.requests}) == 1
+
+
+# ---------------------------------------------------------------- failures
+
+
+async def test_401_with_the_providers_error_body(
+    server: FakeServer, chat: Callable[..., AnthropicChat]
+) -> None:
+    server.default = Reply(401, error_body("authentication_error", "invalid x-api-key"))
+    with pytest.raises(ChainError) as caught:
+        await chat().complete(HELLO, [])
+    assert caught.value.type == "authentication"
+    assert not caught.value.retryable
+    assert "invalid x-api-key" in caught.value.message
+    assert caught.value.details["provider_type"] == "authentication_error"
+    assert len(server.requests) == 1
+
+
+async def test_529_overloaded_then_success(
+    server: FakeServer, chat: Callable[..., AnthropicChat]
+) -> None:
+    server.push(Reply(529, error_body("overloaded_error", "Overloaded")), Reply(json=message("Hi")))
+    assert (await chat().complete(HELLO, [])).text == "Hi"
+    assert len(server.requests) == 2
+
+
+async def test_overloaded_until_retries_run_out(
+    server: FakeServer, chat: Callable[..., AnthropicChat]
+) -> None:
+    server.default = Reply(529, error_body("overloaded_error", "Overloaded"))
+    with pytest.raises(ChainError) as caught:
+        await chat(max_retries=1).complete(HELLO, [])
+    assert caught.value.type == "overloaded"
+    assert caught.value.retryable
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        Reply(
+            429,
+            error_body("rate_limit_error", "Number of requests has exceeded your rate limit"),
+            headers={"retry-after": "0.05"},
+        ),
+        Reply(500, error_body("api_error", "Internal server error")),
+        Reply(200, json=message("late"), delay=5),
+    ],
+    ids=["429-retry-after", "500", "read-timeout"],
+)
+async def test_a_failure_then_success(
+    server: FakeServer, chat: Callable[..., AnthropicChat], first: Reply
+) -> None:
+    server.push(first, Reply(json=message("Hello!")))
+    assert (await chat(timeout=0.2).complete(HELLO, [])).text == "Hello!"
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(200, body=b'{"type": "message", "content": [{"type": "te'),
+        Reply(200, json={"type": "message", "role": "assistant"}),
+        Reply(200, json={"type": "message", "content": [{"type": "tool_use", "id": "t"}]}),
+    ],
+    ids=["truncated-json", "no-content", "nameless-tool"],
+)
+async def test_a_malformed_body(
+    server: FakeServer, chat: Callable[..., AnthropicChat], reply: Reply
+) -> None:
+    server.default = reply
+    with pytest.raises(ChainError) as caught:
+        await chat().complete(HELLO, [])
+    assert caught.value.type == "invalid_response"
+
+
+async def test_no_key_for_the_official_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(ChainError) as caught:
+        await AnthropicChat("claude-x").complete(HELLO, [])
+    assert caught.value.type == "authentication"
+    assert "ANTHROPIC_API_KEY" in caught.value.message
+
+
+async def test_the_key_from_the_environment(
+    server: FakeServer, chat: Callable[..., AnthropicChat], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
+    server.push(Reply(json=message("hi")))
+    await chat(api_key=None).complete(HELLO, [])
+    assert server.requests[0].headers["x-api-key"] == "sk-ant-env"

@@ -1,0 +1,134 @@
+"""End to end: a chain whose first provider is down answers through the second.
+
+Both providers speak real HTTP to loopback servers: the OpenAI one always
+answers 503, the Anthropic one asks for a tool, then answers with its result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("openai")
+pytest.importorskip("anthropic")
+
+from anthropic import types as wire
+from openai.types.shared import ErrorObject
+
+from providers import AnthropicChat, FallbackModel, OpenAIChat
+from statemachine.chain import LLMChain
+from statemachine.messages import Message
+from statemachine.results import Ok
+from statemachine.tools import tool
+from tests.providers.fake_server import FakeServer, Reply, Request, named_sse
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"sunny in {city}"
+
+
+def _message(content: list[Any], stop_reason: Any) -> wire.Message:
+    return wire.Message(
+        id="msg_e2e",
+        type="message",
+        role="assistant",
+        model="claude-test-1",
+        content=content,
+        stop_reason=stop_reason,
+        stop_sequence=None,
+        usage=wire.Usage(input_tokens=12, output_tokens=5),
+    )
+
+
+def _tool_result_of(request: Request) -> str | None:
+    last = request.json["messages"][-1]
+    for block in last["content"] if isinstance(last["content"], list) else ():
+        if block["type"] == "tool_result":
+            return str(block["content"])
+    return None
+
+
+def _json_reply(request: Request) -> Reply:
+    result = _tool_result_of(request)
+    if result is None:
+        call = wire.ToolUseBlock(
+            type="tool_use", id="toolu_1", name="get_weather", input={"city": "Paris"}
+        )
+        return Reply(json=_message([call], "tool_use").model_dump(mode="json"))
+    text = wire.TextBlock(type="text", text=f"It is {result}.")
+    return Reply(json=_message([text], "end_turn").model_dump(mode="json"))
+
+
+def _stream_reply(request: Request) -> Reply:
+    result = _tool_result_of(request)
+    start = wire.RawMessageStartEvent(type="message_start", message=_message([], None))
+    events: list[Any] = [start]
+    if result is None:
+        block: Any = wire.ToolUseBlock(type="tool_use", id="toolu_1", name="get_weather", input={})
+        delta: Any = wire.InputJSONDelta(type="input_json_delta", partial_json='{"city": "Paris"}')
+        stop_reason = "tool_use"
+    else:
+        block = wire.TextBlock(type="text", text="")
+        delta = wire.TextDelta(type="text_delta", text=f"It is {result}.")
+        stop_reason = "end_turn"
+    events += [
+        wire.RawContentBlockStartEvent(type="content_block_start", index=0, content_block=block),
+        wire.RawContentBlockDeltaEvent(type="content_block_delta", index=0, delta=delta),
+        wire.RawContentBlockStopEvent(type="content_block_stop", index=0),
+        wire.RawMessageDeltaEvent.model_validate(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason},
+                "usage": {"output_tokens": 5},
+            }
+        ),
+        wire.RawMessageStopEvent(type="message_stop"),
+    ]
+    return Reply(events=named_sse(*(e.model_dump(mode="json") for e in events)))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_fallback_answers_with_a_tool_round_trip(
+    make_server: Callable[[str], FakeServer], closing: Callable[[Any], Any], stream: bool
+) -> None:
+    down = make_server("/v1")
+    down.default = Reply(
+        503,
+        {"error": ErrorObject(message="Service Unavailable", type="server_error").model_dump()},
+    )
+    up = make_server("")
+    up.default = _stream_reply if stream else _json_reply
+    primary = closing(
+        OpenAIChat("gpt-test", api_key="sk-test", base_url=down.url, max_retries=1, backoff=0.01)
+    )
+    secondary = closing(
+        AnthropicChat("claude-test", api_key="sk-ant", base_url=up.url, stream=stream, backoff=0.01)
+    )
+    chain = LLMChain(
+        FallbackModel(primary, secondary),
+        tools=[get_weather],
+        messages=[Message.user("What is the weather in Paris?")],
+    )
+
+    result = await chain.run("while_needs_response")
+
+    assert isinstance(result, Ok)
+    final = result.chain
+    reply = final.last_message
+    assert reply is not None
+    assert reply.text == "It is sunny in Paris."
+    assert reply.metadata["model"] == "anthropic:claude-test"
+    assert [e["model"] for e in reply.metadata["fallback_errors"]] == ["openai:gpt-test"]
+    assert reply.metadata["fallback_errors"][0]["type"] == "server_error"
+    assert reply.metadata["usage"] == {"input_tokens": 12, "output_tokens": 5}
+    roles = [m.role for m in final.messages]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    assert final.messages[1].tool_calls[0].arguments == {"city": "Paris"}
+    assert final.messages[2].tool_results[0].text == "sunny in Paris"
+    assert len(down.requests) == 4  # two calls, each tried twice
+    assert len(up.requests) == 2
+    assert _tool_result_of(up.requests[1]) == "sunny in Paris"
