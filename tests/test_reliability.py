@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import pytest
 
-from providers import FallbackModel, ScriptedModel, call_tool, fail, say
+from providers import FallbackModel, OpenAIChat, ScriptedModel, call_tool, fail, say
 from statemachine import (
     STANDARD,
     Agent,
@@ -27,6 +27,7 @@ from statemachine import (
     ToolCall,
     tool,
 )
+from tests.providers.fake_server import FakeServer, Reply
 from tests.support import add, boom, submit
 
 
@@ -43,6 +44,18 @@ def gated(path: str) -> str:
     return path
 
 
+def _error(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "code": None}}
+
+
+def _openai(server: FakeServer, *replies: Reply) -> OpenAIChat:
+    """A real provider over loopback, answering with ``replies`` (each retry takes one)."""
+    server.push(*replies)
+    return OpenAIChat(
+        "gpt-test", api_key="k", base_url=server.url, timeout=0.1, max_retries=2, backoff=0.001
+    )
+
+
 def _reply_then_ok(reply: Message) -> ScriptedModel:
     return ScriptedModel([reply, say("recovered")])
 
@@ -50,7 +63,8 @@ def _reply_then_ok(reply: Message) -> ScriptedModel:
 @attrs.frozen
 class Case:
     name: str
-    model: Callable[[], Any]
+    #: The model, given a loopback server a real provider may talk to.
+    model: Callable[[FakeServer], Any]
     terminal: str
     error_type: str | None = None
     tool_text: str | None = None  # the start of the error result the model reads
@@ -60,49 +74,49 @@ class Case:
 CASES = [
     Case(
         "malformed tool-call JSON",
-        lambda: _reply_then_ok(Message.assistant(None, [ToolCall("c", "add", {}, '{"a": 1,')])),
+        lambda _: _reply_then_ok(Message.assistant(None, [ToolCall("c", "add", {}, '{"a": 1,')])),
         "ok",
         tool_text="Invalid JSON in arguments for tool 'add'",
     ),
     Case(
         "arguments that break the schema",
-        lambda: _reply_then_ok(call_tool("add", a="one", b=2)),
+        lambda _: _reply_then_ok(call_tool("add", a="one", b=2)),
         "ok",
         tool_text="Invalid arguments for tool 'add': parameter 'a' must be integer",
     ),
     Case(
         "unknown tool",
-        lambda: _reply_then_ok(call_tool("nope")),
+        lambda _: _reply_then_ok(call_tool("nope")),
         "ok",
         tool_text="Tool call made to nope but tool not found",
     ),
     Case(
         "tool raising",
-        lambda: _reply_then_ok(call_tool("boom")),
+        lambda _: _reply_then_ok(call_tool("boom")),
         "ok",
         tool_text="ERROR: RuntimeError: kaput",
     ),
     Case(
         "tool hanging past its timeout",
-        lambda: _reply_then_ok(call_tool("hangs")),
+        lambda _: _reply_then_ok(call_tool("hangs")),
         "ok",
         tool_text="ERROR: TimeoutError: tool 'hangs' did not finish within 0.05s",
     ),
     Case(
         "model returning an empty message",
-        lambda: ScriptedModel([say("")]),
+        lambda _: ScriptedModel([say("")]),
         "error",
         "empty_response",
     ),
     Case(
         "reply cut off at the token limit",
-        lambda: ScriptedModel([say("half", status="length")]),
+        lambda _: ScriptedModel([say("half", status="length")]),
         "error",
         "response_truncated",
     ),
     Case(
         "model error on every fallback",
-        lambda: FallbackModel(
+        lambda _: FallbackModel(
             ScriptedModel([fail("rate_limited", "429")], model_name="a"),
             ScriptedModel([fail("server_error", "500")], model_name="b"),
         ),
@@ -111,57 +125,57 @@ CASES = [
     ),
     Case(
         "provider 401",
-        lambda: ScriptedModel([fail("authentication", "bad key")]),
+        lambda _: ScriptedModel([fail("authentication", "bad key")]),
         "error",
         "authentication",
     ),
     Case(
         "provider 429",
-        lambda: ScriptedModel([fail("rate_limited", "slow down")]),
+        lambda _: ScriptedModel([fail("rate_limited", "slow down")]),
         "error",
         "rate_limited",
     ),
     Case(
         "provider 500",
-        lambda: ScriptedModel([fail("server_error", "oops")]),
+        lambda _: ScriptedModel([fail("server_error", "oops")]),
         "error",
         "server_error",
     ),
     Case(
         "provider timeout",
-        lambda: ScriptedModel([fail("timeout", "read timed out")]),
+        lambda _: ScriptedModel([fail("timeout", "read timed out")]),
         "error",
         "timeout",
     ),
     Case(
         "a provider bug (any exception)",
-        lambda: ScriptedModel([KeyError("choices")]),
+        lambda _: ScriptedModel([KeyError("choices")]),
         "error",
         "model_error",
     ),
     Case(
         "the model never calls the until tool",
-        lambda: ScriptedModel([say("done")]),
+        lambda _: ScriptedModel([say("done")]),
         "error",
         "until_tool_not_called",
         options={"until_tool": "submit"},
     ),
     Case(
         "the model loops past max_runs",
-        lambda: ScriptedModel(lambda m: call_tool("add", a=1, b=1)),
+        lambda _: ScriptedModel(lambda m: call_tool("add", a=1, b=1)),
         "error",
         "exceeded_max_runs",
         options={"max_runs": 2},
     ),
     Case(
         "three tool failures in a row",
-        lambda: ScriptedModel(lambda m: call_tool("boom")),
+        lambda _: ScriptedModel(lambda m: call_tool("boom")),
         "error",
         "exceeded_failure_count",
     ),
     Case(
         "a call that needs approval",
-        lambda: ScriptedModel([call_tool("gated", path="x")]),
+        lambda _: ScriptedModel([call_tool("gated", path="x")]),
         "interrupted",
     ),
 ]
@@ -169,14 +183,21 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 async def test_fault_ends_in_its_terminal(case: Case) -> None:
+    server = FakeServer()
+    model = case.model(server)
     agent = Agent(
-        case.model(),
+        model,
         [add, boom, submit, hangs, gated],
         middleware=[HumanInTheLoop({"gated": True})],
     )
     start = AgentState.of("go")
     run = agent.start(start, **case.options)
-    await run.run()
+    try:
+        await run.run()
+    finally:
+        server.close()
+        if hasattr(model, "aclose"):
+            await model.aclose()
     states, triggers = run.trace.states, run.trace.triggers
     assert states[-1] == case.terminal, run.trace.path
     assert STANDARD.is_path(states, triggers)
