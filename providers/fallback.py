@@ -31,6 +31,13 @@ class FallbackModel:
     def name(self) -> str:
         return "fallback(" + ", ".join(m.name for m in self.models) + ")"
 
+    async def aclose(self) -> None:
+        """Close every model's connections."""
+        for model in self.models:
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
+
     async def complete(
         self,
         messages: Sequence[Message],

@@ -6,13 +6,12 @@ system prompt), the agent's own state, and how the last run ended.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from .chain import Callbacks, LLMChain
+from .chain import Callbacks, LLMChain, run_sync
 from .errors import ChainError
 from .messages import Message, ToolCall, ToolResult, message_tuple
 from .modes.standard import StandardMode
@@ -149,7 +148,7 @@ class Agent:
         return run.agent_state
 
     def execute_sync(self, state: AgentState, **options: Any) -> AgentState:
-        return asyncio.run(self.execute(state, **options))
+        return run_sync(self.execute(state, **options), self.model)
 
     def _options(
         self,
@@ -247,7 +246,7 @@ class Agent:
     def resume_sync(
         self, state: AgentState, decisions: Sequence[Mapping[str, Any]], **options: Any
     ) -> AgentState:
-        return asyncio.run(self.resume(state, decisions, **options))
+        return run_sync(self.resume(state, decisions, **options), self.model)
 
     async def start_resume(
         self, state: AgentState, decisions: Sequence[Mapping[str, Any]], **options: Any

@@ -7,8 +7,9 @@ agreement, so no step has to.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+import asyncio
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -44,6 +45,7 @@ CALLBACK_NAMES = frozenset(
 )
 
 Callbacks = Mapping[str, Callable[..., Any]]
+_T = TypeVar("_T")
 
 
 def _needs_response(message: Message) -> bool:
@@ -205,9 +207,26 @@ class LLMChain:
 
     def run_sync(self, mode: ModeLike = None, **opts: Any) -> Terminal:
         """``run`` for scripts and tests, in a fresh event loop."""
-        import asyncio
+        return run_sync(self.run(mode, **opts), self.llm)
 
-        return asyncio.run(self.run(mode, **opts))
+
+async def close_model(model: Any) -> None:
+    """Close a model's connections, if it holds any (``aclose``)."""
+    close = getattr(model, "aclose", None)
+    if close is not None:
+        await close()
+
+
+def run_sync(coroutine: Coroutine[Any, Any, _T], model: Any) -> _T:
+    """``asyncio.run`` for the sync doors: the model's connections close with the loop."""
+
+    async def main() -> _T:
+        try:
+            return await coroutine
+        finally:
+            await close_model(model)
+
+    return asyncio.run(main())
 
 
 def _make_replace() -> Callable[..., LLMChain]:

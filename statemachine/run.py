@@ -13,7 +13,7 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from transitions import MachineError
 
-from .chain import LLMChain
+from .chain import LLMChain, close_model
 from .errors import ChainError, IllegalTransitionError
 from .machine import MachineTable
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
@@ -192,6 +192,7 @@ class Run:
             return self._runner.run(coroutine)
         finally:
             if self.result is not None:
+                self._runner.run(close_model(self.chain.llm))
                 self._runner.close()
                 self._runner = None
 

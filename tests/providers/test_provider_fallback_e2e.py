@@ -132,3 +132,27 @@ async def test_a_fallback_answers_with_a_tool_round_trip(
     assert len(down.requests) == 4  # two calls, each tried twice
     assert len(up.requests) == 2
     assert _tool_result_of(up.requests[1]) == "sunny in Paris"
+
+
+def test_sync_doors_close_the_models_connections(make_server: Any) -> None:
+    """run_sync / execute_sync end their loop with the model's pool closed."""
+    from statemachine import Agent, AgentState
+
+    server = make_server("/v1")
+    reply = {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-test",
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}
+        ],
+    }
+    server.push(Reply(json=reply), Reply(json=reply))
+    model = OpenAIChat("gpt-test", api_key="k", base_url=server.url)
+    state = Agent(model).execute_sync(AgentState.of("hello"))
+    assert state.status == "ok" and state.messages[-1].text == "hi"
+    assert model._http._client is None
+    chain = LLMChain(model).add_message(Message.user("again"))
+    assert isinstance(chain.run_sync(), Ok)
+    assert model._http._client is None
