@@ -62,9 +62,7 @@ def assert_path(run_or_trace: Run | Trace, expected: str, table: MachineTable = 
     if not re.search(r"[()+*?{]", expected):
         lines += ["", "diff (- expected, + took):"]
         lines += [
-            f"  {d}"
-            for d in difflib.ndiff(expected.split(), trace.states)
-            if not d.startswith("?")
+            f"  {d}" for d in difflib.ndiff(expected.split(), trace.states) if not d.startswith("?")
         ]
     raise AssertionError("\n".join(lines))
 
