@@ -24,7 +24,7 @@ from rich.json import JSON
 from rich.panel import Panel
 from rich.prompt import Confirm
 
-from . import diagrams
+from . import _runs_cli, diagrams
 from .agent import Agent, AgentRun, AgentState
 from .errors import ChainError
 from .machine import STANDARD
@@ -334,6 +334,7 @@ def _parser() -> _Parser:
     )
     run.add_argument("prompt", metavar="PROMPT", help="what to ask")
     run.set_defaults(handler=_cmd_run)
+    _runs_cli.add_parser(commands)
     return parser
 
 

@@ -1,0 +1,652 @@
+"""JSON documents of the engine's values: messages, chains, agent states, results, traces.
+
+One cattrs converter writes the plain values (messages and their parts, tool
+calls and results with their expansions and interrupts, agent states,
+errors). Chains, pipeline results and traces are written around it, because a
+chain holds live objects that are not data:
+
+* the model is written as its ``name``, the tools as their names, and the
+  callbacks not at all. Loading binds them again from what the caller passes:
+  ``models`` (by name), ``tools`` and ``callbacks``. A model that was not passed
+  loads as an :class:`UnboundModel`, so a trace can be read and shown with no
+  model at hand (calling it fails with a ``ChainError`` that says what to pass).
+  A tool name that was not passed is an :class:`UnknownToolError`, unless
+  ``strict=False`` binds a placeholder whose calls return an error result.
+* the chains of one document share their messages, so a document keeps each
+  message once, in its ``messages`` table, and each ``custom_context`` once, in
+  ``contexts``; a chain is a small record of index runs into them. A trace of
+  200 steps holds the conversation once, not 200 times.
+
+Every document reads ``{"format": "agentfsm/1", "type": ..., "value": ...}``;
+one written by a newer format is refused with a :class:`FormatError`. Values
+typed ``Any`` (arguments, metadata, ``custom_context``, agent state, interrupt
+data, error details, pause reasons) must be JSON values; tuples among them come
+back as lists.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
+
+import attrs
+import cattrs
+from cattrs.preconf.json import make_converter
+
+from .agent import AgentState
+from .chain import Callbacks, LLMChain
+from .errors import ChainError
+from .messages import (
+    ContentPart,
+    Message,
+    MessageDelta,
+    MessageExpansion,
+    MessageLog,
+    ToolCall,
+    ToolResult,
+)
+from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
+from .tools import Tool
+from .trace import Trace, Transition
+
+if TYPE_CHECKING:
+    from providers.base import ChatModel
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "FormatError",
+    "Models",
+    "Serializable",
+    "UnboundModel",
+    "UnknownToolError",
+    "check_format",
+    "converter",
+    "dump",
+    "dump_trace",
+    "dumps",
+    "load",
+    "load_trace",
+    "loads",
+    "unbound_tool",
+]
+
+#: The format every document is written in.
+FORMAT: Final = "agentfsm/1"
+FORMAT_VERSION: Final = 1
+_PREFIX: Final = "agentfsm/"
+
+_T = TypeVar("_T")
+
+Serializable: TypeAlias = (
+    Message
+    | ContentPart
+    | ToolCall
+    | ToolResult
+    | MessageExpansion
+    | MessageDelta
+    | ChainError
+    | AgentState
+    | LLMChain
+    | Trace
+    | Transition
+    | PipelineResult
+)
+#: Models to bind on load: by name, or a list of models (each under its ``name``).
+Models: TypeAlias = "Mapping[str, ChatModel] | Iterable[ChatModel]"
+
+
+class FormatError(ValueError):
+    """A document this version cannot read: not an agentfsm document, malformed, or newer."""
+
+
+class UnknownToolError(LookupError):
+    """A loaded chain names a tool the caller did not pass (``strict=False`` binds a stand-in)."""
+
+
+@attrs.frozen
+class UnboundModel:
+    """Stands in for a model that was not passed on load: traces read, calls fail clearly."""
+
+    name: str
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[Tool], *, on_delta: Any = None
+    ) -> Message:
+        raise ChainError(
+            "unbound_model",
+            f"The model {self.name!r} was not bound when this chain was loaded, so it cannot "
+            f"be called. Pass it when loading: models={{{self.name!r}: <your ChatModel>}}.",
+            retryable=False,
+        )
+
+
+def unbound_tool(name: str) -> Tool:
+    """A stand-in for a tool that was not passed on load: any call is an error result."""
+
+    def unbound(**_: Any) -> Any:
+        raise ChainError(
+            "unbound_tool",
+            f"The tool {name!r} was not bound when this chain was loaded; pass it in tools=[...].",
+        )
+
+    return Tool(
+        name,
+        f"Unbound: the tool {name!r} was not passed when this chain was loaded.",
+        unbound,
+        parameters={"type": "object", "properties": {}, "additionalProperties": True},
+    )
+
+
+# ---------------------------------------------------------------- the converter
+
+
+def _error_out(error: ChainError) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": error.type, "message": error.message}
+    if error.retryable != ChainError(error.type, "").retryable:
+        out["retryable"] = error.retryable
+    if error.details:
+        out["details"] = converter.unstructure(dict(error.details))
+    return out
+
+
+def _error_in(data: Any, _: Any) -> ChainError:
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a ChainError is an object, got: {type(data).__name__}")
+    retryable = data.get("retryable")
+    details = data.get("details")
+    return ChainError(
+        str(data["type"]),
+        str(data["message"]),
+        retryable=None if retryable is None else bool(retryable),
+        details=dict(details) if isinstance(details, Mapping) else None,
+    )
+
+
+#: The converter of the plain values; chains and traces are written around it.
+converter: Final = make_converter(omit_if_default=True)
+converter.register_unstructure_hook(ChainError, _error_out)
+converter.register_structure_hook(ChainError, _error_in)
+
+
+def check_format(data: Any) -> None:
+    """Refuse anything but a document of a format this version reads."""
+    fmt = data.get("format") if isinstance(data, Mapping) else None
+    if not isinstance(fmt, str) or not fmt.startswith(_PREFIX):
+        raise FormatError(
+            f"Not an agentfsm document: expected an object with 'format': {FORMAT!r}, "
+            f"got format {fmt!r}."
+        )
+    version = fmt[len(_PREFIX) :]
+    if not version.isdigit() or int(version) < 1:
+        raise FormatError(f"Unknown document format {fmt!r}; this version reads {FORMAT!r}.")
+    if int(version) > FORMAT_VERSION:
+        raise FormatError(
+            f"The document is in format {fmt!r}, written by a newer agentfsm; this version "
+            f"reads {FORMAT!r}. Upgrade agentfsm to load it."
+        )
+
+
+# ---------------------------------------------------------------- binding
+
+
+class _Binder:
+    """What a loaded chain is bound to: the caller's models, tools and callbacks."""
+
+    def __init__(
+        self,
+        models: Models | None,
+        tools: Sequence[Tool],
+        callbacks: Sequence[Callbacks],
+        strict: bool,
+    ) -> None:
+        if models is None:
+            models = {}
+        self.models: dict[str, ChatModel] = (
+            dict(models) if isinstance(models, Mapping) else {m.name: m for m in models}
+        )
+        self.tools = {t.name: t for t in tools}
+        # Validated here, so a bad mapping is the caller's ValueError, not a FormatError.
+        self.callbacks = LLMChain(UnboundModel("-"), callbacks=callbacks).callbacks
+        self.strict = strict
+        self._toolsets: dict[tuple[str, ...], tuple[Tool, ...]] = {}
+
+    def model(self, name: str) -> ChatModel:
+        model = self.models.get(name)
+        if model is None:
+            model = self.models[name] = UnboundModel(name)
+        return model
+
+    def toolset(self, names: Sequence[str]) -> tuple[Tool, ...]:
+        key = tuple(names)
+        bound = self._toolsets.get(key)
+        if bound is not None:
+            return bound
+        missing = [n for n in key if n not in self.tools]
+        if missing and self.strict:
+            raise UnknownToolError(
+                f"The document names tool(s) {missing} that were not passed; pass them in "
+                f"tools=[...] (passed: {sorted(self.tools)}), or load with strict=False to bind "
+                "stand-ins that answer every call with an error."
+            )
+        for name in missing:
+            self.tools[name] = unbound_tool(name)
+        bound = self._toolsets[key] = tuple(self.tools[n] for n in key)
+        return bound
+
+
+# ---------------------------------------------------------------- chain records
+
+
+Runs: TypeAlias = list[list[int]]
+
+
+class _Packer:
+    """Writes chains against shared tables: each message and each context once.
+
+    Tables are keyed by identity (chains share their message objects) and keep
+    what they index alive, so an ``id`` is never reused while the packer lives.
+    Seeded with a loaded document's tables, it goes on appending after them.
+    """
+
+    def __init__(
+        self, messages: Sequence[Message] = (), contexts: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        self.messages: list[Message] = list(messages)
+        self.contexts: list[Mapping[str, Any]] = list(contexts)
+        self._message_index = {id(m): i for i, m in enumerate(self.messages)}
+        self._context_index = {id(c): i for i, c in enumerate(self.contexts)}
+        self._runs: dict[int, tuple[Sequence[Message], Runs]] = {}
+
+    def message(self, message: Message) -> int:
+        index = self._message_index.get(id(message))
+        if index is None:
+            index = self._message_index[id(message)] = len(self.messages)
+            self.messages.append(message)
+        return index
+
+    def context(self, context: Mapping[str, Any]) -> int:
+        index = self._context_index.get(id(context))
+        if index is None:
+            index = self._context_index[id(context)] = len(self.contexts)
+            self.contexts.append(context)
+        return index
+
+    def runs(self, messages: Sequence[Message]) -> Runs:
+        """``messages`` as ``[[start, count], ...]`` runs of message-table indices."""
+        cached = self._runs.get(id(messages))
+        if cached is not None and cached[0] is messages:
+            return cached[1]
+        runs: Runs = []
+        for message in messages:
+            index = self.message(message)
+            if runs and runs[-1][0] + runs[-1][1] == index:
+                runs[-1][1] += 1
+            else:
+                runs.append([index, 1])
+        self._runs[id(messages)] = (messages, runs)
+        return runs
+
+    def chain(self, chain: LLMChain) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "llm": chain.llm.name,
+            "messages": self.runs(chain.messages),
+            "needs_response": chain.needs_response,
+            "context": self.context(chain.custom_context),
+        }
+        if chain.tools:
+            record["tools"] = [t.name for t in chain.tools]
+        if chain.exchanged_messages:
+            record["exchanged"] = self.runs(chain.exchanged_messages)
+        if chain.last_message is not None:
+            record["last"] = self.message(chain.last_message)
+        if chain.current_failure_count:
+            record["failures"] = chain.current_failure_count
+        if chain.max_retry_count != _MAX_RETRY_DEFAULT:
+            record["max_retries"] = chain.max_retry_count
+        return record
+
+    def result(self, result: PipelineResult) -> dict[str, Any]:
+        record: dict[str, Any] = {"type": type(result).__name__, "chain": self.chain(result.chain)}
+        match result:
+            case Ok(_, tool_result) if tool_result is not None:
+                record["tool_result"] = converter.unstructure(tool_result, ToolResult)
+            case Paused(_, reason) if reason is not None:
+                record["reason"] = converter.unstructure(reason)
+            case Interrupted(_, data):
+                record["data"] = converter.unstructure(dict(data))
+            case Failed(_, error):
+                record["error"] = _error_out(error)
+        return record
+
+    def transition(self, transition: Transition) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "source": transition.source,
+            "trigger": transition.trigger,
+            "dest": transition.dest,
+            "chain": self.chain(transition.chain),
+        }
+        if transition.elapsed:
+            record["elapsed"] = transition.elapsed
+        if transition.detail is not None:
+            record["detail"] = converter.unstructure(dict(transition.detail))
+        return record
+
+    def message_docs(self, start: int = 0) -> list[Any]:
+        return [converter.unstructure(m, Message) for m in self.messages[start:]]
+
+    def context_docs(self, start: int = 0) -> list[Any]:
+        return [converter.unstructure(dict(c)) for c in self.contexts[start:]]
+
+
+_MAX_RETRY_DEFAULT: Final = attrs.fields(LLMChain).max_retry_count.default
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must be an object, got: {type(value).__name__}")
+    return value
+
+
+class _Unpacker:
+    """Reads chain records against a document's tables; chains share what they share."""
+
+    def __init__(self, messages: Sequence[Any], contexts: Sequence[Any], binder: _Binder) -> None:
+        self.binder = binder
+        self.messages: list[Message] = []
+        for index, doc in enumerate(messages):
+            try:
+                self.messages.append(converter.structure(doc, Message))
+            except cattrs.BaseValidationError as exc:
+                raise FormatError(
+                    f"Message {index} of the document is malformed: "
+                    + "; ".join(cattrs.transform_error(exc))
+                ) from exc
+        self.contexts: list[Mapping[str, Any]] = [
+            dict(_mapping(c, f"context {i}")) for i, c in enumerate(contexts)
+        ]
+        self._logs: dict[tuple[tuple[int, int], ...], MessageLog] = {}
+
+    def log(self, runs: Any) -> MessageLog:
+        key = tuple((int(start), int(count)) for start, count in runs)
+        log = self._logs.get(key)
+        if log is None:
+            items: list[Message] = []
+            for start, count in key:
+                if start < 0 or count < 0 or start + count > len(self.messages):
+                    raise IndexError(
+                        f"message run [{start}, {count}] is outside the message table "
+                        f"({len(self.messages)} messages)"
+                    )
+                items.extend(self.messages[start : start + count])
+            log = self._logs[key] = MessageLog(items)
+        return log
+
+    def message(self, index: Any) -> Message:
+        if not isinstance(index, int) or not 0 <= index < len(self.messages):
+            raise IndexError(f"message index {index!r} is outside the message table")
+        return self.messages[index]
+
+    def chain(self, record: Any) -> LLMChain:
+        record = _mapping(record, "a chain")
+        context = record["context"]
+        if not isinstance(context, int) or not 0 <= context < len(self.contexts):
+            raise IndexError(f"context index {context!r} is outside the context table")
+        last = record.get("last")
+        return LLMChain(
+            self.binder.model(str(record["llm"])),
+            tools=self.binder.toolset(record.get("tools", ())),
+            messages=self.log(record["messages"]),
+            exchanged_messages=self.log(record.get("exchanged", ())),
+            last_message=None if last is None else self.message(last),
+            needs_response=bool(record["needs_response"]),
+            custom_context=self.contexts[context],
+            callbacks=self.binder.callbacks,
+            current_failure_count=int(record.get("failures", 0)),
+            max_retry_count=int(record.get("max_retries", _MAX_RETRY_DEFAULT)),
+        )
+
+    def result(self, record: Any) -> PipelineResult:
+        record = _mapping(record, "a result")
+        chain = self.chain(record["chain"])
+        kind = record["type"]
+        if kind == "Continue":
+            return Continue(chain)
+        if kind == "Ok":
+            raw = record.get("tool_result")
+            return Ok(chain, None if raw is None else converter.structure(raw, ToolResult))
+        if kind == "Paused":
+            return Paused(chain, record.get("reason"))
+        if kind == "Interrupted":
+            return Interrupted(chain, dict(_mapping(record["data"], "interrupt data")))
+        if kind == "Failed":
+            return Failed(chain, _error_in(record["error"], ChainError))
+        raise ValueError(f"unknown result type {kind!r}")
+
+    def transition(self, record: Any) -> Transition:
+        record = _mapping(record, "a transition")
+        detail = record.get("detail")
+        return Transition(
+            str(record["source"]),
+            str(record["trigger"]),
+            str(record["dest"]),
+            self.chain(record["chain"]),
+            float(record.get("elapsed", 0.0)),
+            None if detail is None else dict(_mapping(detail, "a detail")),
+        )
+
+    def trace(self, value: Any) -> Trace:
+        value = _mapping(value, "a trace")
+        return Trace(
+            entry=str(value["entry"]),
+            transitions=[self.transition(t) for t in value["transitions"]],
+            machine=str(value.get("machine", "standard")),
+        )
+
+
+# ---------------------------------------------------------------- documents
+
+_PLAIN: Final[Mapping[str, type]] = {
+    cls.__name__: cls
+    for cls in (
+        Message,
+        ContentPart,
+        ToolCall,
+        ToolResult,
+        MessageExpansion,
+        MessageDelta,
+        AgentState,
+    )
+}
+_RESULTS: Final[Mapping[str, type]] = {
+    cls.__name__: cls for cls in (Continue, Ok, Paused, Interrupted, Failed)
+}
+_KINDS: Final[Mapping[str, type]] = {
+    **_PLAIN,
+    **_RESULTS,
+    "ChainError": ChainError,
+    "LLMChain": LLMChain,
+    "Trace": Trace,
+    "Transition": Transition,
+}
+
+
+def _kind(obj: object) -> str:
+    for name, cls in _KINDS.items():
+        if isinstance(obj, cls):
+            return name
+    raise TypeError(f"agentfsm does not serialize {type(obj).__name__} values")
+
+
+def dump(obj: Serializable) -> dict[str, Any]:
+    """``obj`` as a JSON-ready document: ``{"format": "agentfsm/1", "type": ..., "value": ...}``."""
+    kind = _kind(obj)
+    doc: dict[str, Any] = {"format": FORMAT, "type": kind}
+    if kind in _PLAIN:
+        doc["value"] = converter.unstructure(obj, _PLAIN[kind])
+        return doc
+    if isinstance(obj, ChainError):
+        doc["value"] = _error_out(obj)
+        return doc
+    packer = _Packer()
+    value: dict[str, Any]
+    if isinstance(obj, LLMChain):
+        value = packer.chain(obj)
+    elif isinstance(obj, Trace):
+        value = {
+            "machine": obj.machine,
+            "entry": obj.entry,
+            "transitions": [packer.transition(t) for t in obj.transitions],
+        }
+    elif isinstance(obj, Transition):
+        value = packer.transition(obj)
+    else:
+        assert isinstance(obj, Continue | Ok | Paused | Interrupted | Failed)
+        value = packer.result(obj)
+    doc["messages"] = packer.message_docs()
+    doc["contexts"] = packer.context_docs()
+    doc["value"] = value
+    return doc
+
+
+def dumps(obj: Serializable, *, indent: int | None = None) -> str:
+    """``obj`` as JSON text (see :func:`dump`)."""
+    return json.dumps(dump(obj), indent=indent, ensure_ascii=False)
+
+
+def _accepts(expected: Any, cls: type) -> bool:
+    if isinstance(expected, types.UnionType) or typing.get_origin(expected) is typing.Union:
+        return any(_accepts(option, cls) for option in typing.get_args(expected))
+    return isinstance(expected, type) and issubclass(cls, expected)
+
+
+def _expected_name(expected: Any) -> str:
+    return getattr(expected, "__name__", None) or str(expected)
+
+
+@typing.overload
+def load(
+    data: Mapping[str, Any],
+    type: type[_T],
+    *,
+    models: Models | None = None,
+    tools: Sequence[Tool] = (),
+    callbacks: Sequence[Callbacks] = (),
+    strict: bool = True,
+) -> _T: ...
+@typing.overload
+def load(
+    data: Mapping[str, Any],
+    type: types.UnionType,
+    *,
+    models: Models | None = None,
+    tools: Sequence[Tool] = (),
+    callbacks: Sequence[Callbacks] = (),
+    strict: bool = True,
+) -> Any: ...
+def load(
+    data: Mapping[str, Any],
+    type: type[_T] | types.UnionType,
+    *,
+    models: Models | None = None,
+    tools: Sequence[Tool] = (),
+    callbacks: Sequence[Callbacks] = (),
+    strict: bool = True,
+) -> _T | Any:
+    """The value of a document :func:`dump` wrote, its model, tools and callbacks bound.
+
+    ``type`` is the class expected (``Message``, ``LLMChain``, ``Trace``, ``Ok``...;
+    a union such as ``Terminal`` is accepted too). A model not in ``models`` is an
+    :class:`UnboundModel`; a tool not in ``tools`` raises :class:`UnknownToolError`
+    unless ``strict=False``. Raises :class:`FormatError` on anything else amiss.
+    """
+    check_format(data)
+    kind = data.get("type")
+    if not isinstance(kind, str) or kind not in _KINDS:
+        raise FormatError(f"Unknown document type {kind!r}; known: {sorted(_KINDS)}.")
+    if not _accepts(type, _KINDS[kind]):
+        raise FormatError(f"The document holds a {kind}, not a {_expected_name(type)}.")
+    binder = _Binder(models, tools, callbacks, strict)
+    try:
+        value = data["value"]
+        if kind in _PLAIN:
+            return typing.cast(_T, converter.structure(value, _PLAIN[kind]))
+        if kind == "ChainError":
+            return typing.cast(_T, _error_in(value, ChainError))
+        unpacker = _Unpacker(data.get("messages", ()), data.get("contexts", ()), binder)
+        out: object
+        if kind == "LLMChain":
+            out = unpacker.chain(value)
+        elif kind == "Trace":
+            out = unpacker.trace(value)
+        elif kind == "Transition":
+            out = unpacker.transition(value)
+        else:
+            out = unpacker.result({**_mapping(value, "a result"), "type": kind})
+        return typing.cast(_T, out)
+    except (FormatError, UnknownToolError):
+        raise
+    except cattrs.BaseValidationError as exc:
+        raise FormatError(
+            f"Malformed {kind} document: " + "; ".join(cattrs.transform_error(exc))
+        ) from exc
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise FormatError(f"Malformed {kind} document: {what}") from exc
+
+
+@typing.overload
+def loads(
+    text: str | bytes,
+    type: type[_T],
+    *,
+    models: Models | None = None,
+    tools: Sequence[Tool] = (),
+    callbacks: Sequence[Callbacks] = (),
+    strict: bool = True,
+) -> _T: ...
+@typing.overload
+def loads(
+    text: str | bytes,
+    type: types.UnionType,
+    *,
+    models: Models | None = None,
+    tools: Sequence[Tool] = (),
+    callbacks: Sequence[Callbacks] = (),
+    strict: bool = True,
+) -> Any: ...
+def loads(
+    text: str | bytes,
+    type: type[_T] | types.UnionType,
+    *,
+    models: Models | None = None,
+    tools: Sequence[Tool] = (),
+    callbacks: Sequence[Callbacks] = (),
+    strict: bool = True,
+) -> _T | Any:
+    """The value of JSON text :func:`dumps` wrote (see :func:`load`)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"Not JSON: {exc}") from exc
+    return load(data, type, models=models, tools=tools, callbacks=callbacks, strict=strict)
+
+
+def dump_trace(trace: Trace) -> dict[str, Any]:
+    """A trace as a JSON-ready document, each message stored once."""
+    return dump(trace)
+
+
+def load_trace(
+    data: Mapping[str, Any],
+    *,
+    models: Models | None = None,
+    tools: Sequence[Tool] = (),
+    callbacks: Sequence[Callbacks] = (),
+    strict: bool = True,
+) -> Trace:
+    """A trace from a :func:`dump_trace` document; ``strict=False`` shows one without its tools."""
+    return load(data, Trace, models=models, tools=tools, callbacks=callbacks, strict=strict)

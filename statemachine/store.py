@@ -1,0 +1,871 @@
+"""Saved runs: a run checkpoints at every state boundary and resumes from the last one.
+
+A :class:`Checkpointer` is a run's listener: after every transition it writes
+what is new (the transition, the messages and contexts no earlier checkpoint
+holds, the result once there is one) to a :class:`Store` in one atomic write,
+so a checkpoint costs the same at step 5 and at step 500. :func:`restore_run`
+builds the run again at the state of its last boundary, with the saved chain
+and trace, and goes on from there.
+
+What runs again after a crash:
+
+* **exactly once** -- a tool whose result was checkpointed never runs again.
+  The ``executing --executed--> propagating`` transition carries the tool
+  message; a run resumed from it starts at ``propagating`` with the results.
+* **at least once** -- a tool that was running when the process died (or
+  whose ``executed`` checkpoint never reached the store) runs again on resume:
+  the last boundary is ``executing`` with its calls still pending. Make such
+  tools idempotent, or key their side effects on ``ToolContext.tool_call_id``
+  (stable across the resume). A model call in flight is likewise made again,
+  and the tools :func:`resume_run` runs for human decisions run before the
+  resumed run's first checkpoint.
+
+A store write that fails does not lose the run: the checkpointer asks the run
+to pause (reason ``"checkpoint_failed: <error>"``) and keeps what it could not
+write for the next write, which :meth:`Checkpointer.flush` may retry later.
+When the failed write is the terminal one, the run has already ended; the
+store keeps the boundary before, so a resume redoes only that last step (no
+transition into a terminal runs a tool).
+
+:class:`SQLiteStore` is the embedded default (stdlib ``sqlite3``, WAL mode).
+``synchronous="NORMAL"`` survives a killed process; ``"FULL"`` also a power cut.
+Nothing stops two processes from resuming the same run at once: resume a run
+from one place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Literal, Protocol, runtime_checkable
+
+import attrs
+
+from .agent import Agent, AgentRun, AgentState
+from .chain import Callbacks, LLMChain
+from .messages import Message
+from .results import Failed, Interrupted, Ok, Paused, Terminal
+from .run import Run
+from .serialization import (
+    FORMAT,
+    FormatError,
+    Models,
+    UnknownToolError,
+    _Binder,
+    _Packer,
+    _Unpacker,
+    check_format,
+    converter,
+)
+from .tools import Tool
+from .trace import Trace, Transition
+
+__all__ = [
+    "Checkpointer",
+    "ResumeError",
+    "RunInfo",
+    "RunNotFoundError",
+    "RunStatus",
+    "SQLiteStore",
+    "SavedRun",
+    "Store",
+    "StoreWrite",
+    "StoredRun",
+    "checkpoint",
+    "load_run",
+    "restore_run",
+    "resume_run",
+    "resume_run_sync",
+    "start_run",
+]
+
+RunStatus = Literal["running", "ok", "paused", "interrupted", "error"]
+
+_STATUS: Final[Mapping[type, RunStatus]] = {
+    Ok: "ok",
+    Paused: "paused",
+    Interrupted: "interrupted",
+    Failed: "error",
+}
+
+#: The options a checkpoint keeps; ``should_pause``, ``middleware`` and
+#: ``extra_steps`` are code, passed again on resume.
+SAVED_OPTIONS: Final = ("until_tool", "require_tool_success", "max_runs")
+
+
+class RunNotFoundError(LookupError):
+    """The store has no run of that id."""
+
+
+class ResumeError(ValueError):
+    """The saved run cannot be resumed as asked (it ended, or needs decisions)."""
+
+
+# ---------------------------------------------------------------- the store protocol
+
+
+@attrs.frozen
+class StoreWrite:
+    """One checkpoint: what is new since the last one, applied all or nothing.
+
+    Rows are JSON text, so a store only keeps strings. Rows may be written again
+    after a failed write; a store replaces a row it already has.
+    """
+
+    segment: int
+    state: str
+    status: RunStatus
+    #: Transitions of the whole run, every segment counted.
+    steps: int
+    #: The segment's header (entry, first chain, options), on its first write.
+    header: str | None = None
+    #: New rows of the run's message and context tables: ``(index, JSON)``.
+    messages: Sequence[tuple[int, str]] = ()
+    contexts: Sequence[tuple[int, str]] = ()
+    #: New transitions of this segment: ``(seq, JSON)``.
+    transitions: Sequence[tuple[int, str]] = ()
+    result: str | None = None
+    agent_state: str | None = None
+    #: One line for listings: the pause reason, the error, the interrupt...
+    summary: str | None = None
+
+
+@attrs.frozen
+class RunInfo:
+    """A run as a listing shows it."""
+
+    run_id: str
+    status: RunStatus
+    state: str
+    steps: int
+    segments: int
+    summary: str | None
+    created: float
+    updated: float
+
+
+@attrs.frozen
+class StoredRun:
+    """A run's rows as the store keeps them (JSON text), before decoding."""
+
+    run_id: str
+    status: RunStatus
+    state: str
+    headers: tuple[str, ...]
+    transitions: tuple[tuple[str, ...], ...]
+    messages: tuple[str, ...]
+    contexts: tuple[str, ...]
+    result: str | None
+    agent_state: str | None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where checkpoints go: three calls over JSON text."""
+
+    def write(self, run_id: str, write: StoreWrite) -> None:
+        """Apply ``write`` atomically, or raise and change nothing."""
+        ...
+
+    def read(self, run_id: str) -> StoredRun:
+        """Every row of the run; :class:`RunNotFoundError` if there is none."""
+        ...
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, the most recently updated first."""
+        ...
+
+
+# ---------------------------------------------------------------- SQLite
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    state TEXT NOT NULL,
+    segments INTEGER NOT NULL,
+    steps INTEGER NOT NULL,
+    summary TEXT,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    result TEXT,
+    agent_state TEXT
+);
+CREATE TABLE IF NOT EXISTS segments (
+    run_id TEXT NOT NULL, segment INTEGER NOT NULL, header TEXT NOT NULL,
+    PRIMARY KEY (run_id, segment)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS messages (
+    run_id TEXT NOT NULL, idx INTEGER NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS contexts (
+    run_id TEXT NOT NULL, idx INTEGER NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS transitions (
+    run_id TEXT NOT NULL, segment INTEGER NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (run_id, segment, seq)
+) WITHOUT ROWID;
+"""
+
+_UPSERT_RUN: Final = """
+INSERT INTO runs (run_id, status, state, segments, steps, summary, created, updated,
+                  result, agent_state)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET
+    status = excluded.status, state = excluded.state, segments = excluded.segments,
+    steps = excluded.steps, summary = excluded.summary, updated = excluded.updated,
+    result = excluded.result, agent_state = excluded.agent_state
+"""
+
+
+class SQLiteStore:
+    """Runs in one SQLite file (WAL mode): the embedded default :class:`Store`.
+
+    A checkpoint is one short transaction of a few inserts. ``synchronous``
+    trades durability for speed: ``"NORMAL"`` (default) loses nothing when the
+    process is killed, ``"FULL"`` nothing on a power cut either.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
+        timeout: float = 5.0,
+    ) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._con = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        self._con.execute("PRAGMA journal_mode=WAL")
+        self._con.execute(f"PRAGMA synchronous={synchronous}")
+        self._con.executescript(_SCHEMA)
+        row = self._con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        if row is None:
+            self._con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
+        else:
+            try:
+                check_format({"format": row[0]})
+            except FormatError as exc:
+                self._con.close()
+                raise FormatError(f"{self.path}: {exc}") from exc
+
+    def write(self, run_id: str, write: StoreWrite) -> None:
+        now = time.time()
+        with self._lock:
+            con = self._con
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                if write.header is not None:
+                    con.execute(
+                        "INSERT OR REPLACE INTO segments VALUES (?, ?, ?)",
+                        (run_id, write.segment, write.header),
+                    )
+                if write.messages:
+                    con.executemany(
+                        "INSERT OR REPLACE INTO messages VALUES (?, ?, ?)",
+                        [(run_id, i, doc) for i, doc in write.messages],
+                    )
+                if write.contexts:
+                    con.executemany(
+                        "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
+                        [(run_id, i, doc) for i, doc in write.contexts],
+                    )
+                if write.transitions:
+                    con.executemany(
+                        "INSERT OR REPLACE INTO transitions VALUES (?, ?, ?, ?)",
+                        [(run_id, write.segment, seq, doc) for seq, doc in write.transitions],
+                    )
+                con.execute(
+                    _UPSERT_RUN,
+                    (
+                        run_id,
+                        write.status,
+                        write.state,
+                        write.segment + 1,
+                        write.steps,
+                        write.summary,
+                        now,
+                        now,
+                        write.result,
+                        write.agent_state,
+                    ),
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
+
+    def read(self, run_id: str) -> StoredRun:
+        with self._lock:
+            con = self._con
+            row = con.execute(
+                "SELECT status, state, segments, result, agent_state FROM runs WHERE run_id = ?",
+                (run_id,),
+            ).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"No run {run_id!r} in {self.path}")
+            status, state, segments, result, agent_state = row
+            headers = [
+                h
+                for (h,) in con.execute(
+                    "SELECT header FROM segments WHERE run_id = ? ORDER BY segment", (run_id,)
+                )
+            ]
+            by_segment: list[list[str]] = [[] for _ in range(segments)]
+            for segment, doc in con.execute(
+                "SELECT segment, doc FROM transitions WHERE run_id = ? ORDER BY segment, seq",
+                (run_id,),
+            ):
+                by_segment[segment].append(doc)
+            messages = self._table(con, "messages", run_id)
+            contexts = self._table(con, "contexts", run_id)
+        return StoredRun(
+            run_id,
+            status,
+            state,
+            tuple(headers),
+            tuple(tuple(t) for t in by_segment),
+            messages,
+            contexts,
+            result,
+            agent_state,
+        )
+
+    @staticmethod
+    def _table(con: sqlite3.Connection, table: str, run_id: str) -> tuple[str, ...]:
+        rows = con.execute(
+            f"SELECT idx, doc FROM {table} WHERE run_id = ? ORDER BY idx", (run_id,)
+        ).fetchall()
+        if any(i != n for n, (i, _) in enumerate(rows)):
+            raise FormatError(f"The {table} of run {run_id!r} have gaps: the store is damaged")
+        return tuple(doc for _, doc in rows)
+
+    def runs(self) -> list[RunInfo]:
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT run_id, status, state, steps, segments, summary, created, updated "
+                "FROM runs ORDER BY updated DESC, run_id"
+            ).fetchall()
+        return [RunInfo(*row) for row in rows]
+
+    def delete(self, run_id: str) -> None:
+        """Forget a run and everything saved of it."""
+        with self._lock:
+            con = self._con
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("runs", "segments", "messages", "contexts", "transitions"):
+                    con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+
+# ---------------------------------------------------------------- loading
+
+
+@attrs.frozen
+class SavedRun:
+    """A run as its last checkpoint left it, decoded.
+
+    ``traces`` has one trace per segment: a run resumed after it ended
+    (paused, interrupted) goes on in a new segment that enters the machine
+    afresh, so each trace is a path of the machine.
+    """
+
+    run_id: str
+    status: RunStatus
+    #: The machine state of the last boundary (a terminal when the run ended).
+    state: str
+    #: The chain at that boundary (the result's chain when the run ended).
+    chain: LLMChain
+    traces: tuple[Trace, ...]
+    options: Mapping[str, Any]
+    result: Terminal | None
+    agent_state: AgentState | None
+    #: The run's message and context tables, which the chains share.
+    messages: tuple[Message, ...] = attrs.field(repr=False, eq=False)
+    contexts: tuple[Mapping[str, Any], ...] = attrs.field(repr=False, eq=False)
+
+    @property
+    def trace(self) -> Trace:
+        """The last segment's trace."""
+        return self.traces[-1]
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    @property
+    def steps(self) -> int:
+        return sum(len(t) for t in self.traces)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def load_run(
+    store: Store,
+    run_id: str,
+    *,
+    models: Models | None = None,
+    tools: Sequence[Tool] = (),
+    callbacks: Sequence[Callbacks] = (),
+    strict: bool = True,
+) -> SavedRun:
+    """The saved run ``run_id``, bound as :func:`statemachine.serialization.load` binds."""
+    stored = store.read(run_id)
+    binder = _Binder(models, tools, callbacks, strict)
+    try:
+        unpacker = _Unpacker(
+            [json.loads(m) for m in stored.messages],
+            [json.loads(c) for c in stored.contexts],
+            binder,
+        )
+        traces: list[Trace] = []
+        header: Mapping[str, Any] = {}
+        first: LLMChain | None = None
+        for header_text, transitions in zip(stored.headers, stored.transitions, strict=True):
+            header = json.loads(header_text)
+            check_format(header)
+            first = unpacker.chain(header["chain"])
+            traces.append(
+                Trace(
+                    entry=str(header["entry"]),
+                    transitions=[unpacker.transition(json.loads(t)) for t in transitions],
+                    machine=str(header["machine"]),
+                )
+            )
+        if not traces or first is None:
+            raise FormatError(f"Run {run_id!r} has no segment: the store is damaged")
+        result: Terminal | None = None
+        if stored.result is not None:
+            decoded = unpacker.result(json.loads(stored.result))
+            if not isinstance(decoded, Ok | Paused | Interrupted | Failed):
+                raise FormatError(f"Run {run_id!r} has a result that is not terminal")
+            result = decoded
+        agent_state = None
+        if stored.agent_state is not None:
+            agent_state = converter.structure(json.loads(stored.agent_state), AgentState)
+    except (FormatError, UnknownToolError):
+        raise
+    except Exception as exc:
+        raise FormatError(f"Run {run_id!r} cannot be read: {type(exc).__name__}: {exc}") from exc
+    last = traces[-1]
+    if result is not None:
+        chain = result.chain
+    elif last.transitions:
+        chain = last.transitions[-1].chain
+    else:
+        chain = first
+    return SavedRun(
+        run_id=run_id,
+        status=_STATUS[type(result)] if result is not None else "running",
+        state=last.terminal or last.entry,
+        chain=chain,
+        traces=tuple(traces),
+        options=dict(header.get("options") or {}),
+        result=result,
+        agent_state=agent_state,
+        messages=tuple(unpacker.messages),
+        contexts=tuple(unpacker.contexts),
+    )
+
+
+# ---------------------------------------------------------------- checkpointing
+
+
+def _summary(result: Terminal) -> str | None:
+    match result:
+        case Ok(chain, tool_result):
+            if tool_result is not None:
+                return f"{tool_result.name}: {tool_result.text[:80]}"
+            last = chain.last_message
+            return last.text[:80] if last is not None else None
+        case Paused(chain):
+            reason = chain.custom_context.get("pause_reason")
+            return None if reason is None else str(reason)
+        case Interrupted(_, data):
+            requests = data.get("action_requests")
+            if isinstance(requests, list | tuple):
+                names = [r.get("tool_name") for r in requests if isinstance(r, Mapping)]
+                return f"approval needed: {', '.join(str(n) for n in names)}"
+            return str(data.get("type") or "interrupt")
+        case Failed(_, error):
+            return f"{error.type}: {error.message}"
+    return None
+
+
+class Checkpointer:
+    """A run's listener that saves it at every state boundary.
+
+    Attach with :func:`checkpoint`. ``error`` is the last write's failure (None
+    once a write succeeds again); ``writes`` counts successful writes.
+    """
+
+    def __init__(
+        self,
+        run: Run,
+        store: Store,
+        run_id: str,
+        options: Mapping[str, Any],
+        packer: _Packer,
+        *,
+        segment: int,
+        prior_steps: int,
+        saved: int,
+        new_segment: bool,
+        marks: tuple[int, int] = (0, 0),
+    ) -> None:
+        self.run = run
+        self.store = store
+        self.run_id = run_id
+        self.options = dict(options)
+        self.segment = segment
+        self.error: Exception | None = None
+        self.writes = 0
+        self._packer = packer
+        self._prior_steps = prior_steps
+        self._saved = saved
+        self._messages_saved, self._contexts_saved = marks
+        self._header: dict[str, Any] | None = None
+        if new_segment:
+            self._header = {
+                "format": FORMAT,
+                "machine": run.table.name,
+                "entry": run.trace.entry,
+                "chain": packer.chain(run.chain),
+                "options": self.options,
+                "started": time.time(),
+            }
+
+    @classmethod
+    def of(cls, run: Run) -> Checkpointer:
+        """The checkpointer attached to ``run``."""
+        for listener in run.listeners:
+            if isinstance(listener, Checkpointer):
+                return listener
+        raise LookupError(f"{run!r} has no checkpointer; attach one with checkpoint()")
+
+    def __call__(self, run: Run, transition: Transition) -> None:
+        self.flush()
+
+    def flush(self) -> bool:
+        """Write everything not saved yet; on failure ask the run to pause. True if written."""
+        run = self.run
+        try:
+            write = self._pending()
+            self.store.write(self.run_id, write)
+        except Exception as exc:
+            self.error = exc
+            if not run.done:
+                run.request_pause(f"checkpoint_failed: {type(exc).__name__}: {exc}")
+            return False
+        self.error = None
+        self.writes += 1
+        self._header = None
+        self._saved = write.steps - self._prior_steps
+        self._messages_saved += len(write.messages)
+        self._contexts_saved += len(write.contexts)
+        return True
+
+    def _pending(self) -> StoreWrite:
+        run = self.run
+        packer = self._packer
+        steps = len(run.trace.transitions)
+        transitions = tuple(
+            (seq, _json(packer.transition(t)))
+            for seq, t in enumerate(run.trace.transitions[self._saved : steps], start=self._saved)
+        )
+        result = agent_state = summary = None
+        status: RunStatus = "running"
+        if run.result is not None:
+            result = _json(packer.result(run.result))
+            status = _STATUS[type(run.result)]
+            summary = _summary(run.result)
+            if isinstance(run, AgentRun):
+                try:
+                    agent_state = _json(converter.unstructure(run.agent_state, AgentState))
+                except Exception:  # an after_model hook's failure is the host's to see
+                    agent_state = None
+        header = None if self._header is None else _json(self._header)
+        messages = tuple(
+            (i, _json(doc))
+            for i, doc in enumerate(packer.message_docs(self._messages_saved), self._messages_saved)
+        )
+        contexts = tuple(
+            (i, _json(doc))
+            for i, doc in enumerate(packer.context_docs(self._contexts_saved), self._contexts_saved)
+        )
+        return StoreWrite(
+            segment=self.segment,
+            state=run.state,
+            status=status,
+            steps=self._prior_steps + steps,
+            header=header,
+            messages=messages,
+            contexts=contexts,
+            transitions=transitions,
+            result=result,
+            agent_state=agent_state,
+            summary=summary,
+        )
+
+
+def checkpoint(
+    run: Run,
+    store: Store,
+    *,
+    run_id: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    saved: SavedRun | None = None,
+) -> Checkpointer:
+    """Save ``run`` to ``store`` now and at every transition from here on.
+
+    A new run gets ``run_id`` (a fresh id by default). With ``saved``, the run
+    continues that saved run: in its last segment when it had not ended (the
+    run restored at ``saved.state``), in a new segment when it had.
+    ``options`` are the serializable ones (``until_tool``,
+    ``require_tool_success``, ``max_runs``), kept for the resume.
+    """
+    kept = {k: v for k, v in dict(options or {}).items() if k in SAVED_OPTIONS}
+    if saved is None:
+        checkpointer = Checkpointer(
+            run,
+            store,
+            run_id or uuid.uuid4().hex,
+            kept,
+            _Packer(),
+            segment=0,
+            prior_steps=0,
+            saved=0,
+            new_segment=True,
+        )
+    else:
+        packer = _Packer(saved.messages, saved.contexts)
+        marks = (len(saved.messages), len(saved.contexts))
+        prior = sum(len(t) for t in saved.traces[:-1])
+        if saved.done:
+            checkpointer = Checkpointer(
+                run,
+                store,
+                saved.run_id,
+                kept or saved.options,
+                packer,
+                segment=len(saved.traces),
+                prior_steps=saved.steps,
+                saved=0,
+                new_segment=True,
+                marks=marks,
+            )
+        else:
+            checkpointer = Checkpointer(
+                run,
+                store,
+                saved.run_id,
+                saved.options,
+                packer,
+                segment=len(saved.traces) - 1,
+                prior_steps=prior,
+                saved=len(saved.trace),
+                new_segment=False,
+                marks=marks,
+            )
+    run.listeners.insert(0, checkpointer)
+    checkpointer.flush()
+    return checkpointer
+
+
+# ---------------------------------------------------------------- agents
+
+
+def start_run(
+    agent: Agent,
+    state: AgentState,
+    store: Store,
+    *,
+    run_id: str | None = None,
+    until_tool: str | Sequence[str] | None = None,
+    until_tool_success: str | Sequence[str] | None = None,
+    max_runs: int | None = None,
+    should_pause: Callable[[], bool] | None = None,
+    extra_steps: Mapping[str, Sequence[Any]] | None = None,
+) -> AgentRun:
+    """``agent.start(state, ...)`` with a checkpoint at every boundary; the id is
+    ``Checkpointer.of(run).run_id``."""
+    run = agent.start(
+        state,
+        until_tool=until_tool,
+        until_tool_success=until_tool_success,
+        max_runs=max_runs,
+        should_pause=should_pause,
+        extra_steps=extra_steps,
+    )
+    options = agent._options(until_tool, until_tool_success, max_runs, should_pause)
+    checkpoint(run, store, run_id=run_id, options=options)
+    return run
+
+
+def _rebind(chain: LLMChain, agent: Agent, strict: bool) -> LLMChain:
+    available = {t.name for t in agent.tools}
+    missing = [name for name in chain.tool_names if name not in available]
+    if missing and strict:
+        raise UnknownToolError(
+            f"The saved run used tool(s) {missing} that the agent does not have "
+            f"(it has {sorted(available)}); resume with strict=False to go on without them."
+        )
+    return attrs.evolve(chain, llm=agent.model, tools=agent.tools, callbacks=agent.callbacks)
+
+
+def _load_for(agent: Agent, run_id: str, store: Store) -> SavedRun:
+    return load_run(
+        store,
+        run_id,
+        models={agent.model.name: agent.model},
+        tools=agent.tools,
+        callbacks=agent.callbacks,
+        strict=False,
+    )
+
+
+def restore_run(
+    agent: Agent,
+    run_id: str,
+    store: Store,
+    *,
+    should_pause: Callable[[], bool] | None = None,
+    extra_steps: Mapping[str, Sequence[Any]] | None = None,
+    strict: bool = True,
+) -> AgentRun:
+    """The saved run, rebuilt on ``agent`` at its last boundary and checkpointed, not stepped.
+
+    A run that had not ended goes on from the state it was saved at, with the
+    saved chain and trace: no checkpointed tool result is produced again. A
+    paused run goes on in a new segment from its chain's entry (pending tool
+    calls run, tool results are propagated). An interrupted run needs
+    decisions (see :func:`resume_run`); a run that ended ok or in error is
+    over. The agent's model, tools, callbacks and middleware replace the
+    saved ones; ``should_pause`` and ``extra_steps`` are passed again.
+    """
+    saved = _load_for(agent, run_id, store)
+    if saved.result is not None and not isinstance(saved.result, Paused):
+        hint = (
+            "; resume it with decisions: resume_run(agent, run_id, store, decisions=[...])"
+            if isinstance(saved.result, Interrupted)
+            else ": there is nothing to resume"
+        )
+        raise ResumeError(f"Run {run_id!r} ended {saved.status}{hint}")
+    chain = _rebind(saved.chain, agent, strict)
+    options: dict[str, Any] = {
+        "middleware": agent.middleware,
+        "should_pause": should_pause,
+        **saved.options,
+    }
+    if extra_steps:
+        options["extra_steps"] = extra_steps
+    if saved.result is None:
+        trace = saved.trace
+        run = agent.mode.restore(
+            chain,
+            saved.state,
+            Trace(entry=trace.entry, transitions=list(trace.transitions), machine=trace.machine),
+            options,
+            run_class=AgentRun,
+        )
+    else:
+        context = {k: v for k, v in chain.custom_context.items() if k != "pause_reason"}
+        chain = attrs.evolve(chain, custom_context=context, exchanged_messages=())
+        run = agent.mode.start(chain, options, run_class=AgentRun)
+    assert isinstance(run, AgentRun)
+    run.agent = agent
+    checkpoint(run, store, options=saved.options, saved=saved)
+    return run
+
+
+def _execute_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    names = list(options.get("until_tool") or ())
+    key = "until_tool_success" if options.get("require_tool_success") else "until_tool"
+    out: dict[str, Any] = {key: names} if names else {}
+    if "max_runs" in options:
+        out["max_runs"] = options["max_runs"]
+    return out
+
+
+async def resume_run(
+    agent: Agent,
+    run_id: str,
+    store: Store,
+    *,
+    decisions: Sequence[Mapping[str, Any]] | None = None,
+    should_pause: Callable[[], bool] | None = None,
+    extra_steps: Mapping[str, Sequence[Any]] | None = None,
+    strict: bool = True,
+) -> AgentState:
+    """Resume the saved run on ``agent`` and run it to a terminal; the state to keep.
+
+    ``decisions`` answer an interrupted run's approval requests, as
+    :meth:`Agent.resume` takes them; the run goes on in a new segment.
+    """
+    if decisions is None:
+        run = restore_run(
+            agent, run_id, store, should_pause=should_pause, extra_steps=extra_steps, strict=strict
+        )
+    else:
+        saved = _load_for(agent, run_id, store)
+        if not isinstance(saved.result, Interrupted) or saved.agent_state is None:
+            raise ResumeError(
+                f"Run {run_id!r} is {saved.status}, not interrupted by an agent: "
+                "decisions answer an interrupted agent run"
+            )
+        _rebind(saved.chain, agent, strict)
+        state = saved.agent_state
+        # The result chain's messages are the store's own: reuse them, so the
+        # new segment refers to the saved message rows instead of copying them.
+        shared = tuple(saved.result.chain.messages)[-len(state.messages) :]
+        if state.messages and shared == state.messages:
+            state = attrs.evolve(state, messages=shared)
+        run = await agent.start_resume(
+            state, decisions, should_pause=should_pause, **_execute_options(saved.options)
+        )
+        checkpoint(run, store, options=saved.options, saved=saved)
+    await run.run()
+    return run.agent_state
+
+
+def resume_run_sync(
+    agent: Agent,
+    run_id: str,
+    store: Store,
+    **options: Any,
+) -> AgentState:
+    """:func:`resume_run` for scripts and tests."""
+    import asyncio
+
+    return asyncio.run(resume_run(agent, run_id, store, **options))

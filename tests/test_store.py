@@ -1,0 +1,434 @@
+"""Saved runs: checkpoints at every boundary, crashes, resumes elsewhere, failing stores."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from providers import ScriptedModel, call_tool, say
+from statemachine import (
+    STANDARD,
+    Agent,
+    AgentState,
+    HumanInTheLoop,
+    LLMChain,
+    Message,
+    Ok,
+    Paused,
+    StandardMode,
+    Trace,
+)
+from statemachine import _runs_cli as runs_cli
+from statemachine.serialization import FormatError
+from statemachine.store import (
+    Checkpointer,
+    ResumeError,
+    RunNotFoundError,
+    SavedRun,
+    SQLiteStore,
+    Store,
+    StoreWrite,
+    checkpoint,
+    load_run,
+    restore_run,
+    resume_run,
+    resume_run_sync,
+    start_run,
+)
+from tests._crash_worker import PROMPT, make_agent
+from tests.support import add
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "runs.db"
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    return tmp_path / "tools.log"
+
+
+def worker(mode: str, db: Path, log: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+    """The crash worker in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests._crash_worker", mode, str(db), str(log), run_id],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def executions(log: Path) -> Counter[str]:
+    """How often each ``start NOTE`` / ``done NOTE`` line was written."""
+    return Counter(log.read_text().splitlines()) if log.exists() else Counter()
+
+
+def whole_path(saved: SavedRun) -> None:
+    """Each segment is a path of the machine, and the conversation lost and doubled nothing."""
+    for trace in saved.traces:
+        assert STANDARD.is_path(trace.states, trace.triggers), trace.path
+    roles = [m.role for m in saved.chain.messages]
+    assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    ids = [r.tool_call_id for m in saved.chain.messages for r in m.tool_results]
+    assert ids == ["c1", "c2"]
+    assert saved.chain.last_message is not None
+    assert saved.chain.last_message.text == "done"
+
+
+# ---------------------------------------------------------------- crash and resume
+
+
+def test_killed_right_after_a_checkpointed_tool_the_tool_never_runs_again(
+    db: Path, log: Path
+) -> None:
+    crashed = worker("kill-after-executed", db, log, "r1")
+    assert crashed.returncode == -signal.SIGKILL
+    with SQLiteStore(db) as store:
+        before = load_run(store, "r1", strict=False)
+    assert (before.status, before.state) == ("running", "propagating")
+    assert before.trace.transitions[-1].trigger == "executed"
+    assert executions(log) == {"start one": 1, "done one": 1}
+
+    resumed = worker("resume", db, log, "r1")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["status"] == "ok"
+    # exactly once: the checkpointed result of "one" was not produced again
+    assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
+    with SQLiteStore(db) as store:
+        after = load_run(store, "r1", strict=False)
+    assert after.status == "ok" and len(after.traces) == 1
+    assert after.trace.edges[: len(before.trace)] == before.trace.edges
+    assert STANDARD.is_path(after.trace.states, after.trace.triggers)
+    whole_path(after)
+
+
+def test_killed_inside_a_tool_the_tool_runs_again_on_resume(db: Path, log: Path) -> None:
+    crashed = worker("kill-in-tool", db, log, "r2")
+    assert crashed.returncode == -signal.SIGKILL
+    with SQLiteStore(db) as store:
+        before = load_run(store, "r2", strict=False)
+    assert before.state == "executing"  # the last boundary: calls pending, no result saved
+    assert executions(log) == {"start one": 1}
+
+    resumed = worker("resume", db, log, "r2")
+    assert resumed.returncode == 0, resumed.stderr
+    # at least once: the call in flight ran again; it finished once
+    assert executions(log) == {"start one": 2, "done one": 1, "start two": 1, "done two": 1}
+    with SQLiteStore(db) as store:
+        after = load_run(store, "r2", strict=False)
+    assert after.status == "ok"
+    assert after.trace.edges[: len(before.trace)] == before.trace.edges
+    whole_path(after)
+
+
+def test_a_draining_pause_resumed_by_another_process_ends_ok(db: Path, log: Path) -> None:
+    drained = worker("drain", db, log, "r3")
+    assert drained.returncode == 0, drained.stderr
+    with SQLiteStore(db) as store:
+        paused = load_run(store, "r3", strict=False)
+        assert [r.summary for r in store.runs()] == ["draining"]
+    assert paused.status == "paused"
+    assert paused.agent_state is not None
+    assert paused.agent_state.pause_reason == "draining"
+
+    resumed = worker("resume", db, log, "r3")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == {"status": "ok", "pause_reason": None}
+    assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
+    with SQLiteStore(db) as store:
+        after = load_run(store, "r3", strict=False)
+    assert after.status == "ok"
+    assert len(after.traces) == 2  # the pause ended segment 0; the resume entered afresh
+    assert after.traces[0].edges == paused.trace.edges
+    assert after.traces[1].entry == "propagating"
+    assert "pause_reason" not in after.chain.custom_context
+    whole_path(after)
+
+
+# ---------------------------------------------------------------- in one process
+
+
+def test_every_boundary_is_saved_with_its_options(db: Path, log: Path) -> None:
+    store = SQLiteStore(db)
+    agent = make_agent(log)
+    run = start_run(agent, AgentState.of(PROMPT), store, until_tool_success="record", max_runs=7)
+    checkpointer = Checkpointer.of(run)
+    seen = []
+    while not run.done:
+        run.step_sync()
+        seen.append(load_run(store, checkpointer.run_id, tools=agent.tools).state)
+    assert seen == run.trace.states[1:]
+    saved = load_run(store, checkpointer.run_id, models=[agent.model], tools=agent.tools)
+    assert saved.options == {"until_tool": ["record"], "require_tool_success": True, "max_runs": 7}
+    assert saved.result == run.result and isinstance(saved.result, Ok)
+    assert saved.agent_state == run.agent_state
+    assert saved.trace == run.trace
+    assert [t.chain for t in saved.trace] == [t.chain for t in run.trace]
+    assert checkpointer.writes == len(run.trace) + 1
+
+
+def test_restore_rebuilds_the_run_at_its_state_and_goes_on(db: Path, log: Path) -> None:
+    store = SQLiteStore(db)
+    run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="mid")
+    for _ in range(8):  # into the second loop: calling
+        run.step_sync()
+    restored = restore_run(make_agent(log), "mid", SQLiteStore(db))
+    assert restored.state == run.state == "calling"
+    assert restored.trace == run.trace
+    assert restored.chain.custom_context == run.chain.custom_context  # the run count goes on
+    restored.run_sync()
+    assert restored.agent_state.status == "ok"
+    assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
+
+
+def test_an_interrupted_run_resumes_with_decisions(db: Path, log: Path) -> None:
+    def gated() -> Agent:
+        agent = make_agent(log)
+        return Agent(agent.model, agent.tools, middleware=[HumanInTheLoop({"record": True})])
+
+    store = SQLiteStore(db)
+    run = start_run(gated(), AgentState.of(PROMPT), store, run_id="hitl")
+    run.run_sync()
+    assert run.agent_state.status == "interrupted"
+    with pytest.raises(ResumeError, match="decisions"):
+        restore_run(gated(), "hitl", store)
+    state = resume_run_sync(gated(), "hitl", store, decisions=[{"type": "approve"}])
+    assert state.status == "interrupted"  # the second call needs approval too
+    state = resume_run_sync(gated(), "hitl", store, decisions=[{"type": "approve"}])
+    assert state.status == "ok"
+    saved = load_run(store, "hitl", strict=False)
+    assert [t.entry for t in saved.traces] == ["expanding", "propagating", "propagating"]
+    assert saved.steps == sum(len(t) for t in saved.traces)
+    assert store.runs()[0].steps == saved.steps
+    whole_path(saved)
+    rows = sqlite3.connect(db).execute("SELECT count(*) FROM messages").fetchone()[0]
+    assert rows == len(saved.chain.messages)  # resumed segments reuse the saved message rows
+
+
+def test_runs_that_are_over_or_missing_are_not_resumed(db: Path, log: Path) -> None:
+    store = SQLiteStore(db)
+    start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="done").run_sync()
+    with pytest.raises(ResumeError, match="ended ok: there is nothing to resume"):
+        restore_run(make_agent(log), "done", store)
+    with pytest.raises(RunNotFoundError):
+        restore_run(make_agent(log), "nope", store)
+
+
+def test_a_store_from_a_newer_format_is_refused(db: Path) -> None:
+    SQLiteStore(db).close()
+    con = sqlite3.connect(db)
+    con.execute("UPDATE meta SET value = 'agentfsm/2' WHERE key = 'format'")
+    con.commit()
+    con.close()
+    with pytest.raises(FormatError, match="newer agentfsm"):
+        SQLiteStore(db)
+
+
+async def test_resume_run_is_async_too(db: Path, log: Path) -> None:
+    store = SQLiteStore(db)
+    run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="a")
+    run.request_pause("draining")
+    await run.run()
+    state = await resume_run(make_agent(log), "a", store)
+    assert state.status == "ok"
+
+
+def test_a_run_paused_after_a_reply_runs_that_replys_tools_on_resume(db: Path, log: Path) -> None:
+    store = SQLiteStore(db)
+    run = start_run(make_agent(log), AgentState.of(PROMPT), store, should_pause=lambda: True)
+    run.run_sync()
+    assert run.trace.path == "expanding calling paused"
+    run_id = Checkpointer.of(run).run_id
+    assert resume_run_sync(make_agent(log), run_id, store).status == "ok"
+    saved = load_run(store, run_id, strict=False)
+    assert saved.traces[1].entry == "interrupt_check"
+    assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
+    whole_path(saved)
+
+
+def test_a_bare_mode_run_checkpoints_and_restores(db: Path) -> None:
+    model = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
+    store = SQLiteStore(db)
+    mode = StandardMode()
+    run = mode.start(LLMChain(model, tools=[add]).add_message(Message.user("1+2?")), max_runs=5)
+    checkpoint(run, store, run_id="bare", options={"max_runs": 5, "should_pause": None})
+    for _ in range(4):
+        run.step_sync()
+    saved = load_run(store, "bare", models=[model], tools=[add])
+    assert saved.options == {"max_runs": 5}
+    restored = mode.restore(saved.chain, saved.state, saved.trace, saved.options)
+    checkpoint(restored, store, saved=saved)
+    result = restored.run_sync()
+    assert isinstance(result, Ok) and result.chain.last_message is not None
+    assert result.chain.last_message.text == "3"
+    assert model.calls == 2
+    assert load_run(store, "bare", models=[model], tools=[add]).trace == restored.trace
+
+
+# ---------------------------------------------------------------- failing stores
+
+
+class FlakyStore:
+    """A store whose writes fail while ``down`` (or once, at the write numbered ``fail_at``)."""
+
+    def __init__(self, inner: SQLiteStore, fail_at: int | None = None) -> None:
+        self.inner = inner
+        self.down = False
+        self.fail_at = fail_at
+        self.calls = 0
+
+    def write(self, run_id: str, write: StoreWrite) -> None:
+        self.calls += 1
+        if self.down or self.calls == self.fail_at:
+            raise sqlite3.OperationalError("disk I/O error")
+        self.inner.write(run_id, write)
+
+    def read(self, run_id: str) -> Any:
+        return self.inner.read(run_id)
+
+    def runs(self) -> Any:
+        return self.inner.runs()
+
+
+def test_a_failed_write_pauses_the_run_and_loses_nothing(db: Path, log: Path) -> None:
+    # writes: 1 at start, then one per transition; the fifth saves `executed`
+    store = FlakyStore(SQLiteStore(db), fail_at=5)
+    assert isinstance(store, Store)
+    run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="f")
+    result = run.run_sync()
+    assert isinstance(result, Paused)
+    assert run.agent_state.pause_reason == "checkpoint_failed: OperationalError: disk I/O error"
+    assert run.trace.path.endswith("executing propagating paused")
+    saved = load_run(store, "f", tools=run.chain.tools)
+    assert saved.trace == run.trace  # the next write carried the transition the failed one had
+    assert resume_run_sync(make_agent(log), "f", store).status == "ok"
+    assert executions(log)["done one"] == 1
+
+
+def test_a_store_that_stays_down_keeps_the_run_in_memory_until_flushed(db: Path, log: Path) -> None:
+    store = FlakyStore(SQLiteStore(db))
+    run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="down")
+    for _ in range(3):
+        run.step_sync()  # to executing
+    store.down = True
+    run.run_sync()
+    checkpointer = Checkpointer.of(run)
+    assert checkpointer.error is not None
+    assert run.trace.path.endswith("executing propagating paused")
+    assert load_run(store, "down", strict=False).state == "executing"  # the last good boundary
+    store.down = False
+    assert checkpointer.flush() and checkpointer.error is None
+    saved = load_run(store, "down", strict=False)
+    assert (saved.status, saved.trace) == ("paused", run.trace)
+    assert resume_run_sync(make_agent(log), "down", store).status == "ok"
+    assert executions(log)["done one"] == 1
+
+
+def test_a_failed_terminal_write_leaves_the_boundary_before(db: Path, log: Path) -> None:
+    store = FlakyStore(SQLiteStore(db))
+    run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="t")
+    while run.state != "deciding" or len(run.trace.where("deciding")) < 2:
+        run.step_sync()
+    store.down = True
+    run.step_sync()
+    assert isinstance(run.result, Ok)  # the run ended: there is nothing left to pause
+    assert Checkpointer.of(run).error is not None
+    saved = load_run(store, "t", strict=False)
+    assert (saved.status, saved.state) == ("running", "deciding")
+    store.down = False
+    done = executions(log)
+    resumed = restore_run(make_agent(log), "t", store)
+    resumed.run_sync()  # redoes only deciding --done--> ok: no tool runs
+    assert resumed.trace.edges == run.trace.edges
+    assert executions(log) == done
+
+
+# ---------------------------------------------------------------- the runs command
+
+
+def cli(*argv: str) -> tuple[int, str]:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="agentfsm")
+    runs_cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(list(argv))
+    out = io.StringIO()
+    return args.handler(args, out), out.getvalue()
+
+
+def test_runs_list_show_and_resume(
+    db: Path, log: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = SQLiteStore(db)
+    run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="cli")
+    run.request_pause("draining")
+    run.run_sync()
+
+    status, out = cli("runs", "list", "--db", str(db))
+    assert status == 0
+    assert out.splitlines()[1].split()[:4] == ["cli", "paused", "paused", "1"]
+    assert "draining" in out
+
+    status, out = cli("runs", "show", "cli", "--db", str(db))
+    assert status == 0
+    assert "expanding --paused--> paused" in out and "paused: draining" in out
+
+    status, out = cli("runs", "show", "cli", "--json", "--db", str(db))
+    assert json.loads(out)["traces"][0]["format"] == "agentfsm/1"
+
+    monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
+    status, out = cli(
+        "runs", "resume", "cli", "--db", str(db), "--agent", "tests._crash_worker:agent"
+    )
+    assert status == 0, out
+    assert "run cli: ok at ok" in out and "answer: done" in out
+
+    status, _ = cli(
+        "runs", "resume", "cli", "--db", str(db), "--agent", "tests._crash_worker:agent"
+    )
+    assert status == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    status, _ = cli("runs", "show", "x", "--db", str(db.with_name("missing.db")))
+    assert status == 2
+    assert "no store" in capsys.readouterr().err
+
+
+def test_runs_resume_takes_decisions_for_the_demo_agent(db: Path) -> None:
+    from statemachine._demo import DEMO_PROMPT, demo_agent
+
+    run = start_run(demo_agent(delay=0, stream=False), AgentState.of(DEMO_PROMPT), SQLiteStore(db))
+    run.run_sync()
+    assert run.agent_state.status == "interrupted"
+    run_id = Checkpointer.of(run).run_id
+    status, out = cli(
+        "runs", "resume", run_id, "--db", str(db), "--decisions", '[{"type": "approve"}]'
+    )
+    assert status == 0, out
+    assert f"run {run_id}: ok" in out
+    saved = load_run(SQLiteStore(db), run_id, strict=False)
+    assert saved.agent_state is not None
+    assert "summary.md" in saved.agent_state.state["files"]
+
+
+def test_trace_helpers_see_saved_traces_as_traces(db: Path, log: Path) -> None:
+    run = start_run(make_agent(log), AgentState.of(PROMPT), SQLiteStore(db), run_id="x")
+    run.run_sync()
+    saved = load_run(SQLiteStore(db), "x", strict=False)
+    assert isinstance(saved.trace, Trace)
+    assert saved.trace.path == run.trace.path
+    assert os.path.exists(db)
+    assert isinstance(saved.chain.messages[0], Message)
