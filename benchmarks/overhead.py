@@ -21,18 +21,20 @@ from statemachine.modes.standard import StandardMode
 
 
 @tool
-def noop() -> str:
-    """Do nothing."""
-    return "ok"
+async def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
 
 
 def _script(k: int) -> ScriptedModel:
-    calls = [Message.assistant(None, [ToolCall(f"c{i}", "noop", {})]) for i in range(k)]
+    calls = [
+        Message.assistant(None, [ToolCall(f"c{i}", "add", {"a": i, "b": 1})]) for i in range(k)
+    ]
     return ScriptedModel([*calls, Message.assistant("done")])
 
 
 async def _one(k: int) -> float:
-    chain = LLMChain(_script(k), tools=[noop]).add_message(Message.user("go"))
+    chain = LLMChain(_script(k), tools=[add]).add_message(Message.user("go"))
     mode = StandardMode()
     start = time.perf_counter()
     run = mode.start(chain, max_runs=k + 2)

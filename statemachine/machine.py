@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from transitions import Machine, State, Transition
+from transitions import Machine, Transition
 
 __all__ = ["STANDARD", "Edge", "MachineTable"]
 
@@ -28,27 +28,18 @@ class Edge:
     why: str
 
 
-class _State(State):
-    """A state whose enter and exit skip the callback machinery when it has no callbacks."""
-
-    def enter(self, event_data: Any) -> None:
-        if self.on_enter:
-            super().enter(event_data)
-
-    def exit(self, event_data: Any) -> None:
-        if self.on_exit:
-            super().exit(event_data)
-
-
 class _Transition(Transition):
     """A transition that goes straight to the state change when nothing hooks into it.
 
     The table has no conditions or callbacks: the work lives in the states'
-    steps. Any callback added to the machine or a transition takes the full path.
+    steps. Any callback added to the machine, a transition or the two states
+    takes the full path.
     """
 
     def execute(self, event_data: Any) -> bool:
         machine = event_data.machine
+        source = machine.states[self.source]
+        dest = machine.states[self.dest]
         if (
             self.prepare
             or self.conditions
@@ -56,9 +47,13 @@ class _Transition(Transition):
             or self.after
             or machine.before_state_change
             or machine.after_state_change
+            or source.on_exit
+            or dest.on_enter
+            or dest.final
         ):
             return bool(super().execute(event_data))
-        self._change_state(event_data)
+        machine.set_state(dest, event_data.model)
+        event_data.update(dest)
         return True
 
 
@@ -71,7 +66,6 @@ class _SharedMachine(Machine):
     with a model's own names.
     """
 
-    state_cls = _State
     transition_cls = _Transition
 
     def _checked_assignment(self, model: Any, name: str, func: Any) -> None:

@@ -177,6 +177,29 @@ def _is_kind(value: Any, kind: str) -> bool:
     return True
 
 
+_EXACT: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list, tuple),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def _checker(schema: Mapping[str, Any]) -> Callable[[Any], bool]:
+    """A fast test of one value against a property's schema (``_type_ok`` as a closure)."""
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if kind else []
+    if "enum" in schema or not all(k in _EXACT for k in kinds):
+        return lambda value: _type_ok(value, schema)
+    if not kinds:
+        return lambda value: True
+    allowed = frozenset(t for k in kinds for t in _EXACT[k])
+    return lambda value: type(value) in allowed
+
+
 def _describe(schema: Mapping[str, Any]) -> str:
     if "enum" in schema:
         return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
@@ -213,12 +236,14 @@ class Tool:
     _required: frozenset[str] = attrs.field(init=False, eq=False, repr=False)
     _properties: Mapping[str, Mapping[str, Any]] = attrs.field(init=False, eq=False, repr=False)
     _open: bool = attrs.field(init=False, eq=False, repr=False)
+    _checks: Mapping[str, Callable[[Any], bool]] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         props = dict(self.parameters.get("properties") or {})
         object.__setattr__(self, "_properties", props)
         object.__setattr__(self, "_required", frozenset(self.parameters.get("required") or ()))
         object.__setattr__(self, "_open", self.parameters.get("additionalProperties") is True)
+        object.__setattr__(self, "_checks", {k: _checker(v) for k, v in props.items()})
         if not self.is_async and inspect.iscoroutinefunction(self.function):
             object.__setattr__(self, "is_async", True)
 
@@ -271,8 +296,22 @@ class Tool:
             is_async=inspect.iscoroutinefunction(function),
         )
 
+    def _fits(self, arguments: Mapping[str, Any]) -> bool:
+        """The quick yes of the common case; a no is explained by ``argument_error``."""
+        checks = self._checks
+        for key, value in arguments.items():
+            check = checks.get(key)
+            if check is None:
+                if not self._open:
+                    return False
+            elif not check(value):
+                return False
+        return all(name in arguments for name in self._required)
+
     def argument_error(self, arguments: Mapping[str, Any]) -> str | None:
         """Why ``arguments`` do not fit the schema, in words the model can act on."""
+        if self._fits(arguments):
+            return None
         given = set(arguments)
         missing = sorted(self._required - given)
         unknown = [] if self._open else sorted(given - self._properties.keys())
@@ -356,6 +395,11 @@ def _to_result(call: ToolCall, value: Any) -> ToolResult:
             interrupt_data=dict(value.interrupt) if value.interrupt is not None else None,
             state_updates=value.state_updates,
         )
+    kind = type(value)
+    if kind is str:
+        return ToolResult(call.call_id, call.name, value)
+    if kind is int or kind is float:
+        return ToolResult(call.call_id, call.name, repr(value))
     if isinstance(value, str):
         return ToolResult(call.call_id, call.name, value)
     if isinstance(value, list | tuple) and value and all(isinstance(v, ContentPart) for v in value):
