@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "ARRIVALS",
+    "IDLE_K",
+    "PROMPT",
     "TOOL_DESCRIPTION",
     "TOOL_NAME",
     "Arrivals",
@@ -42,6 +44,9 @@ __all__ = [
 TOOL_NAME = "add"
 TOOL_DESCRIPTION = "Add two integers."
 PROMPT = "Count with the add tool, then say done."
+#: Tool rounds of an idle run once released: its memory is measured at the gate,
+#: before the first reply, so K does not change it; 0 makes releasing 10,000 quick.
+IDLE_K = 0
 
 
 class WorkloadError(AssertionError):
@@ -61,7 +66,7 @@ class RunCtx:
 class Arrivals:
     """Counts runs that reached their gate; wakes a waiter when enough did."""
 
-    __slots__ = ("count", "target", "reached")
+    __slots__ = ("count", "reached", "target")
 
     def __init__(self) -> None:
         self.count = 0
@@ -105,9 +110,7 @@ async def model_turn() -> tuple[int, bool]:
 def check_last_result(n: int, observed: object) -> None:
     """On model call ``n >= 2`` the last message must be the result ``n``."""
     if n >= 2 and str(observed) != str(n):
-        raise WorkloadError(
-            f"model call {n}: expected last tool result {n!r}, got {observed!r}"
-        )
+        raise WorkloadError(f"model call {n}: expected last tool result {n!r}, got {observed!r}")
 
 
 def final_text() -> str:

@@ -8,7 +8,11 @@ end, and every round fires the same seven triggers the agent machine does::
     executing --executed--> propagating --propagated--> until_check
     --unsatisfied--> deciding --loop--> expanding | --done--> ok
 
-The difference to ``floor_asyncio`` is what the machine library costs.
+Events are fired through the machine (``machine.events[name].trigger(model)``)
+and the machine binds nothing onto the models (no ``is_<state>`` helpers, no
+per-trigger methods): the leanest way to share one machine among many runs.
+States and transitions are the library's stock classes.  The difference to
+``floor_asyncio`` is what the machine library costs.
 """
 
 from __future__ import annotations
@@ -46,12 +50,38 @@ TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": "fail", "source": "*", "dest": "error"},
 ]
 
-MACHINE = Machine(
+
+class _LeanMachine(Machine):
+    """Binds no convenience methods onto models (they cost time and memory per run)."""
+
+    def _checked_assignment(self, model: Any, name: str, func: Any) -> None:
+        return None
+
+    def _add_model_to_state(self, state: Any, model: Any) -> None:
+        return None
+
+
+MACHINE = _LeanMachine(
     model=None,
     states=STATES,
     transitions=TRANSITIONS,
     initial=None,
     auto_transitions=False,
+    ignore_invalid_triggers=False,
+)
+EVENTS = MACHINE.events
+EXPANDED, CALLED, CLEAR, EXECUTED, PROPAGATED, UNSATISFIED, LOOP, DONE = (
+    EVENTS[name].trigger
+    for name in (
+        "expanded",
+        "called",
+        "clear",
+        "executed",
+        "propagated",
+        "unsatisfied",
+        "loop",
+        "done",
+    )
 )
 
 Message = dict[str, Any]
@@ -62,13 +92,12 @@ def version() -> str:
 
 
 class _Run:
-    """The per-run model object the machine decorates with triggers."""
+    """The per-run model object the machine moves."""
 
     state: str
 
     def __init__(self) -> None:
         self.messages: list[Message] = [{"role": "user", "content": w.PROMPT}]
-        self.reply: Message | None = None
 
 
 async def _model(messages: list[Message]) -> Message:
@@ -86,27 +115,27 @@ TOOLS = {w.TOOL_NAME: w.tool_add}
 
 
 async def _run(ctx: w.RunCtx) -> str:
-    run: Any = _Run()
+    run = _Run()
     MACHINE.add_model(run, initial="expanding")
     try:
         messages = run.messages
         while True:
-            run.expanded()
+            EXPANDED(run)
             reply = await _model(messages)
             messages.append(reply)
-            run.called()
-            run.clear()
+            CALLED(run)
+            CLEAR(run)
             calls = reply.get("tool_calls") or ()
             for call in calls:
                 result = await TOOLS[call["name"]](**call["args"])
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-            run.executed()
-            run.propagated()
-            run.unsatisfied()
+            EXECUTED(run)
+            PROPAGATED(run)
+            UNSATISFIED(run)
             if not calls:
-                run.done()
+                DONE(run)
                 return str(reply["content"])
-            run.loop()
+            LOOP(run)
     finally:
         MACHINE.remove_model(run)
 
@@ -116,4 +145,4 @@ async def run_once(k: int) -> None:
 
 
 async def idle_run(event: asyncio.Event) -> None:
-    await w.drive(_run, 1, gate=event)
+    await w.drive(_run, w.IDLE_K, gate=event)

@@ -20,7 +20,7 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackMana
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
@@ -96,7 +96,7 @@ with warnings.catch_warnings():
 
 async def _run(ctx: w.RunCtx) -> str:
     # Each round is two super-steps (model node, tools node); leave headroom.
-    config = {"recursion_limit": 2 * ctx.k + 10}
+    config: RunnableConfig = {"recursion_limit": 2 * ctx.k + 10}
     state = await GRAPH.ainvoke({"messages": [("user", w.PROMPT)]}, config=config)
     return str(state["messages"][-1].content)
 
@@ -106,4 +106,4 @@ async def run_once(k: int) -> None:
 
 
 async def idle_run(event: asyncio.Event) -> None:
-    await w.drive(_run, 1, gate=event)
+    await w.drive(_run, w.IDLE_K, gate=event)

@@ -3,7 +3,15 @@
 No network: the model is a :class:`agents.Model` subclass that returns
 Responses-API items built in memory, with usage as a real provider reports
 it.  Tracing is disabled.  The agent is built once; each run is
-``await Runner.run(agent, prompt, max_turns=...)``.
+``await Runner.run(agent.clone(), prompt, max_turns=...)``.
+
+Why a clone per run: the SDK registers every active run of an ``Agent`` in a
+per-agent list and scans that list on every turn (to detect ``Agent.tools``
+changing under concurrent runs), so N concurrent runs of one shared agent cost
+O(N) per turn each, O(N²) in all: 10,000 idle runs of one agent take many
+minutes just to start.  A shallow ``clone()`` per run (the SDK's own advice
+for concurrent runs) keeps each run's scan to itself; it costs a few µs, next
+to nothing at this library's per-call cost.
 """
 
 from __future__ import annotations
@@ -130,7 +138,7 @@ AGENT = Agent(name="peers", instructions="Use the add tool.", model=FakeModel(),
 
 
 async def _run(ctx: w.RunCtx) -> str:
-    result = await Runner.run(AGENT, w.PROMPT, max_turns=ctx.k + 5)
+    result = await Runner.run(AGENT.clone(), w.PROMPT, max_turns=ctx.k + 5)
     return str(result.final_output)
 
 
@@ -139,4 +147,4 @@ async def run_once(k: int) -> None:
 
 
 async def idle_run(event: asyncio.Event) -> None:
-    await w.drive(_run, 1, gate=event)
+    await w.drive(_run, w.IDLE_K, gate=event)

@@ -73,4 +73,4 @@ async def run_once(k: int) -> None:
 
 
 async def idle_run(event: asyncio.Event) -> None:
-    await w.drive(_run, 1, gate=event)
+    await w.drive(_run, w.IDLE_K, gate=event)
