@@ -23,6 +23,8 @@ from .tools import Tool
 if TYPE_CHECKING:
     from providers.base import ChatModel
 
+    from .store import Store
+
 __all__ = ["Agent", "AgentRun", "AgentState", "collapse_until_tool"]
 
 Status = Literal["new", "ok", "paused", "interrupted", "error"]
@@ -225,6 +227,17 @@ class Agent:
                     failure = ChainError(failure.type, MAX_RUNS_MESSAGE, retryable=False)
                 return attrs.evolve(state, status="error", error=failure)
         raise AssertionError(f"unexpected result {result!r}")
+
+    # ------------------------------------------------------------ saved runs
+
+    async def resume_run(self, run_id: str, store: Store, **options: Any) -> AgentState:
+        """Continue a run saved in ``store`` from its last checkpoint (see :mod:`.store`)."""
+        from .store import resume_run
+
+        return await resume_run(self, run_id, store, **options)
+
+    def resume_run_sync(self, run_id: str, store: Store, **options: Any) -> AgentState:
+        return run_sync(self.resume_run(run_id, store, **options), self.model)
 
     # ------------------------------------------------------------ human in the loop
 

@@ -47,7 +47,7 @@ from typing import Any, Final, Literal, Protocol, runtime_checkable
 import attrs
 
 from .agent import Agent, AgentRun, AgentState
-from .chain import Callbacks, LLMChain
+from .chain import Callbacks, LLMChain, run_sync
 from .messages import Message
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
@@ -866,6 +866,4 @@ def resume_run_sync(
     **options: Any,
 ) -> AgentState:
     """:func:`resume_run` for scripts and tests."""
-    import asyncio
-
-    return asyncio.run(resume_run(agent, run_id, store, **options))
+    return run_sync(resume_run(agent, run_id, store, **options), agent.model)

@@ -432,3 +432,19 @@ def test_trace_helpers_see_saved_traces_as_traces(db: Path, log: Path) -> None:
     assert saved.trace.path == run.trace.path
     assert os.path.exists(db)
     assert isinstance(saved.chain.messages[0], Message)
+
+
+def test_agent_resume_run_continues_a_paused_run(tmp_path: Any) -> None:
+    """``agent.resume_run(run_id, store)``: the method form of ``store.resume_run``."""
+    from providers import ScriptedModel, call_tool, say
+    from statemachine import Agent, AgentState
+    from statemachine.store import SQLiteStore, start_run
+    from tests.support import add
+
+    agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        run = start_run(agent, AgentState.of("go"), store, run_id="r1", should_pause=lambda: True)
+        run.run_sync()
+        assert run.agent_state.status == "paused"
+        state = agent.resume_run_sync("r1", store)
+    assert state.status == "ok" and state.messages[-1].text == "3"
