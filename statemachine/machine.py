@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 from transitions import Machine, Transition
+from transitions.core import listify
 
 __all__ = ["STANDARD", "Edge", "MachineTable"]
 
@@ -68,11 +69,15 @@ class _SharedMachine(Machine):
 
     transition_cls = _Transition
 
-    def _checked_assignment(self, model: Any, name: str, func: Any) -> None:
-        return None
-
-    def _add_model_to_state(self, state: Any, model: Any) -> None:
-        return None
+    def add_model(self, model: Any, initial: Any = None) -> None:
+        """Register runs at ``initial``; no trigger or state method is bound onto them."""
+        initial = initial if initial is not None else self.initial
+        if initial is None:
+            raise ValueError("A run needs an initial state: the table's entries name them.")
+        for run in listify(model):
+            if run not in self.models:
+                self.set_state(initial, model=run)
+                self.models.append(run)
 
 
 @attrs.frozen
