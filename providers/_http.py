@@ -1,4 +1,5 @@
-"""The HTTP transport the real providers share: pooled client, retries, error mapping.
+"""What the real providers share: the HTTP transport (pooled client, retries, error
+mapping) and :class:`HttpChatModel`, the frame of a model that calls through it.
 
 A model owns one :class:`HttpTransport`, which owns one ``httpx.AsyncClient``,
 created on first use so calls reuse connections (and created anew when the
@@ -14,22 +15,27 @@ retry would repeat them.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import collections
 import email.utils
 import json
+import os
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from types import TracebackType
+from typing import Any, ClassVar, Final, Self
 
 import httpx
 
 from statemachine.errors import ChainError
-from statemachine.messages import ToolCall
+from statemachine.messages import Message, Status, ToolCall
+from statemachine.tools import Tool
 
 from ._sse import ServerSentEvent, SSEDecoder
+from .base import DeltaHandler, ModelSettings
 
 __all__ = [
     "DEFAULT_BACKOFF",
@@ -39,6 +45,7 @@ __all__ = [
     "DEFAULT_MAX_RETRY_WAIT",
     "DEFAULT_TIMEOUT",
     "EventStream",
+    "HttpChatModel",
     "HttpTransport",
     "error_for_provider_type",
     "parse_arguments",
@@ -497,3 +504,148 @@ class HttpTransport:
                 "invalid_response", f"{self.label}: undecodable body from {url}: {name}"
             )
         return ChainError("connection", f"{self.label}: cannot reach {url}: {name}")
+
+
+class HttpChatModel(abc.ABC):
+    """The frame both HTTP providers share, so each one only speaks its own wire format.
+
+    It keeps the settings, reads the key from the argument or ``_key_variable``,
+    owns the transport and its closing, refuses a keyless call to the provider's
+    own endpoint, and turns a reply's pieces into the assistant message.
+    """
+
+    #: ``name`` is ``{_provider}:{model}``.
+    _provider: ClassVar[str]
+    _key_variable: ClassVar[str]
+    #: Said after ``_key_variable`` when the key is missing.
+    _key_hint: ClassVar[str] = ""
+    #: The provider's own endpoint: the one a call without a key is refused for.
+    _official_url: ClassVar[str]
+    _path: ClassVar[str]
+    #: The metadata key of why the reply stopped, and the statuses those reasons mean.
+    _reason_key: ClassVar[str]
+    _statuses: ClassVar[Mapping[str, Status]]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None,
+        base_url: str,
+        settings: ModelSettings | None,
+        stream: bool,
+        headers: Mapping[str, str],
+        timeout: float,
+        connect_timeout: float,
+        max_retries: int,
+        backoff: float,
+        max_backoff: float,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.settings = settings or ModelSettings()
+        self.stream = stream or self.settings.stream
+        self._api_key = api_key if api_key is not None else os.environ.get(self._key_variable)
+        wire_headers = dict(headers)
+        if self._api_key:
+            wire_headers.update(self._key_headers(self._api_key))
+        self._http = HttpTransport(
+            self.name,
+            self.base_url,
+            headers=wire_headers,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+        )
+
+    @property
+    def name(self) -> str:
+        return f"{self._provider}:{self.model}"
+
+    def __repr__(self) -> str:
+        options = f"base_url={self.base_url!r}, stream={self.stream}"
+        return f"{type(self).__name__}({self.model!r}, {options})"
+
+    async def aclose(self) -> None:
+        """Close the pooled connections."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        *,
+        on_delta: DeltaHandler | None = None,
+    ) -> Message:
+        """One request; the assistant reply, or a ChainError."""
+        if not self._api_key and self.base_url == self._official_url:
+            raise ChainError(
+                "authentication",
+                f"{self.name}: no API key. Pass api_key=... or set {self._key_variable}"
+                f"{self._key_hint}.",
+            )
+        body = self.request_body(messages, tools)
+        if self.stream:
+            return await self._complete_streaming(body, on_delta)
+        return self._reply(await self._http.post_json(self._path, body))
+
+    @abc.abstractmethod
+    def request_body(self, messages: Sequence[Message], tools: Sequence[Tool]) -> dict[str, Any]:
+        """The JSON body ``complete`` sends for this conversation."""
+
+    @abc.abstractmethod
+    def _key_headers(self, api_key: str) -> dict[str, str]:
+        """The headers that carry the key."""
+
+    @abc.abstractmethod
+    def _reply(self, data: Any) -> Message:
+        """The assistant message of a JSON reply."""
+
+    @abc.abstractmethod
+    async def _complete_streaming(
+        self, body: Mapping[str, Any], on_delta: DeltaHandler | None
+    ) -> Message:
+        """The assistant message assembled from the reply's events."""
+
+    @abc.abstractmethod
+    def _usage(self, usage: Mapping[str, Any]) -> dict[str, int]:
+        """The provider's token counts as ``input_tokens`` and ``output_tokens``."""
+
+    def _message(
+        self,
+        text: str | None,
+        calls: Sequence[ToolCall],
+        reason: Any,
+        usage: Any,
+        data: Mapping[str, Any],
+        **extra: Any,
+    ) -> Message:
+        """The reply with its metadata; ``extra`` entries are kept when they are set."""
+        metadata: dict[str, Any] = {"model": self.name}
+        if isinstance(usage, Mapping):
+            metadata["usage"] = self._usage(usage)
+        if reason is not None:
+            metadata[self._reason_key] = reason
+        if data.get("id"):
+            metadata["response_id"] = data["id"]
+        if data.get("model"):
+            metadata["response_model"] = data["model"]
+        metadata.update({key: value for key, value in extra.items() if value})
+        status = self._statuses.get(reason, "complete") if isinstance(reason, str) else "complete"
+        return Message.assistant(text or None, calls, status=status, metadata=metadata)
+
+    def _invalid(self, what: str) -> ChainError:
+        return ChainError("invalid_response", f"{self.name}: {what}")

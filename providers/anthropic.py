@@ -13,9 +13,7 @@ that is not a JSON object never raises: the call carries ``invalid_arguments``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Final
 
 import attrs
@@ -30,7 +28,7 @@ from ._http import (
     DEFAULT_MAX_BACKOFF,
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
-    HttpTransport,
+    HttpChatModel,
     error_for_provider_type,
     parse_json,
     tool_call,
@@ -43,7 +41,6 @@ DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 API_VERSION: Final = "2023-06-01"
 #: The API requires a token limit; this one applies unless given.
 DEFAULT_MAX_TOKENS: Final = 1024
-_PATH: Final = "v1/messages"
 _STATUS: Final[Mapping[str, Status]] = {
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
@@ -64,7 +61,7 @@ class _Block:
     ordinal: int = 0
 
 
-class AnthropicChat:
+class AnthropicChat(HttpChatModel):
     """A Claude model behind the Messages API (``POST {base_url}/v1/messages``).
 
     ``api_key`` defaults to ``ANTHROPIC_API_KEY``; without one, a call to the
@@ -72,6 +69,13 @@ class AnthropicChat:
     proxy or gateway, is called without ``x-api-key``). ``max_tokens`` defaults
     to ``settings.max_tokens``, else :data:`DEFAULT_MAX_TOKENS`.
     """
+
+    _provider = "anthropic"
+    _key_variable = "ANTHROPIC_API_KEY"
+    _official_url = DEFAULT_BASE_URL
+    _path = "v1/messages"
+    _reason_key = "stop_reason"
+    _statuses = _STATUS
 
     def __init__(
         self,
@@ -89,9 +93,19 @@ class AnthropicChat:
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.settings = settings or ModelSettings()
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            settings=settings,
+            stream=stream,
+            headers={"anthropic-version": API_VERSION, **(headers or {})},
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+        )
         self.max_tokens = (
             max_tokens
             if max_tokens is not None
@@ -99,65 +113,9 @@ class AnthropicChat:
             if self.settings.max_tokens is not None
             else DEFAULT_MAX_TOKENS
         )
-        self.stream = stream or self.settings.stream
-        self._api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-        wire_headers = {"anthropic-version": API_VERSION, **(headers or {})}
-        if self._api_key:
-            wire_headers["x-api-key"] = self._api_key
-        self._http = HttpTransport(
-            self.name,
-            self.base_url,
-            headers=wire_headers,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            max_retries=max_retries,
-            backoff=backoff,
-            max_backoff=max_backoff,
-        )
 
-    @property
-    def name(self) -> str:
-        return f"anthropic:{self.model}"
-
-    def __repr__(self) -> str:
-        return f"AnthropicChat({self.model!r}, base_url={self.base_url!r}, stream={self.stream})"
-
-    # ------------------------------------------------------------ lifecycle
-
-    async def aclose(self) -> None:
-        """Close the pooled connections."""
-        await self._http.aclose()
-
-    async def __aenter__(self) -> AnthropicChat:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    # ------------------------------------------------------------ the call
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Tool],
-        *,
-        on_delta: DeltaHandler | None = None,
-    ) -> Message:
-        """One Messages API request; the assistant reply, or a ChainError."""
-        if not self._api_key and self.base_url == DEFAULT_BASE_URL:
-            raise ChainError(
-                "authentication",
-                f"{self.name}: no API key. Pass api_key=... or set ANTHROPIC_API_KEY.",
-            )
-        body = self.request_body(messages, tools)
-        if self.stream:
-            return await self._complete_streaming(body, on_delta)
-        return self._reply(await self._http.post_json(_PATH, body))
+    def _key_headers(self, api_key: str) -> dict[str, str]:
+        return {"x-api-key": api_key}
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[Tool]) -> dict[str, Any]:
         """The JSON body ``complete`` sends for this conversation."""
@@ -215,27 +173,14 @@ class AnthropicChat:
                 )
         return self._message("".join(text), calls, data.get("stop_reason"), data.get("usage"), data)
 
-    def _message(
-        self,
-        text: str,
-        calls: Sequence[ToolCall],
-        stop_reason: Any,
-        usage: Any,
-        data: Mapping[str, Any],
-    ) -> Message:
-        metadata: dict[str, Any] = {"model": self.name}
-        if isinstance(usage, Mapping):
-            metadata["usage"] = _usage(usage)
-        if stop_reason is not None:
-            metadata["stop_reason"] = stop_reason
-        if data.get("id"):
-            metadata["response_id"] = data["id"]
-        if data.get("model"):
-            metadata["response_model"] = data["model"]
-        status = _STATUS.get(stop_reason, "complete") if isinstance(stop_reason, str) else None
-        return Message.assistant(
-            text or None, calls, status=status or "complete", metadata=metadata
-        )
+    def _usage(self, usage: Mapping[str, Any]) -> dict[str, int]:
+        """Input counts cached tokens too, as OpenAI's ``prompt_tokens`` does."""
+        read = int(usage.get("cache_read_input_tokens") or 0)
+        written = int(usage.get("cache_creation_input_tokens") or 0)
+        return {
+            "input_tokens": int(usage.get("input_tokens") or 0) + read + written,
+            "output_tokens": int(usage.get("output_tokens") or 0),
+        }
 
     async def _complete_streaming(
         self, body: Mapping[str, Any], on_delta: DeltaHandler | None
@@ -245,7 +190,7 @@ class AnthropicChat:
         usage: dict[str, Any] = {}
         stop_reason: Any = None
         done = False
-        async with self._http.stream(_PATH, body) as events:
+        async with self._http.stream(self._path, body) as events:
             async for event in events:
                 data = parse_json(event.data, self.name, f"a {event.event} event")
                 if not isinstance(data, Mapping):
@@ -337,9 +282,6 @@ class AnthropicChat:
                     )
                 )
 
-    def _invalid(self, what: str) -> ChainError:
-        return ChainError("invalid_response", f"{self.name}: {what}")
-
 
 def _index(data: Mapping[str, Any]) -> int:
     index = data.get("index")
@@ -351,16 +293,6 @@ def _present(usage: Any) -> dict[str, Any]:
     if not isinstance(usage, Mapping):
         return {}
     return {k: v for k, v in usage.items() if v is not None}
-
-
-def _usage(usage: Mapping[str, Any]) -> dict[str, int]:
-    """Input counts cached tokens too, as OpenAI's ``prompt_tokens`` does."""
-    read = int(usage.get("cache_read_input_tokens") or 0)
-    written = int(usage.get("cache_creation_input_tokens") or 0)
-    return {
-        "input_tokens": int(usage.get("input_tokens") or 0) + read + written,
-        "output_tokens": int(usage.get("output_tokens") or 0),
-    }
 
 
 # ---------------------------------------------------------------- to the wire

@@ -14,15 +14,13 @@ carries ``invalid_arguments`` and becomes an error result the model can fix.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Final
 
 import attrs
 
 from statemachine.errors import ChainError
-from statemachine.messages import ContentPart, Message, MessageDelta, Status, ToolCall
+from statemachine.messages import ContentPart, Message, MessageDelta, Status
 from statemachine.tools import Tool
 
 from ._http import (
@@ -31,7 +29,7 @@ from ._http import (
     DEFAULT_MAX_BACKOFF,
     DEFAULT_MAX_RETRIES,
     DEFAULT_TIMEOUT,
-    HttpTransport,
+    HttpChatModel,
     error_for_provider_type,
     parse_json,
     tool_call,
@@ -41,7 +39,6 @@ from .base import DeltaHandler, ModelSettings
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChat"]
 
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
-_PATH: Final = "chat/completions"
 _STATUS: Final[Mapping[str, Status]] = {"length": "length", "content_filter": "filtered"}
 
 
@@ -54,7 +51,7 @@ class _PartialCall:
     arguments: list[str] = attrs.field(factory=list)
 
 
-class OpenAIChat:
+class OpenAIChat(HttpChatModel):
     """A chat model behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
     ``api_key`` defaults to ``OPENAI_API_KEY``; without one, a call to the
@@ -63,6 +60,14 @@ class OpenAIChat:
     ``settings.max_tokens`` is sent as ``max_completion_tokens`` to the official
     endpoint and as the more widely understood ``max_tokens`` elsewhere.
     """
+
+    _provider = "openai"
+    _key_variable = "OPENAI_API_KEY"
+    _key_hint = " (a local OpenAI-compatible server needs none: pass its base_url)"
+    _official_url = DEFAULT_BASE_URL
+    _path = "chat/completions"
+    _reason_key = "finish_reason"
+    _statuses = _STATUS
 
     def __init__(
         self,
@@ -79,18 +84,13 @@ class OpenAIChat:
         max_backoff: float = DEFAULT_MAX_BACKOFF,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.settings = settings or ModelSettings()
-        self.stream = stream or self.settings.stream
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        wire_headers = dict(headers or {})
-        if self._api_key:
-            wire_headers["authorization"] = f"Bearer {self._api_key}"
-        self._http = HttpTransport(
-            self.name,
-            self.base_url,
-            headers=wire_headers,
+        super().__init__(
+            model,
+            api_key=api_key,
+            base_url=base_url,
+            settings=settings,
+            stream=stream,
+            headers=headers or {},
             timeout=timeout,
             connect_timeout=connect_timeout,
             max_retries=max_retries,
@@ -98,51 +98,8 @@ class OpenAIChat:
             max_backoff=max_backoff,
         )
 
-    @property
-    def name(self) -> str:
-        return f"openai:{self.model}"
-
-    def __repr__(self) -> str:
-        return f"OpenAIChat({self.model!r}, base_url={self.base_url!r}, stream={self.stream})"
-
-    # ------------------------------------------------------------ lifecycle
-
-    async def aclose(self) -> None:
-        """Close the pooled connections."""
-        await self._http.aclose()
-
-    async def __aenter__(self) -> OpenAIChat:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    # ------------------------------------------------------------ the call
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Tool],
-        *,
-        on_delta: DeltaHandler | None = None,
-    ) -> Message:
-        """One Chat Completions request; the assistant reply, or a ChainError."""
-        if not self._api_key and self.base_url == DEFAULT_BASE_URL:
-            raise ChainError(
-                "authentication",
-                f"{self.name}: no API key. Pass api_key=... or set OPENAI_API_KEY "
-                "(a local OpenAI-compatible server needs none: pass its base_url).",
-            )
-        body = self.request_body(messages, tools)
-        if self.stream:
-            return await self._complete_streaming(body, on_delta)
-        data = await self._http.post_json(_PATH, body)
-        return self._reply(data)
+    def _key_headers(self, api_key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"}
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[Tool]) -> dict[str, Any]:
         """The JSON body ``complete`` sends for this conversation."""
@@ -206,34 +163,11 @@ class OpenAIChat:
             refusal=refusal,
         )
 
-    def _message(
-        self,
-        content: str | None,
-        calls: Sequence[ToolCall],
-        finish_reason: Any,
-        usage: Any,
-        data: Mapping[str, Any],
-        *,
-        refusal: Any = None,
-    ) -> Message:
-        metadata: dict[str, Any] = {"model": self.name}
-        if isinstance(usage, Mapping):
-            metadata["usage"] = {
-                "input_tokens": int(usage.get("prompt_tokens") or 0),
-                "output_tokens": int(usage.get("completion_tokens") or 0),
-            }
-        if finish_reason is not None:
-            metadata["finish_reason"] = finish_reason
-        if data.get("id"):
-            metadata["response_id"] = data["id"]
-        if data.get("model"):
-            metadata["response_model"] = data["model"]
-        if refusal:
-            metadata["refusal"] = refusal
-        status = _STATUS.get(finish_reason, "complete") if isinstance(finish_reason, str) else None
-        return Message.assistant(
-            content or None, calls, status=status or "complete", metadata=metadata
-        )
+    def _usage(self, usage: Mapping[str, Any]) -> dict[str, int]:
+        return {
+            "input_tokens": int(usage.get("prompt_tokens") or 0),
+            "output_tokens": int(usage.get("completion_tokens") or 0),
+        }
 
     async def _complete_streaming(
         self, body: Mapping[str, Any], on_delta: DeltaHandler | None
@@ -244,7 +178,7 @@ class OpenAIChat:
         usage: Any = None
         first: dict[str, Any] = {}
         done = False
-        async with self._http.stream(_PATH, body) as events:
+        async with self._http.stream(self._path, body) as events:
             async for event in events:
                 if event.data == "[DONE]":
                     done = True
@@ -318,9 +252,6 @@ class OpenAIChat:
                         arguments=str(arguments),
                     )
                 )
-
-    def _invalid(self, what: str) -> ChainError:
-        return ChainError("invalid_response", f"{self.name}: {what}")
 
 
 def _fragment_index(

@@ -43,3 +43,16 @@ async def closing() -> AsyncIterator[Callable[[Any], Any]]:
     yield register
     for model in models:
         await model.aclose()
+
+
+@pytest.fixture
+def make_model(server: FakeServer, closing: Callable[[Any], Any]) -> Callable[..., Any]:
+    """``make_model(Model, name, **options)``: a model calling ``server``, with a short
+    timeout and backoff so failing tests stay fast, closed when the test ends."""
+
+    def make(cls: Callable[..., Any], name: str, **options: Any) -> Any:
+        return closing(
+            cls(name, **{"base_url": server.url, "timeout": 2.0, "backoff": 0.01, **options})
+        )
+
+    return make

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import collections
 import copy
+import functools
 import json
 import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -125,6 +126,12 @@ class FakeServer:
     def bodies(self) -> list[Any]:
         return [r.json for r in self.requests]
 
+    def check_requests(self, path: str, validate: Callable[[Any], None]) -> None:
+        """Fail unless every request went to ``path`` and its body passes ``validate``."""
+        for request in self.requests:
+            assert request.path == path, f"a request to {request.path}, not {path}"
+            validate(request.json)
+
     def close(self) -> None:
         self.stopping.set()
         self._server.shutdown()
@@ -214,6 +221,23 @@ def strict_validator(typed_dict: Any) -> Any:
     schema = copy.deepcopy(TypeAdapter(typed_dict).core_schema)
     _tighten(schema)
     return SchemaValidator(schema)
+
+
+def request_validator(
+    streaming: Any, non_streaming: Any, *, unchecked: frozenset[str] = frozenset()
+) -> Callable[[Mapping[str, Any]], None]:
+    """A check that a request body fits the SDK's streaming or non-streaming TypedDict,
+    but for the ``unchecked`` keys; each validator is built on first use (they are slow)."""
+
+    @functools.cache
+    def validator(stream: bool) -> Any:
+        return strict_validator(streaming if stream else non_streaming)
+
+    def validate(body: Mapping[str, Any]) -> None:
+        checked = {key: value for key, value in body.items() if key not in unchecked}
+        validator(bool(body.get("stream"))).validate_python(checked)
+
+    return validate
 
 
 def _tighten(node: Any) -> None:

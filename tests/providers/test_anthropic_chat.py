@@ -1,42 +1,45 @@
 """AnthropicChat over real HTTP against a loopback server speaking the Messages API.
 
-Canned replies and stream events are built from the ``anthropic`` SDK's own
-pydantic models, and every request body we send is validated against the
-SDK's request TypedDicts (unknown keys rejected).
+Canned replies and stream events come from :mod:`tests.providers.anthropic_wire`,
+and every request body we send is validated against the SDK's request
+TypedDicts (unknown keys rejected).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 pytest.importorskip("anthropic")
 
-from anthropic import types as wire
 from anthropic.types.message_create_params import (
     MessageCreateParamsNonStreaming,
     MessageCreateParamsStreaming,
 )
-from anthropic.types.raw_message_delta_event import Delta
 
 from providers import AnthropicChat, ModelSettings
 from statemachine.errors import ChainError
 from statemachine.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
 from statemachine.tools import tool
-from tests.providers.fake_server import FakeServer, Reply, named_sse, strict_validator
-
-StopReason = Literal[
-    "end_turn",
-    "max_tokens",
-    "stop_sequence",
-    "tool_use",
-    "pause_turn",
-    "refusal",
-    "model_context_window_exceeded",
-]
+from tests.providers.anthropic_wire import (
+    PING,
+    StopReason,
+    block_stop,
+    error_body,
+    json_delta,
+    message,
+    message_delta,
+    start,
+    stop,
+    text_delta,
+    text_events,
+    text_start,
+    tool_start,
+)
+from tests.providers.fake_server import FakeServer, Reply, named_sse, request_validator
 
 
 @tool
@@ -51,112 +54,7 @@ def get_time(zone: str) -> str:
     return "noon"
 
 
-# ---------------------------------------------------------------- wire builders (SDK models)
-
-
-def message(
-    text: str | None = None,
-    tool_uses: Sequence[tuple[str, str, dict[str, Any]]] = (),
-    *,
-    stop_reason: StopReason = "end_turn",
-    usage: tuple[int, int] = (21, 9),
-    cache_read: int | None = None,
-) -> dict[str, Any]:
-    content: list[Any] = [wire.TextBlock(type="text", text=text)] if text else []
-    content.extend(
-        wire.ToolUseBlock(type="tool_use", id=call_id, name=name, input=arguments)
-        for call_id, name, arguments in tool_uses
-    )
-    return wire.Message(
-        id="msg_01",
-        type="message",
-        role="assistant",
-        model="claude-test-1",
-        content=content,
-        stop_reason=stop_reason,
-        stop_sequence=None,
-        usage=wire.Usage(
-            input_tokens=usage[0], output_tokens=usage[1], cache_read_input_tokens=cache_read
-        ),
-    ).model_dump(mode="json")
-
-
-def start(input_tokens: int = 30) -> dict[str, Any]:
-    empty = wire.Message(
-        id="msg_02",
-        type="message",
-        role="assistant",
-        model="claude-test-1",
-        content=[],
-        stop_reason=None,
-        stop_sequence=None,
-        usage=wire.Usage(input_tokens=input_tokens, output_tokens=1),
-    )
-    return wire.RawMessageStartEvent(type="message_start", message=empty).model_dump(mode="json")
-
-
-def text_start(index: int) -> dict[str, Any]:
-    block = wire.TextBlock(type="text", text="")
-    return wire.RawContentBlockStartEvent(
-        type="content_block_start", index=index, content_block=block
-    ).model_dump(mode="json")
-
-
-def tool_start(index: int, call_id: str, name: str) -> dict[str, Any]:
-    block = wire.ToolUseBlock(type="tool_use", id=call_id, name=name, input={})
-    return wire.RawContentBlockStartEvent(
-        type="content_block_start", index=index, content_block=block
-    ).model_dump(mode="json")
-
-
-def text_delta(index: int, text: str) -> dict[str, Any]:
-    return wire.RawContentBlockDeltaEvent(
-        type="content_block_delta", index=index, delta=wire.TextDelta(type="text_delta", text=text)
-    ).model_dump(mode="json")
-
-
-def json_delta(index: int, partial: str) -> dict[str, Any]:
-    delta = wire.InputJSONDelta(type="input_json_delta", partial_json=partial)
-    return wire.RawContentBlockDeltaEvent(
-        type="content_block_delta", index=index, delta=delta
-    ).model_dump(mode="json")
-
-
-def block_stop(index: int) -> dict[str, Any]:
-    return wire.RawContentBlockStopEvent(type="content_block_stop", index=index).model_dump(
-        mode="json"
-    )
-
-
-def message_delta(stop_reason: StopReason, output_tokens: int = 15) -> dict[str, Any]:
-    return wire.RawMessageDeltaEvent(
-        type="message_delta",
-        delta=Delta(stop_reason=stop_reason, stop_sequence=None),
-        usage=wire.MessageDeltaUsage(output_tokens=output_tokens),
-    ).model_dump(mode="json")
-
-
-def stop() -> dict[str, Any]:
-    return wire.RawMessageStopEvent(type="message_stop").model_dump(mode="json")
-
-
-PING = {"type": "ping"}
-
-
-def error_body(kind: str, text: str) -> dict[str, Any]:
-    return wire.ErrorResponse.model_validate(
-        {"type": "error", "error": {"type": kind, "message": text}, "request_id": "req_1"}
-    ).model_dump(mode="json")
-
-
 # ---------------------------------------------------------------- fixtures
-
-
-@functools.cache
-def _validator(streaming: bool) -> Any:
-    return strict_validator(
-        MessageCreateParamsStreaming if streaming else MessageCreateParamsNonStreaming
-    )
 
 
 #: The SDK's request types follow API version 2026-10-21, which dropped the
@@ -164,35 +62,22 @@ def _validator(streaming: bool) -> Any:
 #: models that support them, so they are the one exception to the check.
 _SAMPLING = frozenset({"temperature", "top_p", "top_k"})
 
-
-def validate_request(body: dict[str, Any]) -> None:
-    """Fails when ``body`` is not a Messages API request as the SDK types it."""
-    checked = {k: v for k, v in body.items() if k not in _SAMPLING}
-    _validator(bool(body.get("stream"))).validate_python(checked)
+#: Fails when a body is not a Messages API request as the SDK types it.
+validate_request = request_validator(
+    MessageCreateParamsStreaming, MessageCreateParamsNonStreaming, unchecked=_SAMPLING
+)
 
 
 @pytest.fixture
 def server(server: FakeServer) -> Iterator[FakeServer]:
     """The loopback server; every request it got must fit the SDK types."""
     yield server
-    for request in server.requests:
-        assert request.path == "/v1/messages"
-        validate_request(request.json)
+    server.check_requests("/v1/messages", validate_request)
 
 
 @pytest.fixture
-def chat(server: FakeServer, closing: Callable[[Any], Any]) -> Callable[..., AnthropicChat]:
-    def make(**options: Any) -> AnthropicChat:
-        settings: dict[str, Any] = {
-            "api_key": "sk-ant-test",
-            "base_url": server.url,
-            "timeout": 2.0,
-            "backoff": 0.01,
-        }
-        settings.update(options)
-        return closing(AnthropicChat("claude-test", **settings))  # type: ignore[no-any-return]
-
-    return make
+def chat(make_model: Callable[..., Any]) -> Callable[..., AnthropicChat]:
+    return functools.partial(make_model, AnthropicChat, "claude-test", api_key="sk-ant-test")
 
 
 HELLO = [Message.system("Be brief."), Message.user("Hi")]
@@ -532,29 +417,14 @@ async def test_streamed_tool_input_that_is_not_json(
 async def test_streamed_stop_reason_sets_the_status(
     server: FakeServer, chat: Callable[..., AnthropicChat], stop_reason: StopReason, status: str
 ) -> None:
-    server.push(
-        Reply(
-            events=named_sse(
-                start(), text_start(0), text_delta(0, "cut"), message_delta(stop_reason), stop()
-            )
-        )
-    )
+    server.push(Reply(events=text_events("cut", message_delta(stop_reason), stop())))
     assert (await chat(stream=True).complete(HELLO, [])).status == status
 
 
 async def test_an_error_event_mid_stream(
     server: FakeServer, chat: Callable[..., AnthropicChat]
 ) -> None:
-    server.push(
-        Reply(
-            events=named_sse(
-                start(),
-                text_start(0),
-                text_delta(0, "Hel"),
-                error_body("overloaded_error", "Overloaded"),
-            )
-        )
-    )
+    server.push(Reply(events=text_events("Hel", error_body("overloaded_error", "Overloaded"))))
     with pytest.raises(ChainError) as caught:
         await chat(stream=True).complete(HELLO, [])
     assert caught.value.type == "overloaded"
@@ -563,7 +433,7 @@ async def test_an_error_event_mid_stream(
 
 
 async def test_a_stream_cut_mid_way(server: FakeServer, chat: Callable[..., AnthropicChat]) -> None:
-    events = named_sse(start(), text_start(0), text_delta(0, "Hel"))
+    events = text_events("Hel")
     server.push(
         Reply(events=[*events, 'event: content_block_delta\ndata: {"type": "con'], cut=True)
     )
@@ -577,7 +447,7 @@ async def test_a_stream_cut_mid_way(server: FakeServer, chat: Callable[..., Anth
 async def test_a_stream_that_ends_before_message_stop(
     server: FakeServer, chat: Callable[..., AnthropicChat]
 ) -> None:
-    server.push(Reply(events=named_sse(start(), text_start(0), text_delta(0, "Hel"))))
+    server.push(Reply(events=text_events("Hel")))
     with pytest.raises(ChainError) as caught:
         await chat(stream=True).complete(HELLO, [])
     assert caught.value.type == "invalid_response"
@@ -587,11 +457,7 @@ async def test_a_stream_that_ends_before_message_stop(
 async def test_streams_reuse_the_connection(
     server: FakeServer, chat: Callable[..., AnthropicChat]
 ) -> None:
-    server.default = Reply(
-        events=named_sse(
-            start(), text_start(0), text_delta(0, "ok"), message_delta("end_turn"), stop()
-        )
-    )
+    server.default = Reply(events=text_events("ok", message_delta("end_turn"), stop()))
     model = chat(stream=True)
     for _ in range(3):
         assert (await model.complete(HELLO, [])).text == "ok"

@@ -1,44 +1,32 @@
 """OpenAIChat over real HTTP against a loopback server speaking Chat Completions.
 
-Canned replies are built from the ``openai`` SDK's own pydantic models, and
-every request body we send is validated against the SDK's request TypedDicts
-(unknown keys rejected), so a field name we get wrong fails here.
+Canned replies come from :mod:`tests.providers.openai_wire`, and every request
+body we send is validated against the SDK's request TypedDicts (unknown keys
+rejected), so a field name we get wrong fails here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import pytest
 
 pytest.importorskip("openai")
 
-from openai.types import CompletionUsage
-from openai.types.chat import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionMessage,
-    ChatCompletionMessageFunctionToolCall,
-)
-from openai.types.chat import chat_completion as completion_types
-from openai.types.chat import chat_completion_chunk as chunk_types
-from openai.types.chat.chat_completion_message_function_tool_call import Function
 from openai.types.chat.completion_create_params import (
     CompletionCreateParamsNonStreaming,
     CompletionCreateParamsStreaming,
 )
-from openai.types.shared import ErrorObject
 
 from providers import ModelSettings, OpenAIChat
 from statemachine.errors import ChainError
 from statemachine.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
 from statemachine.tools import ToolContext, tool
-from tests.providers.fake_server import FakeServer, Reply, sse, strict_validator
-
-FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+from tests.providers.fake_server import FakeServer, Reply, request_validator, sse
+from tests.providers.openai_wire import FinishReason, chunk, completion, error_body, stream
 
 
 @tool
@@ -51,108 +39,13 @@ def get_weather(city: str, unit: Literal["c", "f"] = "c") -> str:
     return f"sunny in {city}"
 
 
-# ---------------------------------------------------------------- wire builders (SDK models)
-
-
-def completion(
-    content: str | None = None,
-    tool_calls: Sequence[tuple[str, str, str]] = (),
-    *,
-    finish_reason: FinishReason = "stop",
-    usage: tuple[int, int] = (11, 7),
-) -> dict[str, Any]:
-    message = ChatCompletionMessage(
-        role="assistant",
-        content=content,
-        tool_calls=[
-            ChatCompletionMessageFunctionToolCall(
-                id=call_id, type="function", function=Function(name=name, arguments=arguments)
-            )
-            for call_id, name, arguments in tool_calls
-        ]
-        or None,
-    )
-    return ChatCompletion(
-        id="chatcmpl-1",
-        object="chat.completion",
-        created=1_700_000_000,
-        model="gpt-test-2025-01-01",
-        choices=[
-            completion_types.Choice(
-                index=0, message=message, finish_reason=finish_reason, logprobs=None
-            )
-        ],
-        usage=CompletionUsage(
-            prompt_tokens=usage[0], completion_tokens=usage[1], total_tokens=sum(usage)
-        ),
-    ).model_dump(mode="json")
-
-
-def chunk(
-    *,
-    content: str | None = None,
-    role: Literal["assistant"] | None = None,
-    tool_calls: Sequence[tuple[int, str | None, str | None, str | None]] = (),
-    finish_reason: FinishReason | None = None,
-    usage: tuple[int, int] | None = None,
-) -> dict[str, Any]:
-    """One ``chat.completion.chunk``; ``usage`` alone makes the final, choice-less one."""
-    choices = []
-    if usage is None:
-        delta = chunk_types.ChoiceDelta(
-            role=role,
-            content=content,
-            tool_calls=[
-                chunk_types.ChoiceDeltaToolCall(
-                    index=index,
-                    id=call_id,
-                    type="function" if call_id else None,
-                    function=chunk_types.ChoiceDeltaToolCallFunction(
-                        name=name, arguments=arguments
-                    ),
-                )
-                for index, call_id, name, arguments in tool_calls
-            ]
-            or None,
-        )
-        choices.append(
-            chunk_types.Choice(index=0, delta=delta, finish_reason=finish_reason, logprobs=None)
-        )
-    return ChatCompletionChunk(
-        id="chatcmpl-2",
-        object="chat.completion.chunk",
-        created=1_700_000_000,
-        model="gpt-test-2025-01-01",
-        choices=choices,
-        usage=None
-        if usage is None
-        else CompletionUsage(
-            prompt_tokens=usage[0], completion_tokens=usage[1], total_tokens=sum(usage)
-        ),
-    ).model_dump(mode="json")
-
-
-def stream(*chunks: dict[str, Any], done: bool = True) -> list[str]:
-    return sse(*chunks, *(["[DONE]"] if done else []))
-
-
-def error_body(message: str, type: str, code: str | None = None) -> dict[str, Any]:
-    return {"error": ErrorObject(message=message, type=type, param=None, code=code).model_dump()}
-
-
 # ---------------------------------------------------------------- fixtures
 
 
-@functools.cache
-def _validator(streaming: bool) -> Any:
-    return strict_validator(
-        CompletionCreateParamsStreaming if streaming else CompletionCreateParamsNonStreaming
-    )
-
-
-def validate_request(body: dict[str, Any]) -> None:
-    """Fails when ``body`` is not a Chat Completions request as the SDK types it."""
-    _validator(bool(body.get("stream"))).validate_python(body)
+#: Fails when a body is not a Chat Completions request as the SDK types it.
+validate_request = request_validator(
+    CompletionCreateParamsStreaming, CompletionCreateParamsNonStreaming
+)
 
 
 @pytest.fixture
@@ -160,24 +53,12 @@ def server(server: FakeServer) -> Iterator[FakeServer]:
     """The loopback server, under ``/v1``; every request it got must fit the SDK types."""
     server.prefix = "/v1"
     yield server
-    for request in server.requests:
-        assert request.path == "/v1/chat/completions"
-        validate_request(request.json)
+    server.check_requests("/v1/chat/completions", validate_request)
 
 
 @pytest.fixture
-def chat(server: FakeServer, closing: Callable[[Any], Any]) -> Callable[..., OpenAIChat]:
-    def make(**options: Any) -> OpenAIChat:
-        settings: dict[str, Any] = {
-            "api_key": "sk-test",
-            "base_url": server.url,
-            "timeout": 2.0,
-            "backoff": 0.01,
-        }
-        settings.update(options)
-        return closing(OpenAIChat("gpt-test", **settings))  # type: ignore[no-any-return]
-
-    return make
+def chat(make_model: Callable[..., Any]) -> Callable[..., OpenAIChat]:
+    return functools.partial(make_model, OpenAIChat, "gpt-test", api_key="sk-test")
 
 
 HELLO = [Message.system("Be brief."), Message.user("Hi")]

@@ -14,15 +14,14 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("anthropic")
 
-from anthropic import types as wire
-from openai.types.shared import ErrorObject
-
 from providers import AnthropicChat, FallbackModel, OpenAIChat
 from statemachine.chain import LLMChain
 from statemachine.messages import Message
 from statemachine.results import Ok
 from statemachine.tools import tool
+from tests.providers import anthropic_wire as wire
 from tests.providers.fake_server import FakeServer, Reply, Request, named_sse
+from tests.providers.openai_wire import completion, error_body
 
 
 @tool
@@ -31,17 +30,8 @@ def get_weather(city: str) -> str:
     return f"sunny in {city}"
 
 
-def _message(content: list[Any], stop_reason: Any) -> wire.Message:
-    return wire.Message(
-        id="msg_e2e",
-        type="message",
-        role="assistant",
-        model="claude-test-1",
-        content=content,
-        stop_reason=stop_reason,
-        stop_sequence=None,
-        usage=wire.Usage(input_tokens=12, output_tokens=5),
-    )
+#: The tokens every Anthropic reply reports.
+USAGE = (12, 5)
 
 
 def _tool_result_of(request: Request) -> str | None:
@@ -55,40 +45,25 @@ def _tool_result_of(request: Request) -> str | None:
 def _json_reply(request: Request) -> Reply:
     result = _tool_result_of(request)
     if result is None:
-        call = wire.ToolUseBlock(
-            type="tool_use", id="toolu_1", name="get_weather", input={"city": "Paris"}
-        )
-        return Reply(json=_message([call], "tool_use").model_dump(mode="json"))
-    text = wire.TextBlock(type="text", text=f"It is {result}.")
-    return Reply(json=_message([text], "end_turn").model_dump(mode="json"))
+        call = ("toolu_1", "get_weather", {"city": "Paris"})
+        return Reply(json=wire.message(None, [call], stop_reason="tool_use", usage=USAGE))
+    return Reply(json=wire.message(f"It is {result}.", usage=USAGE))
 
 
 def _stream_reply(request: Request) -> Reply:
     result = _tool_result_of(request)
-    start = wire.RawMessageStartEvent(type="message_start", message=_message([], None))
-    events: list[Any] = [start]
+    reason: wire.StopReason
     if result is None:
-        block: Any = wire.ToolUseBlock(type="tool_use", id="toolu_1", name="get_weather", input={})
-        delta: Any = wire.InputJSONDelta(type="input_json_delta", partial_json='{"city": "Paris"}')
-        stop_reason = "tool_use"
+        block = [
+            wire.tool_start(0, "toolu_1", "get_weather"),
+            wire.json_delta(0, '{"city": "Paris"}'),
+        ]
+        reason = "tool_use"
     else:
-        block = wire.TextBlock(type="text", text="")
-        delta = wire.TextDelta(type="text_delta", text=f"It is {result}.")
-        stop_reason = "end_turn"
-    events += [
-        wire.RawContentBlockStartEvent(type="content_block_start", index=0, content_block=block),
-        wire.RawContentBlockDeltaEvent(type="content_block_delta", index=0, delta=delta),
-        wire.RawContentBlockStopEvent(type="content_block_stop", index=0),
-        wire.RawMessageDeltaEvent.model_validate(
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": stop_reason},
-                "usage": {"output_tokens": 5},
-            }
-        ),
-        wire.RawMessageStopEvent(type="message_stop"),
-    ]
-    return Reply(events=named_sse(*(e.model_dump(mode="json") for e in events)))
+        block = [wire.text_start(0), wire.text_delta(0, f"It is {result}.")]
+        reason = "end_turn"
+    end = [wire.block_stop(0), wire.message_delta(reason, output_tokens=USAGE[1]), wire.stop()]
+    return Reply(events=named_sse(wire.start(input_tokens=USAGE[0]), *block, *end))
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
@@ -96,10 +71,7 @@ async def test_a_fallback_answers_with_a_tool_round_trip(
     make_server: Callable[[str], FakeServer], closing: Callable[[Any], Any], stream: bool
 ) -> None:
     down = make_server("/v1")
-    down.default = Reply(
-        503,
-        {"error": ErrorObject(message="Service Unavailable", type="server_error").model_dump()},
-    )
+    down.default = Reply(503, error_body("Service Unavailable", "server_error"))
     up = make_server("")
     up.default = _stream_reply if stream else _json_reply
     primary = closing(
@@ -139,16 +111,7 @@ def test_sync_doors_close_the_models_connections(make_server: Any) -> None:
     from statemachine import Agent, AgentState
 
     server = make_server("/v1")
-    reply = {
-        "id": "c1",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "gpt-test",
-        "choices": [
-            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "hi"}}
-        ],
-    }
-    server.push(Reply(json=reply), Reply(json=reply))
+    server.push(Reply(json=completion("hi")), Reply(json=completion("hi")))
     model = OpenAIChat("gpt-test", api_key="k", base_url=server.url)
     state = Agent(model).execute_sync(AgentState.of("hello"))
     assert state.status == "ok" and state.messages[-1].text == "hi"
