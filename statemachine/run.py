@@ -16,7 +16,7 @@ from transitions import MachineError
 from .chain import LLMChain, close_model
 from .errors import ChainError, IllegalTransitionError
 from .machine import MachineTable
-from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
+from .results import Continue, Failed, Paused, PipelineResult, Terminal
 from .steps import normalize_pause
 from .trace import Trace, Transition
 
@@ -29,12 +29,6 @@ Work: TypeAlias = Callable[[LLMChain], Outcome | Awaitable[Outcome]]
 Listener: TypeAlias = Callable[["Run", Transition], None]
 
 _T = TypeVar("_T")
-
-_TERMINAL_TRIGGER: Mapping[type, str] = {
-    Paused: "paused",
-    Failed: "failed",
-    Interrupted: "interrupted",
-}
 
 
 class _Cursor:
@@ -58,7 +52,7 @@ class Run:
         self,
         table: MachineTable,
         work: Mapping[str, Work],
-        forward: Mapping[str, str],
+        triggers: Mapping[str, Mapping[type, str]],
         chain: LLMChain,
         entry: str,
     ) -> None:
@@ -68,7 +62,7 @@ class Run:
         self.trace = Trace(entry=entry, machine=table.name)
         self.listeners: list[Listener] = []
         self._work = work
-        self._forward = forward
+        self._triggers = triggers
         self._terminals = frozenset(table.terminals)
         self._machine = table.machine
         self._events = self._machine.events
@@ -132,12 +126,7 @@ class Run:
         started: float,
         detail: Mapping[str, Any] | None,
     ) -> Transition:
-        if isinstance(result, Continue):
-            trigger = self._forward[source]
-        elif isinstance(result, Ok):
-            trigger = "satisfied" if source == "until_check" else "done"
-        else:
-            trigger = _TERMINAL_TRIGGER[type(result)]
+        trigger = self._triggers[source].get(type(result), type(result).__name__)
         try:
             self._events[trigger].trigger(self._cursor)
         except (MachineError, KeyError) as exc:

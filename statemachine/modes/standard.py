@@ -17,7 +17,7 @@ from ..chain import LLMChain
 from ..errors import ChainError
 from ..machine import STANDARD, MachineTable
 from ..middleware.human_in_the_loop import HumanInTheLoop, check_pre_tool_hitl
-from ..results import Continue, Failed, Ok, Terminal
+from ..results import Continue, Failed, Interrupted, Ok, Paused, Terminal
 from ..run import Outcome, Run, Work
 from ..steps import (
     Step,
@@ -48,6 +48,21 @@ FORWARD: Mapping[str, str] = {
     "propagating": "propagated",
     "until_check": "unsatisfied",
     "deciding": "loop",
+}
+
+#: The trigger each result fires, by state: ``Continue`` goes forward, ``Ok`` ends
+#: the run where the table lets it (``satisfied`` in until_check, ``done`` in
+#: deciding), and every other terminal has one trigger of its own.
+_ENDS_OK: Mapping[str, str] = {"until_check": "satisfied", "deciding": "done"}
+TRIGGERS: Mapping[str, Mapping[type, str]] = {
+    state: {
+        Continue: forward,
+        Paused: "paused",
+        Failed: "failed",
+        Interrupted: "interrupted",
+        **({Ok: _ENDS_OK[state]} if state in _ENDS_OK else {}),
+    }
+    for state, forward in FORWARD.items()
 }
 
 
@@ -245,7 +260,7 @@ class StandardMode:
             chain = attrs.evolve(
                 chain, exchanged_messages=(*chain.exchanged_messages, chain.last_message)
             )
-        return run_class(self.table, _Work(options).table(), FORWARD, chain, entry)
+        return run_class(self.table, _Work(options).table(), TRIGGERS, chain, entry)
 
     def restore(
         self,
@@ -263,7 +278,7 @@ class StandardMode:
         if state not in FORWARD:
             raise ValueError(f"Cannot restore a run at {state!r}; working states: {list(FORWARD)}")
         options = StandardOptions.of(opts)
-        run = run_class(self.table, _Work(options).table(), FORWARD, chain, state)
+        run = run_class(self.table, _Work(options).table(), TRIGGERS, chain, state)
         run.trace = trace
         return run
 
