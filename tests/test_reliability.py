@@ -289,3 +289,26 @@ def test_readme_lists_every_row() -> None:
         assert case.name in section, f"README does not mention {case.name!r}"
         if case.error_type:
             assert f"`{case.error_type}`" in section
+
+
+def test_a_checkpoint_store_that_fails_on_write_pauses_the_run(tmp_path: pathlib.Path) -> None:
+    from statemachine.store import SQLiteStore, load_run, start_run
+    from tests.test_store import FlakyStore
+
+    store = FlakyStore(SQLiteStore(tmp_path / "runs.db"), fail_at=3)
+    agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
+    run = start_run(agent, AgentState.of("go"), store, run_id="r")
+    run.run_sync()
+    assert run.agent_state.status == "paused"
+    assert run.agent_state.pause_reason == "checkpoint_failed: OperationalError: disk I/O error"
+    assert STANDARD.is_path(run.trace.states, run.trace.triggers)
+    assert load_run(store, "r", tools=[add]).trace == run.trace  # nothing lost
+
+
+async def test_hitl_decisions_that_do_not_fit_change_nothing() -> None:
+    model = ScriptedModel([call_tool("gated", path="x")])
+    agent = Agent(model, [gated], middleware=[HumanInTheLoop({"gated": True})])
+    state = await agent.execute(AgentState.of("go"))
+    with pytest.raises(ValueError, match=re.escape("Decision count (2) does not match")):
+        await agent.resume(state, [{"type": "approve"}, {"type": "approve"}])
+    assert state.status == "interrupted" and model.calls == 1
