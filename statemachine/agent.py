@@ -14,6 +14,7 @@ import attrs
 from .chain import Callbacks, LLMChain, run_sync
 from .errors import ChainError
 from .messages import Message, ToolCall, ToolResult, message_tuple
+from .middleware.human_in_the_loop import unanswered_calls
 from .modes.standard import StandardMode
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
@@ -273,7 +274,7 @@ class Agent:
             options.get("should_pause"),
         )
         chain = self._chain(attrs.evolve(state, status="new", interrupt_data=None))
-        calls = _unanswered_calls(chain.messages)
+        calls = unanswered_calls(chain.messages)
         to_run: list[ToolCall] = []
         for call in calls:
             decision = by_id.get(call.call_id, {"type": "approve"})
@@ -351,14 +352,3 @@ def _check_decisions(
             )
         by_id[request["tool_call_id"]] = decision
     return by_id
-
-
-def _unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
-    """The last assistant message's calls that have no result yet."""
-    answered: set[str] = set()
-    for message in reversed(messages):
-        if message.role == "tool":
-            answered.update(r.tool_call_id for r in message.tool_results)
-        elif message.is_tool_call:
-            return [c for c in message.tool_calls if c.call_id not in answered]
-    return []

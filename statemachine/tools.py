@@ -158,26 +158,7 @@ def _type_ok(value: Any, schema: Mapping[str, Any]) -> bool:
     return any(_is_kind(value, k) for k in kinds)
 
 
-def _is_kind(value: Any, kind: str) -> bool:
-    match kind:
-        case "string":
-            return isinstance(value, str)
-        case "integer":
-            return isinstance(value, int) and not isinstance(value, bool)
-        case "number":
-            return isinstance(value, int | float) and not isinstance(value, bool)
-        case "boolean":
-            return isinstance(value, bool)
-        case "array":
-            return isinstance(value, list | tuple)
-        case "object":
-            return isinstance(value, dict)
-        case "null":
-            return value is None
-    return True
-
-
-_EXACT: dict[str, tuple[type, ...]] = {
+_KIND_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "integer": (int,),
     "number": (int, float),
@@ -188,15 +169,25 @@ _EXACT: dict[str, tuple[type, ...]] = {
 }
 
 
+def _is_kind(value: Any, kind: str) -> bool:
+    """``value`` is of JSON ``kind`` (a bool is not a number); unknown kinds accept anything."""
+    types_ = _KIND_TYPES.get(kind)
+    if types_ is None:
+        return True
+    if isinstance(value, bool) and kind in ("integer", "number"):
+        return False
+    return isinstance(value, types_)
+
+
 def _checker(schema: Mapping[str, Any]) -> Callable[[Any], bool]:
     """A fast test of one value against a property's schema (``_type_ok`` as a closure)."""
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind] if kind else []
-    if "enum" in schema or not all(k in _EXACT for k in kinds):
+    if "enum" in schema or not all(k in _KIND_TYPES for k in kinds):
         return lambda value: _type_ok(value, schema)
     if not kinds:
         return lambda value: True
-    allowed = frozenset(t for k in kinds for t in _EXACT[k])
+    allowed = frozenset(t for k in kinds for t in _KIND_TYPES[k])
     return lambda value: type(value) in allowed
 
 

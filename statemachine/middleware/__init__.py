@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from .human_in_the_loop import HumanInTheLoop, check_pre_tool_hitl
-
-if TYPE_CHECKING:
-    from ..agent import AgentState
 
 __all__ = ["HumanInTheLoop", "Middleware", "check_pre_tool_hitl"]
 
@@ -21,11 +18,3 @@ class Middleware(Protocol):
     ok, and may interrupt it (return ``state.interrupt(data)``). A hook that
     raises :class:`~statemachine.errors.ChainError` ends the execute as an error.
     """
-
-
-class BeforeModel(Protocol):
-    def before_model(self, state: AgentState) -> AgentState: ...
-
-
-class AfterModel(Protocol):
-    def after_model(self, state: AgentState) -> AgentState: ...

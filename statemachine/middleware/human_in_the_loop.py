@@ -7,10 +7,10 @@ from typing import Any, Final
 
 import attrs
 
-from ..messages import ToolCall
+from ..messages import Message, ToolCall
 from ..results import Continue, Interrupted, PipelineResult
 
-__all__ = ["ALL_DECISIONS", "HumanInTheLoop", "check_pre_tool_hitl"]
+__all__ = ["ALL_DECISIONS", "HumanInTheLoop", "check_pre_tool_hitl", "unanswered_calls"]
 
 ALL_DECISIONS: Final = ("approve", "edit", "reject")
 
@@ -79,14 +79,13 @@ class HumanInTheLoop:
         }
 
 
-def _pending(result: Continue) -> list[ToolCall]:
-    """Calls of this run's last assistant message that have no result yet."""
-    chain = result.chain
+def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
+    """The calls of the last assistant message asking for tools that have no result yet."""
     answered: set[str] = set()
-    for message in reversed(chain.exchanged_messages):
+    for message in reversed(messages):
         if message.role == "tool":
             answered.update(r.tool_call_id for r in message.tool_results)
-        elif message.role == "assistant" and message.tool_calls:
+        elif message.is_tool_call:
             return [c for c in message.tool_calls if c.call_id not in answered]
     return []
 
@@ -102,7 +101,7 @@ def check_pre_tool_hitl(
     )
     if hitl is None:
         return result
-    pending = _pending(result)
+    pending = unanswered_calls(result.chain.exchanged_messages)
     if not hitl.gated(pending):
         return result
     return Interrupted(result.chain, hitl.interrupt_data(pending, result.chain.tools))
