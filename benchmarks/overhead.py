@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from providers import ScriptedModel
-from statemachine import LLMChain, Message, ToolCall, tool
-from statemachine.modes.standard import StandardMode
+from agentfsm import LLMChain, Message, ToolCall, tool
+from agentfsm.modes.standard import StandardMode
+from agentfsm.providers import ScriptedModel
 
 
 @tool

@@ -2,8 +2,8 @@
 
 import asyncio
 
-from providers import ScriptedModel, call_tool, say
-from statemachine import LLMChain, Message, Ok, tool
+from agentfsm import LLMChain, Message, Ok, tool
+from agentfsm.providers import ScriptedModel, call_tool, say
 
 
 @tool

@@ -6,7 +6,7 @@ created on first use so calls reuse connections (and created anew when the
 event loop changed, as with repeated ``asyncio.run``). A request is retried a
 bounded number of times on 429, 5xx, timeouts and connection failures, after
 the server's ``Retry-After`` or an exponential backoff with jitter. Every failure
-leaves as a :class:`~statemachine.errors.ChainError` whose ``type`` says what
+leaves as a :class:`~agentfsm.errors.ChainError` whose ``type`` says what
 went wrong, and so whether another attempt, or another model, may succeed.
 
 Only the opening of a stream is retried: once events have been handed out, a
@@ -30,9 +30,9 @@ from typing import Any, ClassVar, Final, Self
 
 import httpx
 
-from statemachine.errors import ChainError
-from statemachine.messages import Message, Status, ToolCall
-from statemachine.tools import Tool
+from agentfsm.errors import ChainError
+from agentfsm.messages import Message, Status, ToolCall
+from agentfsm.tools import Tool
 
 from ._sse import ServerSentEvent, SSEDecoder
 from .base import DeltaHandler, ModelSettings

@@ -18,9 +18,9 @@ from typing import Any, Final
 
 import attrs
 
-from statemachine.errors import ChainError
-from statemachine.messages import Content, ContentPart, Message, MessageDelta, Status, ToolCall
-from statemachine.tools import Tool
+from agentfsm.errors import ChainError
+from agentfsm.messages import Content, ContentPart, Message, MessageDelta, Status, ToolCall
+from agentfsm.tools import Tool
 
 from ._http import (
     DEFAULT_BACKOFF,

@@ -7,8 +7,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from statemachine.messages import Message, MessageDelta
-from statemachine.tools import Tool
+from agentfsm.messages import Message, MessageDelta
+from agentfsm.tools import Tool
 
 __all__ = ["ChatModel", "DeltaHandler", "ModelSettings", "Usage"]
 
@@ -20,7 +20,7 @@ class ChatModel(Protocol):
     """A chat model the engine can call.
 
     ``complete`` returns the assistant reply; it raises
-    :class:`~statemachine.errors.ChainError` on failure, with ``retryable`` set
+    :class:`~agentfsm.errors.ChainError` on failure, with ``retryable`` set
     when another model (a fallback) may succeed where this one failed. The
     reply's ``metadata`` may carry ``usage`` (see :class:`Usage`) and ``model``
     (who answered). ``on_delta`` receives streamed pieces as they arrive.

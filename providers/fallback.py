@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import attrs
 
-from statemachine.errors import ChainError
-from statemachine.messages import Message
-from statemachine.tools import Tool
+from agentfsm.errors import ChainError
+from agentfsm.messages import Message
+from agentfsm.tools import Tool
 
 from .base import ChatModel, DeltaHandler
 

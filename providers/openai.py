@@ -19,9 +19,9 @@ from typing import Any, Final
 
 import attrs
 
-from statemachine.errors import ChainError
-from statemachine.messages import ContentPart, Message, MessageDelta, Status
-from statemachine.tools import Tool
+from agentfsm.errors import ChainError
+from agentfsm.messages import ContentPart, Message, MessageDelta, Status
+from agentfsm.tools import Tool
 
 from ._http import (
     DEFAULT_BACKOFF,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from statemachine.messages import Message
+from agentfsm.messages import Message
 
 from .anthropic import DEFAULT_BASE_URL as ANTHROPIC_BASE_URL
 from .anthropic import AnthropicChat

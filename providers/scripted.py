@@ -17,9 +17,9 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from statemachine.errors import ChainError
-from statemachine.messages import Message, MessageDelta, Status, ToolCall
-from statemachine.tools import Tool
+from agentfsm.errors import ChainError
+from agentfsm.messages import Message, MessageDelta, Status, ToolCall
+from agentfsm.tools import Tool
 
 from .base import DeltaHandler
 

@@ -15,7 +15,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from providers.scripted import ScriptedModel, call_tool, call_tools, say
+from agentfsm.providers.scripted import ScriptedModel, call_tool, call_tools, say
 
 from .agent import Agent
 from .messages import Message
@@ -23,7 +23,7 @@ from .middleware.human_in_the_loop import HumanInTheLoop
 from .tools import ToolOutput, tool
 
 if TYPE_CHECKING:
-    from providers.base import ChatModel
+    from agentfsm.providers.base import ChatModel
 
 __all__ = ["DEMO_PROMPT", "NOTES", "calculator_agent", "demo_agent"]
 

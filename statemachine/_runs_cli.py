@@ -2,7 +2,7 @@
 
 ``resume`` needs the agent the run was made with (its model and tools are code,
 not data): the demo agent by default, or any ``--agent module:attribute`` that
-is an :class:`~statemachine.agent.Agent` or a function returning one.
+is an :class:`~agentfsm.agent.Agent` or a function returning one.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = ["DEFAULT_AGENT", "DEFAULT_DB", "add_parser", "handle", "load_agent"]
 #: The store used when ``--db`` is not given (the environment's AGENTFSM_DB wins).
 DEFAULT_DB = "agentfsm.db"
 #: The agent ``resume`` uses when ``--agent`` is not given.
-DEFAULT_AGENT = "statemachine._demo:demo_agent"
+DEFAULT_AGENT = "agentfsm._demo:demo_agent"
 
 
 class _UsageError(Exception):

@@ -22,7 +22,7 @@ from .steps import add_tool_message, run_tool_calls
 from .tools import Tool
 
 if TYPE_CHECKING:
-    from providers.base import ChatModel
+    from agentfsm.providers.base import ChatModel
 
     from .store import Store
 

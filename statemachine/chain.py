@@ -18,7 +18,7 @@ from .messages import Message, MessageLog
 from .tools import Tool
 
 if TYPE_CHECKING:
-    from providers.base import ChatModel
+    from agentfsm.providers.base import ChatModel
 
     from .modes import ModeLike
     from .results import Terminal
@@ -198,7 +198,7 @@ class LLMChain:
         before_fallback: Callable[[LLMChain], LLMChain] | None = None,
         **opts: Any,
     ) -> Terminal:
-        """Run the chain under ``mode``; see :func:`statemachine.modes.run_chain`."""
+        """Run the chain under ``mode``; see :func:`agentfsm.modes.run_chain`."""
         from .modes import run_chain
 
         return await run_chain(

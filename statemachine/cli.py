@@ -51,7 +51,7 @@ class _Parser(argparse.ArgumentParser):
 def dump_runs(traces: Sequence[Trace], **about: Any) -> dict[str, Any]:
     """The JSON of ``agentfsm demo``: each run's trace document (the first run, then resumes).
 
-    Each element of ``runs`` is a :func:`statemachine.serialization.dump_trace`
+    Each element of ``runs`` is a :func:`agentfsm.serialization.dump_trace`
     document; ``about`` adds context (the prompt, the decision).
     """
     from .serialization import dump_trace
@@ -232,7 +232,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .console import watch
 
     try:
-        from providers.registry import create_model
+        from agentfsm.providers.registry import create_model
     except ImportError as exc:  # pragma: no cover - only while providers are incomplete
         print(f"agentfsm run: error: no model registry: {exc}", file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
 """Diagrams drawn from a machine table: the machine, every path through it, one run on it.
 
-Everything here is computed from a :class:`~statemachine.machine.MachineTable`
-(by default :data:`~statemachine.machine.STANDARD`), never drawn by hand, so
+Everything here is computed from a :class:`~agentfsm.machine.MachineTable`
+(by default :data:`~agentfsm.machine.STANDARD`), never drawn by hand, so
 the published pictures cannot drift from the machine the runs move along.
 
 - the machine: :func:`machine_mermaid` (``stateDiagram-v2``, renders on GitHub),
@@ -47,7 +47,7 @@ __all__ = [
     "trace_markdown",
 ]
 
-_GENERATED = "Generated from `statemachine.machine.{name}` by `agentfsm diagrams`; do not edit."
+_GENERATED = "Generated from `agentfsm.machine.{name}` by `agentfsm diagrams`; do not edit."
 
 # Colours shared by the Mermaid and DOT drawings.
 _TERMINAL_FILL = "#eef2ff"

@@ -15,7 +15,7 @@ RETRYABLE_TYPES = frozenset({"rate_limited", "overloaded", "server_error", "time
 class ChainError(Exception):
     """A failure with a machine-readable ``type`` and a human ``message``.
 
-    It is both the ``error`` of a :class:`~statemachine.results.Failed` result
+    It is both the ``error`` of a :class:`~agentfsm.results.Failed` result
     and an exception raised where there is no pipeline to carry it (building a
     chain, expanding a tool result).
     """

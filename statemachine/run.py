@@ -1,7 +1,7 @@
 """Run: one execution of a machine, driven one state at a time.
 
 A step awaits the current state's work, then fires exactly one trigger of the
-shared machine; the move is recorded as a :class:`~statemachine.trace.Transition`.
+shared machine; the move is recorded as a :class:`~agentfsm.trace.Transition`.
 """
 
 from __future__ import annotations

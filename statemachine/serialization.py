@@ -53,7 +53,7 @@ from .tools import Tool
 from .trace import Trace, Transition
 
 if TYPE_CHECKING:
-    from providers.base import ChatModel
+    from agentfsm.providers.base import ChatModel
 
 __all__ = [
     "FORMAT",

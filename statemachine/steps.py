@@ -178,7 +178,7 @@ def check_response_complete(result: PipelineResult, opts: Opts = None) -> Pipeli
             ChainError(
                 "empty_response",
                 "The model returned an empty reply (no text and no tool calls). Retry the "
-                "run, or give the model a fallback (providers.FallbackModel).",
+                "run, or give the model a fallback (agentfsm.providers.FallbackModel).",
             ),
         )
     return result

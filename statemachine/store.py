@@ -440,7 +440,7 @@ def load_run(
     callbacks: Sequence[Callbacks] = (),
     strict: bool = True,
 ) -> SavedRun:
-    """The saved run ``run_id``, bound as :func:`statemachine.serialization.load` binds."""
+    """The saved run ``run_id``, bound as :func:`agentfsm.serialization.load` binds."""
     stored = store.read(run_id)
     binder = _Binder(models, tools, callbacks, strict)
     try:

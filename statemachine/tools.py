@@ -44,7 +44,7 @@ class ToolOutput:
 
     ``state_updates`` are deep-merged into the agent state, in call order, before
     later tools of the same run read it. ``interrupt`` (a mapping, possibly
-    empty) stops the run as :class:`~statemachine.results.Interrupted` once this
+    empty) stops the run as :class:`~agentfsm.results.Interrupted` once this
     turn's tools have run.
     """
 

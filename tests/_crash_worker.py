@@ -22,9 +22,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from providers import ScriptedModel, call_tool, say
-from statemachine import Agent, AgentState, Message, Run, Transition, tool
-from statemachine.store import SQLiteStore, resume_run_sync, start_run
+from agentfsm import Agent, AgentState, Message, Run, Transition, tool
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.store import SQLiteStore, resume_run_sync, start_run
 
 PROMPT = "record two notes"
 

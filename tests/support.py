@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from providers import ScriptedModel
-from statemachine import LLMChain, Message, ToolOutput, tool
+from agentfsm import LLMChain, Message, ToolOutput, tool
+from agentfsm.providers import ScriptedModel
 
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
 

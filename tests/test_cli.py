@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from statemachine import STANDARD
-from statemachine.cli import load_runs, main
+from agentfsm import STANDARD
+from agentfsm.cli import load_runs, main
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -21,7 +21,7 @@ def agentfsm(
     *args: str, cwd: pathlib.Path = ROOT, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "statemachine.cli", *args],
+        [sys.executable, "-m", "agentfsm.cli", *args],
         cwd=cwd,
         env={**os.environ, "COLUMNS": "100", **(env or {})},
         stdin=subprocess.DEVNULL,
@@ -104,7 +104,7 @@ def test_demo_asks_at_a_terminal(
         return True
 
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr("statemachine.cli.Confirm.ask", answer)
+    monkeypatch.setattr("agentfsm.cli.Confirm.ask", answer)
     assert main(["demo", "--out", str(tmp_path)]) == 0
     assert asked == ["Approve write_file?"]
     out = capsys.readouterr().out
@@ -195,7 +195,7 @@ def test_run_without_a_key_says_so(tmp_path: pathlib.Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     args = ["run", "--provider", "openai", "--model", "gpt-4o-mini", "hi"]
     result = subprocess.run(
-        [sys.executable, "-m", "statemachine.cli", *args],
+        [sys.executable, "-m", "agentfsm.cli", *args],
         cwd=tmp_path,
         env=env,
         stdin=subprocess.DEVNULL,

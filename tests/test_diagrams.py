@@ -12,17 +12,17 @@ from collections.abc import Callable
 import pytest
 from rich.console import Console
 
-from providers.scripted import ScriptedModel, call_tool, say
-from statemachine import STANDARD, AgentState, LLMChain, Message, Trace, Transition
-from statemachine import diagrams as d
-from statemachine._demo import DEMO_PROMPT, demo_agent
-from statemachine.console import RunView, summary, trace_table, watch
-from statemachine.tools import tool
+from agentfsm import STANDARD, AgentState, LLMChain, Message, Trace, Transition
+from agentfsm import diagrams as d
+from agentfsm._demo import DEMO_PROMPT, demo_agent
+from agentfsm.console import RunView, summary, trace_table, watch
+from agentfsm.providers.scripted import ScriptedModel, call_tool, say
+from agentfsm.tools import tool
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
 REGENERATE = (
-    "regenerate with: python -c 'from statemachine import diagrams as d; import pathlib; "
+    "regenerate with: python -c 'from agentfsm import diagrams as d; import pathlib; "
     'g = pathlib.Path("tests/golden"); (g / "machine.mmd").write_text(d.machine_mermaid()); '
     '(g / "machine.dot").write_text(d.machine_dot()); '
     '(g / "paths.md").write_text(d.paths_markdown())\' and review the diff'
@@ -299,7 +299,7 @@ async def test_watch_shows_steps_streamed_text_and_a_summary() -> None:
         return f"found {q}"
 
     model = ScriptedModel([call_tool("lookup", q="x"), say("all streamed words")], stream=True)
-    from statemachine import Agent
+    from agentfsm import Agent
 
     run = Agent(model, [lookup]).start(AgentState((Message.user("go"),)))
     console = _console()

@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from providers import ScriptedModel, call_tool, call_tools, say
-from statemachine import (
+from agentfsm import (
     Agent,
     AgentState,
     HumanInTheLoop,
@@ -16,7 +15,8 @@ from statemachine import (
     ToolOutput,
     tool,
 )
-from statemachine.testing import assert_path
+from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
+from agentfsm.testing import assert_path
 from tests.support import LOOP, submit, texts
 
 executed: list[tuple[str, dict[str, Any]]] = []

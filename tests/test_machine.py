@@ -6,7 +6,7 @@ import attrs
 import pytest
 from transitions import MachineError
 
-from statemachine import STANDARD, MachineTable
+from agentfsm import STANDARD, MachineTable
 
 
 def test_one_edge_per_source_and_trigger() -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from providers import ScriptedModel
-from statemachine import (
+from agentfsm import (
     ChainError,
     ContentPart,
     LLMChain,
@@ -14,7 +13,8 @@ from statemachine import (
     ToolCall,
     ToolResult,
 )
-from statemachine.messages import DEFAULT_RESULT_CONTENT
+from agentfsm.messages import DEFAULT_RESULT_CONTENT
+from agentfsm.providers import ScriptedModel
 
 
 def test_needs_response_follows_the_last_message() -> None:

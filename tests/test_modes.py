@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-from providers import FallbackModel, ScriptedModel, call_tool, fail, say
-from statemachine import (
+from agentfsm import (
     ChainError,
     Failed,
     LLMChain,
@@ -17,7 +16,8 @@ from statemachine import (
     ToolCall,
     tool,
 )
-from statemachine.modes import UntilToolUsed
+from agentfsm.modes import UntilToolUsed
+from agentfsm.providers import FallbackModel, ScriptedModel, call_tool, fail, say
 from tests.support import add, boom, chain_of, submit, texts
 
 

@@ -8,8 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from providers import ScriptedModel, call_tool, call_tools, fail, say
-from statemachine import (
+from agentfsm import (
     STANDARD,
     Agent,
     AgentState,
@@ -24,6 +23,7 @@ from statemachine import (
     ToolOutput,
     tool,
 )
+from agentfsm.providers import ScriptedModel, call_tool, call_tools, fail, say
 from tests.support import add, boom, submit
 
 

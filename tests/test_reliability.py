@@ -17,8 +17,7 @@ from typing import Any
 import attrs
 import pytest
 
-from providers import FallbackModel, OpenAIChat, ScriptedModel, call_tool, fail, say
-from statemachine import (
+from agentfsm import (
     STANDARD,
     Agent,
     AgentState,
@@ -27,6 +26,7 @@ from statemachine import (
     ToolCall,
     tool,
 )
+from agentfsm.providers import FallbackModel, OpenAIChat, ScriptedModel, call_tool, fail, say
 from tests.providers.fake_server import FakeServer, Reply
 from tests.support import add, boom, submit
 
@@ -292,7 +292,7 @@ def test_readme_lists_every_row() -> None:
 
 
 def test_a_checkpoint_store_that_fails_on_write_pauses_the_run(tmp_path: pathlib.Path) -> None:
-    from statemachine.store import SQLiteStore, load_run, start_run
+    from agentfsm.store import SQLiteStore, load_run, start_run
     from tests.test_store import FlakyStore
 
     store = FlakyStore(SQLiteStore(tmp_path / "runs.db"), fail_at=3)

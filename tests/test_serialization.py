@@ -10,8 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from providers import ScriptedModel, call_tool, say
-from statemachine import (
+from agentfsm import (
     Agent,
     AgentState,
     ChainError,
@@ -31,9 +30,10 @@ from statemachine import (
     Trace,
     Transition,
 )
-from statemachine.errors import RETRYABLE_TYPES
-from statemachine.messages import DEFAULT_RESULT_CONTENT
-from statemachine.serialization import (
+from agentfsm.errors import RETRYABLE_TYPES
+from agentfsm.messages import DEFAULT_RESULT_CONTENT
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.serialization import (
     FORMAT,
     FormatError,
     UnboundModel,

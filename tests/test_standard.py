@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from providers import FallbackModel, ScriptedModel, call_tool, call_tools, fail, say
-from statemachine import (
+from agentfsm import (
     STANDARD,
     Agent,
     AgentState,
@@ -26,9 +25,10 @@ from statemachine import (
     ToolOutput,
     tool,
 )
-from statemachine.results import Continue
-from statemachine.steps import expand_tool_results
-from statemachine.testing import assert_path, edge_coverage, matches_path
+from agentfsm.providers import FallbackModel, ScriptedModel, call_tool, call_tools, fail, say
+from agentfsm.results import Continue
+from agentfsm.steps import expand_tool_results
+from agentfsm.testing import assert_path, edge_coverage, matches_path
 from tests.support import LOOP, add, boom, chain_of, remember, search, submit, texts
 
 
@@ -371,7 +371,7 @@ async def test_35_nested_state_updates_and_tool_context() -> None:
 async def test_resumed_tool_results_enter_at_propagating() -> None:
     chain = chain_of(ScriptedModel([say("thanks")]), add)
     chain = chain.add_message(call_tool("add", a=1, b=1)).add_message(
-        Message.tool([__import__("statemachine").ToolResult("call_x", "add", "2")])
+        Message.tool([__import__("agentfsm").ToolResult("call_x", "add", "2")])
     )
     run = StandardMode().start(chain)
     await run.run()

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from providers import ScriptedModel, call_tool, call_tools, fail, say
-from statemachine import STANDARD, Agent, AgentRun, AgentState, HumanInTheLoop, Message
+from agentfsm import STANDARD, Agent, AgentRun, AgentState, HumanInTheLoop, Message
+from agentfsm.providers import ScriptedModel, call_tool, call_tools, fail, say
 from tests.support import add, boom, remember, submit
 
 EXAMPLES = int(os.environ.get("AGENTFSM_EXAMPLES", "200"))

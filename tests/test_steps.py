@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from providers import ScriptedModel, call_tool, fail, say
-from statemachine import (
+from agentfsm import (
     ChainError,
     Continue,
     Failed,
@@ -18,7 +17,8 @@ from statemachine import (
     ToolCall,
     ToolResult,
 )
-from statemachine.steps import (
+from agentfsm.providers import ScriptedModel, call_tool, fail, say
+from agentfsm.steps import (
     call_llm,
     check_max_runs,
     check_pause,

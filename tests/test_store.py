@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from providers import ScriptedModel, call_tool, say
-from statemachine import (
+from agentfsm import (
     STANDARD,
     Agent,
     AgentState,
@@ -28,9 +27,10 @@ from statemachine import (
     StandardMode,
     Trace,
 )
-from statemachine import _runs_cli as runs_cli
-from statemachine.serialization import FormatError
-from statemachine.store import (
+from agentfsm import _runs_cli as runs_cli
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.serialization import FormatError
+from agentfsm.store import (
     Checkpointer,
     ResumeError,
     RunNotFoundError,
@@ -408,7 +408,7 @@ def test_runs_list_show_and_resume(
 
 
 def test_runs_resume_takes_decisions_for_the_demo_agent(db: Path) -> None:
-    from statemachine._demo import DEMO_PROMPT, demo_agent
+    from agentfsm._demo import DEMO_PROMPT, demo_agent
 
     run = start_run(demo_agent(delay=0, stream=False), AgentState.of(DEMO_PROMPT), SQLiteStore(db))
     run.run_sync()
@@ -436,9 +436,9 @@ def test_trace_helpers_see_saved_traces_as_traces(db: Path, log: Path) -> None:
 
 def test_agent_resume_run_continues_a_paused_run(tmp_path: Any) -> None:
     """``agent.resume_run(run_id, store)``: the method form of ``store.resume_run``."""
-    from providers import ScriptedModel, call_tool, say
-    from statemachine import Agent, AgentState
-    from statemachine.store import SQLiteStore, start_run
+    from agentfsm import Agent, AgentState
+    from agentfsm.providers import ScriptedModel, call_tool, say
+    from agentfsm.store import SQLiteStore, start_run
     from tests.support import add
 
     agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])

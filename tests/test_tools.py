@@ -9,8 +9,7 @@ from typing import Annotated, Literal
 
 import pytest
 
-from providers import ScriptedModel
-from statemachine import (
+from agentfsm import (
     LLMChain,
     Message,
     ToolCall,
@@ -19,8 +18,9 @@ from statemachine import (
     ToolResult,
     tool,
 )
-from statemachine.steps import execute_tool_calls, run_tool_calls
-from statemachine.tools import Tool
+from agentfsm.providers import ScriptedModel
+from agentfsm.steps import execute_tool_calls, run_tool_calls
+from agentfsm.tools import Tool
 from tests.support import add, boom
 
 

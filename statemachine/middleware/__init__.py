@@ -16,5 +16,5 @@ class Middleware(Protocol):
     ``before_model(state)`` runs once per execute, in stack order, before the
     machine starts; ``after_model(state)`` in reverse order once the run ended
     ok, and may interrupt it (return ``state.interrupt(data)``). A hook that
-    raises :class:`~statemachine.errors.ChainError` ends the execute as an error.
+    raises :class:`~agentfsm.errors.ChainError` ends the execute as an error.
     """

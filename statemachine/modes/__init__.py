@@ -13,7 +13,7 @@ from ..results import Failed, Terminal
 from .simple import SingleCall, Step, UntilSuccess, UntilToolUsed, WhileNeedsResponse
 
 if TYPE_CHECKING:
-    from providers.base import ChatModel
+    from agentfsm.providers.base import ChatModel
 
 __all__ = [
     "MODES",

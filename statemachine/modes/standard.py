@@ -2,8 +2,8 @@
 
 One loop is ``expanding -> calling -> interrupt_check -> executing ->
 propagating -> until_check -> deciding``; each state's work is a few steps of
-:mod:`statemachine.steps`, and which terminal a run reaches is decided by the
-step that produced it. See :data:`statemachine.machine.STANDARD` for the table.
+:mod:`agentfsm.steps`, and which terminal a run reaches is decided by the
+step that produced it. See :data:`agentfsm.machine.STANDARD` for the table.
 """
 
 from __future__ import annotations

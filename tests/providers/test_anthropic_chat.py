@@ -20,10 +20,10 @@ from anthropic.types.message_create_params import (
     MessageCreateParamsStreaming,
 )
 
-from providers import AnthropicChat, ModelSettings
-from statemachine.errors import ChainError
-from statemachine.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
-from statemachine.tools import tool
+from agentfsm.errors import ChainError
+from agentfsm.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
+from agentfsm.providers import AnthropicChat, ModelSettings
+from agentfsm.tools import tool
 from tests.providers.anthropic_wire import (
     PING,
     StopReason,

@@ -21,10 +21,10 @@ from openai.types.chat.completion_create_params import (
     CompletionCreateParamsStreaming,
 )
 
-from providers import ModelSettings, OpenAIChat
-from statemachine.errors import ChainError
-from statemachine.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
-from statemachine.tools import ToolContext, tool
+from agentfsm.errors import ChainError
+from agentfsm.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
+from agentfsm.providers import ModelSettings, OpenAIChat
+from agentfsm.tools import ToolContext, tool
 from tests.providers.fake_server import FakeServer, Reply, request_validator, sse
 from tests.providers.openai_wire import FinishReason, chunk, completion, error_body, stream
 

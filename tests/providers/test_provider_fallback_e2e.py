@@ -14,11 +14,11 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("anthropic")
 
-from providers import AnthropicChat, FallbackModel, OpenAIChat
-from statemachine.chain import LLMChain
-from statemachine.messages import Message
-from statemachine.results import Ok
-from statemachine.tools import tool
+from agentfsm.chain import LLMChain
+from agentfsm.messages import Message
+from agentfsm.providers import AnthropicChat, FallbackModel, OpenAIChat
+from agentfsm.results import Ok
+from agentfsm.tools import tool
 from tests.providers import anthropic_wire as wire
 from tests.providers.fake_server import FakeServer, Reply, Request, named_sse
 from tests.providers.openai_wire import completion, error_body
@@ -108,7 +108,7 @@ async def test_a_fallback_answers_with_a_tool_round_trip(
 
 def test_sync_doors_close_the_models_connections(make_server: Any) -> None:
     """run_sync / execute_sync end their loop with the model's pool closed."""
-    from statemachine import Agent, AgentState
+    from agentfsm import Agent, AgentState
 
     server = make_server("/v1")
     server.push(Reply(json=completion("hi")), Reply(json=completion("hi")))

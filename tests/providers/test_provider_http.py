@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from providers._http import HttpTransport, parse_arguments, retry_after
-from statemachine.errors import ChainError
+from agentfsm.errors import ChainError
+from agentfsm.providers._http import HttpTransport, parse_arguments, retry_after
 from tests.providers.fake_server import FakeServer, Reply, sse
 
 BODY = {"hello": "world"}

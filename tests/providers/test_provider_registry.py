@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from providers import AnthropicChat, OpenAIChat, ScriptedModel, create_model
-from statemachine.messages import Message
+from agentfsm.messages import Message
+from agentfsm.providers import AnthropicChat, OpenAIChat, ScriptedModel, create_model
 
 
 def test_openai() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from providers._sse import ServerSentEvent, SSEDecoder
+from agentfsm.providers._sse import ServerSentEvent, SSEDecoder
 
 
 def decode(*chunks: bytes) -> list[ServerSentEvent]:

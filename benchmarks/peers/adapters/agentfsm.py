@@ -6,27 +6,20 @@ the library's own ``ScriptedModel`` with an async script.  ``ScriptedModel``
 records every request it gets, so a model shared by many runs would keep
 them all; each run clears the record when it ends, leaving only the append.
 
-The library is imported from this working tree (the repository's root is put
-first on ``sys.path``), so an editable install and a plain checkout measure
-the same code.
+The library is the installed ``agentfsm`` (``pip install -e '.[bench]'`` from
+the repository's root measures the working tree).
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[3]
-if (_ROOT / "statemachine" / "__init__.py").exists() and str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+import agentfsm
+from agentfsm import Agent, AgentState, Message, tool
+from agentfsm.providers import ScriptedModel, call_tool, say
 
-import statemachine  # noqa: E402
-from providers import ScriptedModel, call_tool, say  # noqa: E402
-from statemachine import Agent, AgentState, Message, tool  # noqa: E402
-
-import workload as w  # noqa: E402
+import workload as w
 
 NAME = "agentfsm"
 
@@ -37,7 +30,7 @@ def version() -> str:
 
         return f"agentfsm {dist_version('agentfsm')} (tree)"
     except Exception:
-        return f"agentfsm {getattr(statemachine, '__version__', '?')} (tree)"
+        return f"agentfsm {agentfsm.__version__} (tree)"
 
 
 def _last_result(messages: Sequence[Message]) -> object:
