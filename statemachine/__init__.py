@@ -1,6 +1,7 @@
 """agentfsm: an LLM agent's tool-calling loop as an explicit, inspectable state machine."""
 
-from .agent import Agent, AgentRun, AgentState, collapse_until_tool
+from . import modes as _modes  # noqa: F401  (registers the built-in modes by name)
+from .agent import Agent, AgentRun
 from .chain import LLMChain
 from .errors import ChainError, IllegalTransitionError
 from .machine import STANDARD, Edge, MachineTable
@@ -13,10 +14,9 @@ from .messages import (
     ToolResult,
 )
 from .middleware import HumanInTheLoop, Middleware
-from .modes import run_chain
-from .modes.standard import StandardMode
-from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
+from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
+from .state import AgentState
 from .tools import Tool, ToolContext, ToolOutput, tool
 from .trace import Trace, Transition
 
@@ -30,14 +30,10 @@ __all__ = [
     "MachineTable",
     "Middleware",
     "Run",
-    "StandardMode",
     "Trace",
     "Transition",
-    "collapse_until_tool",
-    "run_chain",
     "ChainError",
     "ContentPart",
-    "Continue",
     "Failed",
     "IllegalTransitionError",
     "Interrupted",
@@ -47,7 +43,6 @@ __all__ = [
     "MessageExpansion",
     "Ok",
     "Paused",
-    "PipelineResult",
     "Terminal",
     "Tool",
     "ToolCall",

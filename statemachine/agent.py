@@ -1,61 +1,32 @@
-"""Agent: a model, tools and middleware over the standard machine, with human approval.
-
-``AgentState`` is what a host keeps between runs: the conversation (without the
-system prompt), the agent's own state, and how the last run ended.
-"""
+"""Agent: a model, tools and middleware over the standard machine, with human approval."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from .chain import Callbacks, LLMChain, run_sync
+from ._sync import run_sync
+from .chain import Callbacks, LLMChain
 from .errors import ChainError
-from .messages import Message, ToolCall, ToolResult, message_tuple
+from .messages import Message, ToolCall, ToolResult
 from .middleware.human_in_the_loop import unanswered_calls
 from .modes.standard import StandardMode
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
+from .state import AgentState
 from .steps import add_tool_message, run_tool_calls
+from .store.base import Store
+from .store.checkpoint import resume_run
 from .tools import Tool
 
 if TYPE_CHECKING:
     from agentfsm.providers.base import ChatModel
 
-    from .store import Store
-
 __all__ = ["Agent", "AgentRun", "AgentState", "collapse_until_tool"]
 
-Status = Literal["new", "ok", "paused", "interrupted", "error"]
-
 MAX_RUNS_MESSAGE = "Max number of automated turns reached. You may continue if desired."
-
-
-@attrs.frozen
-class AgentState:
-    """The conversation, the agent's state, and how the last run ended."""
-
-    messages: tuple[Message, ...] = attrs.field(default=(), converter=message_tuple)
-    state: Mapping[str, Any] = attrs.field(factory=dict)
-    status: Status = "new"
-    interrupt_data: Mapping[str, Any] | None = None
-    pause_reason: Any = None
-    error: ChainError | None = None
-    tool_result: ToolResult | None = None
-
-    @classmethod
-    def of(cls, prompt: str, **state: Any) -> AgentState:
-        """A new conversation starting with the user's ``prompt``."""
-        return cls((Message.user(prompt),), state)
-
-    def add_user_message(self, text: str) -> AgentState:
-        return attrs.evolve(self, messages=(*self.messages, Message.user(text)))
-
-    def interrupt(self, data: Mapping[str, Any]) -> AgentState:
-        """This state, interrupted with ``data`` (for an ``after_model`` hook)."""
-        return attrs.evolve(self, status="interrupted", interrupt_data=dict(data))
 
 
 def collapse_until_tool(
@@ -91,6 +62,9 @@ class Agent:
     ``max_runs`` bounds the model calls of one execute (default 50; an execute's
     own ``max_runs`` wins).
     """
+
+    #: The Run class of this agent's runs (restored runs too).
+    run_class: ClassVar[type[AgentRun]] = AgentRun
 
     def __init__(
         self,
@@ -136,7 +110,7 @@ class Agent:
         return self._start(self._chain(state), options)
 
     def _start(self, chain: LLMChain, options: Mapping[str, Any]) -> AgentRun:
-        run = self.mode.start(chain, options, run_class=AgentRun)
+        run = self.mode.start(chain, options, run_class=self.run_class)
         assert isinstance(run, AgentRun)
         run.agent = self
         return run
@@ -233,8 +207,6 @@ class Agent:
 
     async def resume_run(self, run_id: str, store: Store, **options: Any) -> AgentState:
         """Continue a run saved in ``store`` from its last checkpoint (see :mod:`.store`)."""
-        from .store import resume_run
-
         return await resume_run(self, run_id, store, **options)
 
     def resume_run_sync(self, run_id: str, store: Store, **options: Any) -> AgentState:

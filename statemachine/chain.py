@@ -7,12 +7,13 @@ agreement, so no step has to.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
+from ._registry import ModeLike, run_chain
+from ._sync import run_sync
 from .errors import ChainError
 from .messages import Message, MessageLog
 from .tools import Tool
@@ -20,7 +21,6 @@ from .tools import Tool
 if TYPE_CHECKING:
     from agentfsm.providers.base import ChatModel
 
-    from .modes import ModeLike
     from .results import Terminal
 
 __all__ = ["CALLBACK_NAMES", "Callbacks", "LLMChain"]
@@ -199,8 +199,6 @@ class LLMChain:
         **opts: Any,
     ) -> Terminal:
         """Run the chain under ``mode``; see :func:`agentfsm.modes.run_chain`."""
-        from .modes import run_chain
-
         return await run_chain(
             self, mode, with_fallbacks=with_fallbacks, before_fallback=before_fallback, **opts
         )
@@ -208,25 +206,6 @@ class LLMChain:
     def run_sync(self, mode: ModeLike = None, **opts: Any) -> Terminal:
         """``run`` for scripts and tests, in a fresh event loop."""
         return run_sync(self.run(mode, **opts), self.llm)
-
-
-async def close_model(model: Any) -> None:
-    """Close a model's connections, if it holds any (``aclose``)."""
-    close = getattr(model, "aclose", None)
-    if close is not None:
-        await close()
-
-
-def run_sync(coroutine: Coroutine[Any, Any, _T], model: Any) -> _T:
-    """``asyncio.run`` for the sync doors: the model's connections close with the loop."""
-
-    async def main() -> _T:
-        try:
-            return await coroutine
-        finally:
-            await close_model(model)
-
-    return asyncio.run(main())
 
 
 def _make_replace() -> Callable[..., LLMChain]:

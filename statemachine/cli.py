@@ -25,10 +25,11 @@ from rich.panel import Panel
 from rich.prompt import Confirm
 
 from . import _runs_cli, diagrams
-from .agent import Agent, AgentRun, AgentState
+from .agent import Agent, AgentRun
 from .errors import ChainError
 from .machine import STANDARD
 from .results import Failed
+from .state import AgentState
 from .trace import Trace
 
 __all__ = ["main"]

@@ -13,7 +13,8 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from transitions import MachineError
 
-from .chain import LLMChain, close_model
+from ._sync import SyncBridge
+from .chain import LLMChain
 from .errors import ChainError, IllegalTransitionError
 from .machine import MachineTable
 from .results import Continue, Failed, Paused, PipelineResult, Terminal
@@ -68,7 +69,7 @@ class Run:
         self._events = self._machine.events
         self._cursor = _Cursor()
         self._pause_reason: Any = None
-        self._runner: asyncio.Runner | None = None
+        self._bridge = SyncBridge()
         self._machine.add_model(self._cursor, initial=entry)
         for observer in Run.observers:
             observer(self)
@@ -175,23 +176,7 @@ class Run:
         return self._sync(self.run())
 
     def _sync(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
-        if self._runner is None:
-            self._runner = asyncio.Runner()
-        try:
-            return self._runner.run(coroutine)
-        finally:
-            if self.result is not None:
-                self._runner.run(close_model(self.chain.llm))
-                self._runner.close()
-                self._runner = None
-
-    # ------------------------------------------------------------ views
-
-    def to_mermaid(self) -> str:
-        """This run's path drawn on the machine (Mermaid)."""
-        from .diagrams import run_mermaid
-
-        return run_mermaid(self.trace, self.table)
+        return self._bridge.run(coroutine, self.chain.llm, lambda: self.result is not None)
 
     def __repr__(self) -> str:
         return f"<Run {self.table.name} state={self.state!r} steps={len(self.trace)}>"

@@ -36,7 +36,6 @@ import attrs
 import cattrs
 from cattrs.preconf.json import make_converter
 
-from .agent import AgentState
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
 from .messages import (
@@ -49,6 +48,7 @@ from .messages import (
     ToolResult,
 )
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
+from .state import AgentState
 from .tools import Tool
 from .trace import Trace, Transition
 
@@ -58,11 +58,14 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "Binder",
     "FormatError",
     "Models",
+    "Packer",
     "Serializable",
     "UnboundModel",
     "UnknownToolError",
+    "Unpacker",
     "check_format",
     "converter",
     "dump",
@@ -193,7 +196,7 @@ def check_format(data: Any) -> None:
 # ---------------------------------------------------------------- binding
 
 
-class _Binder:
+class Binder:
     """What a loaded chain is bound to: the caller's models, tools and callbacks."""
 
     def __init__(
@@ -244,7 +247,7 @@ class _Binder:
 Runs: TypeAlias = list[list[int]]
 
 
-class _Packer:
+class Packer:
     """Writes chains against shared tables: each message and each context once.
 
     Tables are keyed by identity (chains share their message objects) and keep
@@ -351,10 +354,10 @@ def _mapping(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
-class _Unpacker:
+class Unpacker:
     """Reads chain records against a document's tables; chains share what they share."""
 
-    def __init__(self, messages: Sequence[Any], contexts: Sequence[Any], binder: _Binder) -> None:
+    def __init__(self, messages: Sequence[Any], contexts: Sequence[Any], binder: Binder) -> None:
         self.binder = binder
         self.messages: list[Message] = []
         for index, doc in enumerate(messages):
@@ -491,7 +494,7 @@ def dump(obj: Serializable) -> dict[str, Any]:
     if isinstance(obj, ChainError):
         doc["value"] = _error_out(obj)
         return doc
-    packer = _Packer()
+    packer = Packer()
     value: dict[str, Any]
     if isinstance(obj, LLMChain):
         value = packer.chain(obj)
@@ -569,14 +572,14 @@ def load(
         raise FormatError(f"Unknown document type {kind!r}; known: {sorted(_KINDS)}.")
     if not _accepts(type, _KINDS[kind]):
         raise FormatError(f"The document holds a {kind}, not a {_expected_name(type)}.")
-    binder = _Binder(models, tools, callbacks, strict)
+    binder = Binder(models, tools, callbacks, strict)
     try:
         value = data["value"]
         if kind in _PLAIN:
             return typing.cast(_T, converter.structure(value, _PLAIN[kind]))
         if kind == "ChainError":
             return typing.cast(_T, _error_in(value, ChainError))
-        unpacker = _Unpacker(data.get("messages", ()), data.get("contexts", ()), binder)
+        unpacker = Unpacker(data.get("messages", ()), data.get("contexts", ()), binder)
         out: object
         if kind == "LLMChain":
             out = unpacker.chain(value)

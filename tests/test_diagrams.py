@@ -214,12 +214,11 @@ def test_run_mermaid_highlights_and_counts_what_the_run_took() -> None:
     assert d.run_mermaid(trace, STANDARD) == text
 
 
-def test_run_to_mermaid_uses_the_diagrams() -> None:
+def test_a_live_run_draws_on_its_own_machine() -> None:
     agent = demo_agent(delay=0, stream=False)
     run = agent.start(AgentState.of(DEMO_PROMPT))
     run.run_sync()
-    assert run.to_mermaid() == d.run_mermaid(run.trace, STANDARD)
-    assert "InterruptCheck --> Interrupted : interrupted x1" in run.to_mermaid()
+    assert "InterruptCheck --> Interrupted : interrupted x1" in d.run_mermaid(run.trace, run.table)
 
 
 def test_run_dot_thickens_and_counts_the_edges_taken() -> None:

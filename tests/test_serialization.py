@@ -15,7 +15,6 @@ from agentfsm import (
     AgentState,
     ChainError,
     ContentPart,
-    Continue,
     Failed,
     Interrupted,
     LLMChain,
@@ -23,7 +22,6 @@ from agentfsm import (
     MessageExpansion,
     Ok,
     Paused,
-    PipelineResult,
     Terminal,
     ToolCall,
     ToolResult,
@@ -33,6 +31,7 @@ from agentfsm import (
 from agentfsm.errors import RETRYABLE_TYPES
 from agentfsm.messages import DEFAULT_RESULT_CONTENT
 from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.results import Continue, PipelineResult
 from agentfsm.serialization import (
     FORMAT,
     FormatError,

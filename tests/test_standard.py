@@ -20,11 +20,11 @@ from agentfsm import (
     MessageExpansion,
     Ok,
     Paused,
-    StandardMode,
     ToolContext,
     ToolOutput,
     tool,
 )
+from agentfsm.modes import StandardMode
 from agentfsm.providers import FallbackModel, ScriptedModel, call_tool, call_tools, fail, say
 from agentfsm.results import Continue
 from agentfsm.steps import expand_tool_results

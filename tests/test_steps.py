@@ -6,7 +6,6 @@ import pytest
 
 from agentfsm import (
     ChainError,
-    Continue,
     Failed,
     Interrupted,
     LLMChain,
@@ -18,6 +17,7 @@ from agentfsm import (
     ToolResult,
 )
 from agentfsm.providers import ScriptedModel, call_tool, fail, say
+from agentfsm.results import Continue
 from agentfsm.steps import (
     call_llm,
     check_max_runs,

@@ -24,10 +24,10 @@ from agentfsm import (
     Message,
     Ok,
     Paused,
-    StandardMode,
     Trace,
 )
 from agentfsm import _runs_cli as runs_cli
+from agentfsm.modes import StandardMode
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.serialization import FormatError
 from agentfsm.store import (

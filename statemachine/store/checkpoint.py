@@ -27,8 +27,6 @@ When the failed write is the terminal one, the run has already ended; the
 store keeps the boundary before, so a resume redoes only that last step (no
 transition into a terminal runs a tool).
 
-:class:`SQLiteStore` is the embedded default (stdlib ``sqlite3``, WAL mode).
-``synchronous="NORMAL"`` survives a killed process; ``"FULL"`` also a power cut.
 Nothing stops two processes from resuming the same run at once: resume a run
 from one place.
 """
@@ -36,46 +34,40 @@ from one place.
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from .agent import Agent, AgentRun, AgentState
-from .chain import Callbacks, LLMChain, run_sync
-from .messages import Message
-from .results import Failed, Interrupted, Ok, Paused, Terminal
-from .run import Run
-from .serialization import (
+from .._sync import run_sync
+from ..chain import Callbacks, LLMChain
+from ..messages import Message
+from ..results import Failed, Interrupted, Ok, Paused, Terminal
+from ..run import Run
+from ..serialization import (
     FORMAT,
+    Binder,
     FormatError,
     Models,
+    Packer,
     UnknownToolError,
-    _Binder,
-    _Packer,
-    _Unpacker,
+    Unpacker,
     check_format,
     converter,
 )
-from .tools import Tool
-from .trace import Trace, Transition
+from ..state import AgentState
+from ..tools import Tool
+from ..trace import Trace, Transition
+from .base import _STATUS, ResumeError, RunStatus, Store, StoreWrite
+
+if TYPE_CHECKING:
+    from ..agent import Agent, AgentRun
 
 __all__ = [
     "Checkpointer",
-    "ResumeError",
-    "RunInfo",
-    "RunNotFoundError",
-    "RunStatus",
-    "SQLiteStore",
     "SavedRun",
-    "Store",
-    "StoreWrite",
-    "StoredRun",
     "checkpoint",
     "load_run",
     "restore_run",
@@ -84,310 +76,9 @@ __all__ = [
     "start_run",
 ]
 
-RunStatus = Literal["running", "ok", "paused", "interrupted", "error"]
-
-_STATUS: Final[Mapping[type, RunStatus]] = {
-    Ok: "ok",
-    Paused: "paused",
-    Interrupted: "interrupted",
-    Failed: "error",
-}
-
 #: The options a checkpoint keeps; ``should_pause``, ``middleware`` and
 #: ``extra_steps`` are code, passed again on resume.
 SAVED_OPTIONS: Final = ("until_tool", "require_tool_success", "max_runs")
-
-
-class RunNotFoundError(LookupError):
-    """The store has no run of that id."""
-
-
-class ResumeError(ValueError):
-    """The saved run cannot be resumed as asked (it ended, or needs decisions)."""
-
-
-# ---------------------------------------------------------------- the store protocol
-
-
-@attrs.frozen
-class StoreWrite:
-    """One checkpoint: what is new since the last one, applied all or nothing.
-
-    Rows are JSON text, so a store only keeps strings. Rows may be written again
-    after a failed write; a store replaces a row it already has.
-    """
-
-    segment: int
-    state: str
-    status: RunStatus
-    #: Transitions of the whole run, every segment counted.
-    steps: int
-    #: The segment's header (entry, first chain, options), on its first write.
-    header: str | None = None
-    #: New rows of the run's message and context tables: ``(index, JSON)``.
-    messages: Sequence[tuple[int, str]] = ()
-    contexts: Sequence[tuple[int, str]] = ()
-    #: New transitions of this segment: ``(seq, JSON)``.
-    transitions: Sequence[tuple[int, str]] = ()
-    result: str | None = None
-    agent_state: str | None = None
-    #: One line for listings: the pause reason, the error, the interrupt...
-    summary: str | None = None
-
-
-@attrs.frozen
-class RunInfo:
-    """A run as a listing shows it."""
-
-    run_id: str
-    status: RunStatus
-    state: str
-    steps: int
-    segments: int
-    summary: str | None
-    created: float
-    updated: float
-
-
-@attrs.frozen
-class StoredRun:
-    """A run's rows as the store keeps them (JSON text), before decoding."""
-
-    run_id: str
-    status: RunStatus
-    state: str
-    headers: tuple[str, ...]
-    transitions: tuple[tuple[str, ...], ...]
-    messages: tuple[str, ...]
-    contexts: tuple[str, ...]
-    result: str | None
-    agent_state: str | None
-
-
-@runtime_checkable
-class Store(Protocol):
-    """Where checkpoints go: three calls over JSON text."""
-
-    def write(self, run_id: str, write: StoreWrite) -> None:
-        """Apply ``write`` atomically, or raise and change nothing."""
-        ...
-
-    def read(self, run_id: str) -> StoredRun:
-        """Every row of the run; :class:`RunNotFoundError` if there is none."""
-        ...
-
-    def runs(self) -> list[RunInfo]:
-        """Every run, the most recently updated first."""
-        ...
-
-
-# ---------------------------------------------------------------- SQLite
-
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    status TEXT NOT NULL,
-    state TEXT NOT NULL,
-    segments INTEGER NOT NULL,
-    steps INTEGER NOT NULL,
-    summary TEXT,
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
-    result TEXT,
-    agent_state TEXT
-);
-CREATE TABLE IF NOT EXISTS segments (
-    run_id TEXT NOT NULL, segment INTEGER NOT NULL, header TEXT NOT NULL,
-    PRIMARY KEY (run_id, segment)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS messages (
-    run_id TEXT NOT NULL, idx INTEGER NOT NULL, doc TEXT NOT NULL,
-    PRIMARY KEY (run_id, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS contexts (
-    run_id TEXT NOT NULL, idx INTEGER NOT NULL, doc TEXT NOT NULL,
-    PRIMARY KEY (run_id, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS transitions (
-    run_id TEXT NOT NULL, segment INTEGER NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL,
-    PRIMARY KEY (run_id, segment, seq)
-) WITHOUT ROWID;
-"""
-
-_UPSERT_RUN: Final = """
-INSERT INTO runs (run_id, status, state, segments, steps, summary, created, updated,
-                  result, agent_state)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (run_id) DO UPDATE SET
-    status = excluded.status, state = excluded.state, segments = excluded.segments,
-    steps = excluded.steps, summary = excluded.summary, updated = excluded.updated,
-    result = excluded.result, agent_state = excluded.agent_state
-"""
-
-
-class SQLiteStore:
-    """Runs in one SQLite file (WAL mode): the embedded default :class:`Store`.
-
-    A checkpoint is one short transaction of a few inserts. ``synchronous``
-    trades durability for speed: ``"NORMAL"`` (default) loses nothing when the
-    process is killed, ``"FULL"`` nothing on a power cut either.
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
-        timeout: float = 5.0,
-    ) -> None:
-        self.path = os.fspath(path)
-        self._lock = threading.Lock()
-        self._con = sqlite3.connect(
-            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
-        )
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute(f"PRAGMA synchronous={synchronous}")
-        self._con.executescript(_SCHEMA)
-        row = self._con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-        if row is None:
-            self._con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
-        else:
-            try:
-                check_format({"format": row[0]})
-            except FormatError as exc:
-                self._con.close()
-                raise FormatError(f"{self.path}: {exc}") from exc
-
-    def write(self, run_id: str, write: StoreWrite) -> None:
-        now = time.time()
-        with self._lock:
-            con = self._con
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                if write.header is not None:
-                    con.execute(
-                        "INSERT OR REPLACE INTO segments VALUES (?, ?, ?)",
-                        (run_id, write.segment, write.header),
-                    )
-                if write.messages:
-                    con.executemany(
-                        "INSERT OR REPLACE INTO messages VALUES (?, ?, ?)",
-                        [(run_id, i, doc) for i, doc in write.messages],
-                    )
-                if write.contexts:
-                    con.executemany(
-                        "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
-                        [(run_id, i, doc) for i, doc in write.contexts],
-                    )
-                if write.transitions:
-                    con.executemany(
-                        "INSERT OR REPLACE INTO transitions VALUES (?, ?, ?, ?)",
-                        [(run_id, write.segment, seq, doc) for seq, doc in write.transitions],
-                    )
-                con.execute(
-                    _UPSERT_RUN,
-                    (
-                        run_id,
-                        write.status,
-                        write.state,
-                        write.segment + 1,
-                        write.steps,
-                        write.summary,
-                        now,
-                        now,
-                        write.result,
-                        write.agent_state,
-                    ),
-                )
-                con.execute("COMMIT")
-            except BaseException:
-                if con.in_transaction:
-                    con.execute("ROLLBACK")
-                raise
-
-    def read(self, run_id: str) -> StoredRun:
-        with self._lock:
-            con = self._con
-            row = con.execute(
-                "SELECT status, state, segments, result, agent_state FROM runs WHERE run_id = ?",
-                (run_id,),
-            ).fetchone()
-            if row is None:
-                raise RunNotFoundError(f"No run {run_id!r} in {self.path}")
-            status, state, segments, result, agent_state = row
-            headers = [
-                h
-                for (h,) in con.execute(
-                    "SELECT header FROM segments WHERE run_id = ? ORDER BY segment", (run_id,)
-                )
-            ]
-            by_segment: list[list[str]] = [[] for _ in range(segments)]
-            for segment, doc in con.execute(
-                "SELECT segment, doc FROM transitions WHERE run_id = ? ORDER BY segment, seq",
-                (run_id,),
-            ):
-                by_segment[segment].append(doc)
-            messages = self._table(con, "messages", run_id)
-            contexts = self._table(con, "contexts", run_id)
-        return StoredRun(
-            run_id,
-            status,
-            state,
-            tuple(headers),
-            tuple(tuple(t) for t in by_segment),
-            messages,
-            contexts,
-            result,
-            agent_state,
-        )
-
-    @staticmethod
-    def _table(con: sqlite3.Connection, table: str, run_id: str) -> tuple[str, ...]:
-        rows = con.execute(
-            f"SELECT idx, doc FROM {table} WHERE run_id = ? ORDER BY idx", (run_id,)
-        ).fetchall()
-        if any(i != n for n, (i, _) in enumerate(rows)):
-            raise FormatError(f"The {table} of run {run_id!r} have gaps: the store is damaged")
-        return tuple(doc for _, doc in rows)
-
-    def runs(self) -> list[RunInfo]:
-        with self._lock:
-            rows = self._con.execute(
-                "SELECT run_id, status, state, steps, segments, summary, created, updated "
-                "FROM runs ORDER BY updated DESC, run_id"
-            ).fetchall()
-        return [RunInfo(*row) for row in rows]
-
-    def delete(self, run_id: str) -> None:
-        """Forget a run and everything saved of it."""
-        with self._lock:
-            con = self._con
-            con.execute("BEGIN IMMEDIATE")
-            try:
-                for table in ("runs", "segments", "messages", "contexts", "transitions"):
-                    con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-                con.execute("COMMIT")
-            except BaseException:
-                if con.in_transaction:
-                    con.execute("ROLLBACK")
-                raise
-
-    def close(self) -> None:
-        with self._lock:
-            self._con.close()
-
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"SQLiteStore({self.path!r})"
-
-
-# ---------------------------------------------------------------- loading
 
 
 @attrs.frozen
@@ -442,9 +133,9 @@ def load_run(
 ) -> SavedRun:
     """The saved run ``run_id``, bound as :func:`agentfsm.serialization.load` binds."""
     stored = store.read(run_id)
-    binder = _Binder(models, tools, callbacks, strict)
+    binder = Binder(models, tools, callbacks, strict)
     try:
-        unpacker = _Unpacker(
+        unpacker = Unpacker(
             [json.loads(m) for m in stored.messages],
             [json.loads(c) for c in stored.contexts],
             binder,
@@ -536,7 +227,7 @@ class Checkpointer:
         store: Store,
         run_id: str,
         options: Mapping[str, Any],
-        packer: _Packer,
+        packer: Packer,
         *,
         segment: int,
         prior_steps: int,
@@ -610,9 +301,10 @@ class Checkpointer:
             result = _json(packer.result(run.result))
             status = _STATUS[type(run.result)]
             summary = _summary(run.result)
-            if isinstance(run, AgentRun):
+            if hasattr(type(run), "agent_state"):  # an agent's run maps back to its state
                 try:
-                    agent_state = _json(converter.unstructure(run.agent_state, AgentState))
+                    state = run.agent_state  # type: ignore[attr-defined]
+                    agent_state = _json(converter.unstructure(state, AgentState))
                 except Exception:  # an after_model hook's failure is the host's to see
                     agent_state = None
         header = None if self._header is None else _json(self._header)
@@ -662,14 +354,14 @@ def checkpoint(
             store,
             run_id or uuid.uuid4().hex,
             kept,
-            _Packer(),
+            Packer(),
             segment=0,
             prior_steps=0,
             saved=0,
             new_segment=True,
         )
     else:
-        packer = _Packer(saved.messages, saved.contexts)
+        packer = Packer(saved.messages, saved.contexts)
         marks = (len(saved.messages), len(saved.contexts))
         prior = sum(len(t) for t in saved.traces[:-1])
         if saved.done:
@@ -797,13 +489,13 @@ def restore_run(
             saved.state,
             Trace(entry=trace.entry, transitions=list(trace.transitions), machine=trace.machine),
             options,
-            run_class=AgentRun,
+            run_class=agent.run_class,
         )
     else:
         context = {k: v for k, v in chain.custom_context.items() if k != "pause_reason"}
         chain = attrs.evolve(chain, custom_context=context, exchanged_messages=())
-        run = agent.mode.start(chain, options, run_class=AgentRun)
-    assert isinstance(run, AgentRun)
+        run = agent.mode.start(chain, options, run_class=agent.run_class)
+    assert isinstance(run, agent.run_class)
     run.agent = agent
     checkpoint(run, store, options=saved.options, saved=saved)
     return run

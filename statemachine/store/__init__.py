@@ -1,0 +1,37 @@
+"""Saved runs: checkpoints at every state boundary, and resuming from the last one.
+
+:mod:`~agentfsm.store.base` says what a store is, :mod:`~agentfsm.store.sqlite`
+is the embedded one, :mod:`~agentfsm.store.checkpoint` saves and restores runs.
+"""
+
+from .base import ResumeError, RunInfo, RunNotFoundError, RunStatus, Store, StoredRun, StoreWrite
+from .checkpoint import (
+    Checkpointer,
+    SavedRun,
+    checkpoint,
+    load_run,
+    restore_run,
+    resume_run,
+    resume_run_sync,
+    start_run,
+)
+from .sqlite import SQLiteStore
+
+__all__ = [
+    "Checkpointer",
+    "ResumeError",
+    "RunInfo",
+    "RunNotFoundError",
+    "RunStatus",
+    "SQLiteStore",
+    "SavedRun",
+    "Store",
+    "StoreWrite",
+    "StoredRun",
+    "checkpoint",
+    "load_run",
+    "restore_run",
+    "resume_run",
+    "resume_run_sync",
+    "start_run",
+]

@@ -1,0 +1,113 @@
+"""What a checkpoint store is: three calls over JSON text, and the records they pass.
+
+A store keeps strings only; :mod:`agentfsm.store.checkpoint` packs runs into
+them and :class:`~agentfsm.store.sqlite.SQLiteStore` is the embedded store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final, Literal, Protocol, runtime_checkable
+
+import attrs
+
+from ..results import Failed, Interrupted, Ok, Paused
+
+__all__ = [
+    "ResumeError",
+    "RunInfo",
+    "RunNotFoundError",
+    "RunStatus",
+    "Store",
+    "StoreWrite",
+    "StoredRun",
+]
+
+RunStatus = Literal["running", "ok", "paused", "interrupted", "error"]
+
+_STATUS: Final[Mapping[type, RunStatus]] = {
+    Ok: "ok",
+    Paused: "paused",
+    Interrupted: "interrupted",
+    Failed: "error",
+}
+
+
+class RunNotFoundError(LookupError):
+    """The store has no run of that id."""
+
+
+class ResumeError(ValueError):
+    """The saved run cannot be resumed as asked (it ended, or needs decisions)."""
+
+
+@attrs.frozen
+class StoreWrite:
+    """One checkpoint: what is new since the last one, applied all or nothing.
+
+    Rows are JSON text, so a store only keeps strings. Rows may be written again
+    after a failed write; a store replaces a row it already has.
+    """
+
+    segment: int
+    state: str
+    status: RunStatus
+    #: Transitions of the whole run, every segment counted.
+    steps: int
+    #: The segment's header (entry, first chain, options), on its first write.
+    header: str | None = None
+    #: New rows of the run's message and context tables: ``(index, JSON)``.
+    messages: Sequence[tuple[int, str]] = ()
+    contexts: Sequence[tuple[int, str]] = ()
+    #: New transitions of this segment: ``(seq, JSON)``.
+    transitions: Sequence[tuple[int, str]] = ()
+    result: str | None = None
+    agent_state: str | None = None
+    #: One line for listings: the pause reason, the error, the interrupt...
+    summary: str | None = None
+
+
+@attrs.frozen
+class RunInfo:
+    """A run as a listing shows it."""
+
+    run_id: str
+    status: RunStatus
+    state: str
+    steps: int
+    segments: int
+    summary: str | None
+    created: float
+    updated: float
+
+
+@attrs.frozen
+class StoredRun:
+    """A run's rows as the store keeps them (JSON text), before decoding."""
+
+    run_id: str
+    status: RunStatus
+    state: str
+    headers: tuple[str, ...]
+    transitions: tuple[tuple[str, ...], ...]
+    messages: tuple[str, ...]
+    contexts: tuple[str, ...]
+    result: str | None
+    agent_state: str | None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where checkpoints go: three calls over JSON text."""
+
+    def write(self, run_id: str, write: StoreWrite) -> None:
+        """Apply ``write`` atomically, or raise and change nothing."""
+        ...
+
+    def read(self, run_id: str) -> StoredRun:
+        """Every row of the run; :class:`RunNotFoundError` if there is none."""
+        ...
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, the most recently updated first."""
+        ...

@@ -1,0 +1,223 @@
+"""SQLiteStore: runs in one SQLite file (stdlib ``sqlite3``, WAL), the embedded store.
+
+``synchronous="NORMAL"`` survives a killed process; ``"FULL"`` also a power cut.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from typing import Final, Literal
+
+from ..serialization import FORMAT, FormatError, check_format
+from .base import RunInfo, RunNotFoundError, StoredRun, StoreWrite
+
+__all__ = ["SQLiteStore"]
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    state TEXT NOT NULL,
+    segments INTEGER NOT NULL,
+    steps INTEGER NOT NULL,
+    summary TEXT,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    result TEXT,
+    agent_state TEXT
+);
+CREATE TABLE IF NOT EXISTS segments (
+    run_id TEXT NOT NULL, segment INTEGER NOT NULL, header TEXT NOT NULL,
+    PRIMARY KEY (run_id, segment)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS messages (
+    run_id TEXT NOT NULL, idx INTEGER NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS contexts (
+    run_id TEXT NOT NULL, idx INTEGER NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (run_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS transitions (
+    run_id TEXT NOT NULL, segment INTEGER NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL,
+    PRIMARY KEY (run_id, segment, seq)
+) WITHOUT ROWID;
+"""
+
+_UPSERT_RUN: Final = """
+INSERT INTO runs (run_id, status, state, segments, steps, summary, created, updated,
+                  result, agent_state)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (run_id) DO UPDATE SET
+    status = excluded.status, state = excluded.state, segments = excluded.segments,
+    steps = excluded.steps, summary = excluded.summary, updated = excluded.updated,
+    result = excluded.result, agent_state = excluded.agent_state
+"""
+
+
+class SQLiteStore:
+    """Runs in one SQLite file (WAL mode): the embedded default :class:`Store`.
+
+    A checkpoint is one short transaction of a few inserts. ``synchronous``
+    trades durability for speed: ``"NORMAL"`` (default) loses nothing when the
+    process is killed, ``"FULL"`` nothing on a power cut either.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
+        timeout: float = 5.0,
+    ) -> None:
+        self.path = os.fspath(path)
+        self._lock = threading.Lock()
+        self._con = sqlite3.connect(
+            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+        )
+        self._con.execute("PRAGMA journal_mode=WAL")
+        self._con.execute(f"PRAGMA synchronous={synchronous}")
+        self._con.executescript(_SCHEMA)
+        row = self._con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        if row is None:
+            self._con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
+        else:
+            try:
+                check_format({"format": row[0]})
+            except FormatError as exc:
+                self._con.close()
+                raise FormatError(f"{self.path}: {exc}") from exc
+
+    def write(self, run_id: str, write: StoreWrite) -> None:
+        now = time.time()
+        with self._lock:
+            con = self._con
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                if write.header is not None:
+                    con.execute(
+                        "INSERT OR REPLACE INTO segments VALUES (?, ?, ?)",
+                        (run_id, write.segment, write.header),
+                    )
+                if write.messages:
+                    con.executemany(
+                        "INSERT OR REPLACE INTO messages VALUES (?, ?, ?)",
+                        [(run_id, i, doc) for i, doc in write.messages],
+                    )
+                if write.contexts:
+                    con.executemany(
+                        "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
+                        [(run_id, i, doc) for i, doc in write.contexts],
+                    )
+                if write.transitions:
+                    con.executemany(
+                        "INSERT OR REPLACE INTO transitions VALUES (?, ?, ?, ?)",
+                        [(run_id, write.segment, seq, doc) for seq, doc in write.transitions],
+                    )
+                con.execute(
+                    _UPSERT_RUN,
+                    (
+                        run_id,
+                        write.status,
+                        write.state,
+                        write.segment + 1,
+                        write.steps,
+                        write.summary,
+                        now,
+                        now,
+                        write.result,
+                        write.agent_state,
+                    ),
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
+
+    def read(self, run_id: str) -> StoredRun:
+        with self._lock:
+            con = self._con
+            row = con.execute(
+                "SELECT status, state, segments, result, agent_state FROM runs WHERE run_id = ?",
+                (run_id,),
+            ).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"No run {run_id!r} in {self.path}")
+            status, state, segments, result, agent_state = row
+            headers = [
+                h
+                for (h,) in con.execute(
+                    "SELECT header FROM segments WHERE run_id = ? ORDER BY segment", (run_id,)
+                )
+            ]
+            by_segment: list[list[str]] = [[] for _ in range(segments)]
+            for segment, doc in con.execute(
+                "SELECT segment, doc FROM transitions WHERE run_id = ? ORDER BY segment, seq",
+                (run_id,),
+            ):
+                by_segment[segment].append(doc)
+            messages = self._table(con, "messages", run_id)
+            contexts = self._table(con, "contexts", run_id)
+        return StoredRun(
+            run_id,
+            status,
+            state,
+            tuple(headers),
+            tuple(tuple(t) for t in by_segment),
+            messages,
+            contexts,
+            result,
+            agent_state,
+        )
+
+    @staticmethod
+    def _table(con: sqlite3.Connection, table: str, run_id: str) -> tuple[str, ...]:
+        rows = con.execute(
+            f"SELECT idx, doc FROM {table} WHERE run_id = ? ORDER BY idx", (run_id,)
+        ).fetchall()
+        if any(i != n for n, (i, _) in enumerate(rows)):
+            raise FormatError(f"The {table} of run {run_id!r} have gaps: the store is damaged")
+        return tuple(doc for _, doc in rows)
+
+    def runs(self) -> list[RunInfo]:
+        with self._lock:
+            rows = self._con.execute(
+                "SELECT run_id, status, state, steps, segments, summary, created, updated "
+                "FROM runs ORDER BY updated DESC, run_id"
+            ).fetchall()
+        return [RunInfo(*row) for row in rows]
+
+    def delete(self, run_id: str) -> None:
+        """Forget a run and everything saved of it."""
+        with self._lock:
+            con = self._con
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("runs", "segments", "messages", "contexts", "transitions"):
+                    con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+
+# ---------------------------------------------------------------- loading

@@ -1,0 +1,261 @@
+"""The package's shape: one import name, arrows one way, a pinned public surface."""
+
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+import agentfsm
+import agentfsm.providers
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: The folders and the import names they install as.
+FOLDERS = {"statemachine": "agentfsm", "providers": "agentfsm.providers"}
+#: Modules that read the engine to show it; the engine never imports them.
+VIEWS = ("agentfsm.cli", "agentfsm._runs_cli", "agentfsm.console", "agentfsm.diagrams")
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    found: dict[str, pathlib.Path] = {}
+    for folder, name in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([name, *parts])] = path
+    return found
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(module: str, path: pathlib.Path, known: set[str]) -> set[str]:
+    """Every agentfsm module ``module`` imports, lazily or not, but not for type checking."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    targets: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for sub in child.orelse:
+                    visit(sub)
+                continue
+            if isinstance(child, ast.Import):
+                targets.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")
+                    anchor = anchor[: len(anchor) - (child.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                for alias in child.names:
+                    submodule = f"{base}.{alias.name}"
+                    targets.add(submodule if submodule in known else base)
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return {t for t in targets if t in known and t != module}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: _imports(m, p, set(modules)) for m, p in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_engine_never_imports_its_views() -> None:
+    graph = _graph()
+    engine = [m for m in graph if m != "agentfsm" and not m.startswith(VIEWS)]
+    offenders = {m: sorted(t for t in graph[m] if t.startswith(VIEWS)) for m in engine}
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_providers_know_the_engine_only_through_its_data() -> None:
+    allowed = ("agentfsm.messages", "agentfsm.tools", "agentfsm.errors", "agentfsm.providers")
+    graph = _graph()
+    offenders = {
+        m: sorted(t for t in targets if not t.startswith(allowed))
+        for m, targets in graph.items()
+        if m.startswith("agentfsm.providers")
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_every_subpackage_is_installed() -> None:
+    """pyproject lists the packages one by one; a new folder must join the list."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    packages = {m for m, p in _modules().items() if p.name == "__init__.py"}
+    assert packages == listed
+
+
+def test_public_surface_is_pinned() -> None:
+    assert sorted(agentfsm.__all__) == sorted(
+        [
+            "STANDARD",
+            "Agent",
+            "AgentRun",
+            "AgentState",
+            "ChainError",
+            "ContentPart",
+            "Edge",
+            "Failed",
+            "HumanInTheLoop",
+            "IllegalTransitionError",
+            "Interrupted",
+            "LLMChain",
+            "MachineTable",
+            "Message",
+            "MessageDelta",
+            "MessageExpansion",
+            "Middleware",
+            "Ok",
+            "Paused",
+            "Run",
+            "Terminal",
+            "Tool",
+            "ToolCall",
+            "ToolContext",
+            "ToolOutput",
+            "ToolResult",
+            "Trace",
+            "Transition",
+            "tool",
+        ]
+    )
+    assert sorted(agentfsm.providers.__all__) == sorted(
+        [
+            "PROVIDERS",
+            "AnthropicChat",
+            "ChatModel",
+            "DeltaHandler",
+            "FallbackModel",
+            "ModelSettings",
+            "OpenAIChat",
+            "ScriptedModel",
+            "ScriptedRequest",
+            "Usage",
+            "call_tool",
+            "call_tools",
+            "create_model",
+            "fail",
+            "say",
+        ]
+    )
+    for module in (agentfsm, agentfsm.providers):
+        for name in module.__all__:
+            assert hasattr(module, name), name
+
+
+def test_chain_run_finds_the_modes_by_name() -> None:
+    """The chain looks modes up in the registry; ``import agentfsm`` registered the built-ins."""
+    from agentfsm._registry import MODES
+
+    assert {
+        "",
+        "step",
+        "while_needs_response",
+        "until_success",
+        "until_tool_used",
+        "standard",
+    } <= set(MODES)
+
+
+def test_only_agentfsm_is_importable(tmp_path: pathlib.Path) -> None:
+    """Installed, the distribution claims one top-level name: statemachine/providers are folders."""
+    code = (
+        "import importlib.util as u, sys; "
+        "print(u.find_spec('agentfsm') is not None, u.find_spec('statemachine'), "
+        "u.find_spec('providers'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["True", "None", "None"]
+
+
+@pytest.mark.skipif(
+    os.environ.get("AGENTFSM_SKIP_WHEEL") == "1", reason="AGENTFSM_SKIP_WHEEL=1 set"
+)
+def test_the_wheel_holds_only_agentfsm(tmp_path: pathlib.Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("agentfsm-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        tops = {name.split("/")[0] for name in zf.namelist()}
+        names = set(zf.namelist())
+    assert tops == {"agentfsm", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert {
+        "agentfsm/py.typed",
+        "agentfsm/providers/py.typed",
+        "agentfsm/providers/openai.py",
+    } <= names
