@@ -8,7 +8,6 @@ is an :class:`~agentfsm.agent.Agent` or a function returning one.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import importlib
 import json
@@ -26,8 +25,6 @@ from .store import (
     SavedRun,
     SQLiteStore,
     load_run,
-    restore_run,
-    resume_run,
 )
 from .trace import Transition
 
@@ -237,14 +234,8 @@ def _resume(
     before = load_run(store, run_id, strict=False)
     resuming = f"resuming run {run_id} ({before.status} at {before.state})"
     try:
-        if decisions is None:
-            run = restore_run(agent, run_id, store)
-            print(resuming, file=out)
-            run.run_sync()
-            state = run.agent_state
-        else:
-            print(resuming, file=out)
-            state = asyncio.run(resume_run(agent, run_id, store, decisions=decisions))
+        print(resuming, file=out)
+        state = agent.resume_run_sync(run_id, store, decisions)
     except ValueError as exc:  # decisions that do not fit the interrupt
         if isinstance(exc, ResumeError | FormatError):
             raise

@@ -10,15 +10,13 @@ import attrs
 from ._sync import run_sync
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
-from .messages import Message, ToolCall, ToolResult
-from .middleware.human_in_the_loop import unanswered_calls
+from .messages import Message
 from .modes.standard import StandardMode
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
 from .state import AgentState
-from .steps import add_tool_message, run_tool_calls
 from .store.base import Store
-from .store.checkpoint import resume_run
+from .store.checkpoint import restore_run
 from .tools import Tool
 
 if TYPE_CHECKING:
@@ -27,6 +25,13 @@ if TYPE_CHECKING:
 __all__ = ["Agent", "AgentRun", "AgentState", "collapse_until_tool"]
 
 MAX_RUNS_MESSAGE = "Max number of automated turns reached. You may continue if desired."
+NO_MESSAGES_MESSAGE = (
+    "The agent state has no messages and the agent no system prompt: there is nothing "
+    "to send. Start from AgentState.of(prompt) or add a user message first."
+)
+_START_OPTIONS = frozenset(
+    {"until_tool", "until_tool_success", "max_runs", "should_pause", "extra_steps"}
+)
 
 
 def collapse_until_tool(
@@ -54,6 +59,15 @@ class AgentRun(Run):
         if self._agent_state is None:
             self._agent_state = self.agent._finish(self.result)
         return self._agent_state
+
+    def _settle(self, result: Terminal) -> Terminal:
+        """A failed run fires ``on_error`` once, as ``LLMChain.run`` does."""
+        if isinstance(result, Failed):
+            try:
+                result.chain.fire("on_error", result.chain, result.error)
+            except ChainError as error:
+                return Failed(result.chain, error)
+        return result
 
 
 class Agent:
@@ -99,7 +113,12 @@ class Agent:
         should_pause: Callable[[], bool] | None = None,
         extra_steps: Mapping[str, Sequence[Any]] | None = None,
     ) -> AgentRun:
-        """A run over ``state``, not yet stepped. Options are checked before anything runs."""
+        """A run over ``state``, not yet stepped. Options are checked before anything runs.
+
+        ``before_model`` hooks run first; a hook's ChainError, or a conversation
+        with nothing to send (error ``no_messages``, after ``on_error`` fired),
+        is raised before any model call.
+        """
         options = self._options(until_tool, until_tool_success, max_runs, should_pause)
         if extra_steps:
             options["extra_steps"] = extra_steps
@@ -107,7 +126,12 @@ class Agent:
             hook = getattr(middleware, "before_model", None)
             if hook is not None:
                 state = hook(state)
-        return self._start(self._chain(state), options)
+        chain = self.build_chain(state)
+        if not chain.messages:
+            error = ChainError("no_messages", NO_MESSAGES_MESSAGE, retryable=False)
+            chain.fire("on_error", chain, error)
+            raise error
+        return self._start(chain, options)
 
     def _start(self, chain: LLMChain, options: Mapping[str, Any]) -> AgentRun:
         run = self.mode.start(chain, options, run_class=self.run_class)
@@ -159,7 +183,11 @@ class Agent:
             "require_tool_success": require_success,
         }
 
-    def _chain(self, state: AgentState) -> LLMChain:
+    def build_chain(self, state: AgentState) -> LLMChain:
+        """The chain a run over ``state`` starts from: system prompt, tools, callbacks.
+
+        For middleware that runs tools outside the machine, as HumanInTheLoop does.
+        """
         messages = state.messages
         if self.system_prompt is not None:
             messages = (Message.system(self.system_prompt), *messages)
@@ -203,124 +231,92 @@ class Agent:
                 return attrs.evolve(state, status="error", error=failure)
         raise AssertionError(f"unexpected result {result!r}")
 
-    # ------------------------------------------------------------ saved runs
+    # ------------------------------------------------------------ resuming
 
-    async def resume_run(self, run_id: str, store: Store, **options: Any) -> AgentState:
-        """Continue a run saved in ``store`` from its last checkpoint (see :mod:`.store`)."""
-        return await resume_run(self, run_id, store, **options)
+    async def resume(self, state: AgentState, answer: Any, **options: Any) -> AgentState:
+        """Answer the interrupt of ``state`` and run on to a terminal.
 
-    def resume_run_sync(self, run_id: str, store: Store, **options: Any) -> AgentState:
-        return run_sync(self.resume_run(run_id, store, **options), self.model)
-
-    # ------------------------------------------------------------ human in the loop
-
-    async def resume(
-        self, state: AgentState, decisions: Sequence[Mapping[str, Any]], **options: Any
-    ) -> AgentState:
-        """Apply human decisions to an interrupted state and continue the run.
-
-        One decision per gated call, in action-request order: ``{"type":
-        "approve"}``, ``{"type": "edit", "arguments": {...}}`` or ``{"type":
-        "reject"}``. Approved and edited calls (and ungated siblings) run here,
-        outside the machine; the run then re-enters at ``propagating``.
-        Decisions that do not fit raise ValueError and change nothing.
+        The middleware that owns the interrupt takes ``answer``: for
+        :class:`~agentfsm.middleware.HumanInTheLoop`, one decision per gated
+        call in action-request order (``{"type": "approve"}``, ``{"type":
+        "edit", "arguments": {...}}`` or ``{"type": "reject"}``). The answered
+        state then runs as :meth:`execute` runs it, ``before_model`` hooks
+        included; ``options`` are :meth:`start`'s. Options and answers that do
+        not fit, or an interrupt no middleware claims, raise ValueError and
+        change nothing. :meth:`start_resume` is the same, stepped by the host.
         """
-        run = await self.start_resume(state, decisions, **options)
-        await run.run()
-        return run.agent_state
+        return await self.execute(await self._answer(state, answer, options), **options)
 
-    def resume_sync(
-        self, state: AgentState, decisions: Sequence[Mapping[str, Any]], **options: Any
+    def resume_sync(self, state: AgentState, answer: Any, **options: Any) -> AgentState:
+        return run_sync(self.resume(state, answer, **options), self.model)
+
+    async def start_resume(self, state: AgentState, answer: Any, **options: Any) -> AgentRun:
+        """:meth:`resume`, returning the run at its entry for the host to step."""
+        return self.start(await self._answer(state, answer, options), **options)
+
+    async def _answer(
+        self, state: AgentState, answer: Any, options: Mapping[str, Any]
     ) -> AgentState:
-        return run_sync(self.resume(state, decisions, **options), self.model)
-
-    async def start_resume(
-        self, state: AgentState, decisions: Sequence[Mapping[str, Any]], **options: Any
-    ) -> AgentRun:
-        """As :meth:`resume`, but return the run at its entry for the host to step."""
-        by_id = _check_decisions(state, decisions)
-        opts = self._options(
+        """The state once its interrupt's owner took ``answer``, ready to run."""
+        unknown = set(options) - _START_OPTIONS
+        if unknown:
+            raise TypeError(
+                f"Unknown option(s) {sorted(unknown)}; options: {sorted(_START_OPTIONS)}"
+            )
+        self._options(
             options.get("until_tool"),
             options.get("until_tool_success"),
             options.get("max_runs"),
             options.get("should_pause"),
         )
-        chain = self._chain(attrs.evolve(state, status="new", interrupt_data=None))
-        calls = unanswered_calls(chain.messages)
-        to_run: list[ToolCall] = []
-        for call in calls:
-            decision = by_id.get(call.call_id, {"type": "approve"})
-            if decision["type"] == "edit":
-                to_run.append(attrs.evolve(call, arguments=dict(decision["arguments"])))
-            elif decision["type"] == "approve":
-                to_run.append(call)
-        ran = iter(await run_tool_calls(chain, to_run))
-        results = [
-            ToolResult(
-                call.call_id,
-                call.name,
-                f"Tool call '{call.name}' was rejected by a human reviewer.",
+        data = state.interrupt_data
+        if not data:
+            raise ValueError(
+                "No interrupt data found in state. "
+                "Cannot process decisions without interrupt context."
             )
-            if by_id.get(call.call_id, {}).get("type") == "reject"
-            else next(ran)
-            for call in calls
-        ]
-        return self._start(add_tool_message(chain, results), opts)
-
-
-def _rejected(call: ToolCall) -> ToolResult:
-    """Not an error: the model reads a human's no as information."""
-    return ToolResult(
-        call.call_id, call.name, f"Tool call '{call.name}' was rejected by a human reviewer."
-    )
-
-
-def _check_decisions(
-    state: AgentState, decisions: Sequence[Mapping[str, Any]]
-) -> dict[str, Mapping[str, Any]]:
-    data = state.interrupt_data
-    if not data:
+        for middleware in self.middleware:
+            hook = getattr(middleware, "handle_resume", None)
+            answered: AgentState | None = None if hook is None else await hook(self, state, answer)
+            if answered is not None:
+                return attrs.evolve(answered, status="new", interrupt_data=None)
+        owners = [type(m).__name__ for m in self.middleware if hasattr(m, "handle_resume")]
         raise ValueError(
-            "No interrupt data found in state. Cannot process decisions without interrupt context."
+            f"No middleware handled the resume for this interrupt (type {data.get('type')!r}); "
+            f"the agent's middleware that can resume: {owners}. Add the middleware that "
+            "raised it, e.g. HumanInTheLoop for tool approvals."
         )
-    if "hitl_tool_call_ids" not in data:
-        raise ValueError(
-            f"The state's interrupt is not a tool approval (type {data.get('type')!r}); "
-            "resume takes decisions for HumanInTheLoop interrupts only."
+
+    async def resume_run(
+        self,
+        run_id: str,
+        store: Store,
+        answer: Any = None,
+        *,
+        should_pause: Callable[[], bool] | None = None,
+        extra_steps: Mapping[str, Sequence[Any]] | None = None,
+        strict: bool = True,
+    ) -> AgentState:
+        """Continue the run saved in ``store`` and run it to a terminal.
+
+        A run that had not ended (a crash) goes on from its last checkpoint; a
+        paused one from its chain. An interrupted one needs ``answer``, taken as
+        :meth:`resume` takes it. The run keeps checkpointing; ``until_tool`` and
+        ``max_runs`` are the saved ones. See :mod:`agentfsm.store`.
+        """
+        run = await restore_run(
+            self,
+            run_id,
+            store,
+            answer,
+            should_pause=should_pause,
+            extra_steps=extra_steps,
+            strict=strict,
         )
-    ids = list(data["hitl_tool_call_ids"])
-    requests = list(data.get("action_requests", ()))
-    configs = data.get("review_configs", {})
-    if not isinstance(decisions, list | tuple):
-        raise ValueError(f"Decisions must be a list, got: {type(decisions).__name__}")
-    if len(decisions) != len(ids):
-        raise ValueError(
-            f"Decision count ({len(decisions)}) does not match HITL tool count ({len(ids)})"
-        )
-    by_id: dict[str, Mapping[str, Any]] = {}
-    for index, (decision, request) in enumerate(zip(decisions, requests, strict=True)):
-        if not isinstance(decision, Mapping):
-            raise ValueError(f"Decision at index {index} is not a map")
-        kind = decision.get("type")
-        if kind is None:
-            raise ValueError(
-                f"Decision at index {index} has no type; use 'approve', 'edit' or 'reject'"
-            )
-        tool_name = request["tool_name"]
-        allowed = list(configs.get(tool_name, {}).get("allowed_decisions", ()))
-        if kind not in allowed:
-            raise ValueError(
-                f"Decision type '{kind}' not allowed for tool '{tool_name}'. Allowed: {allowed}"
-            )
-        if kind == "edit" and not isinstance(decision.get("arguments"), Mapping):
-            raise ValueError(
-                f"Edit decision at index {index} needs 'arguments': a map of the new arguments"
-            )
-        named = decision.get("tool_call_id")
-        if named is not None and named != request["tool_call_id"]:
-            raise ValueError(
-                f"Decision at index {index} names tool call {named!r}, but action request "
-                f"{index} is {request['tool_call_id']!r}; decisions go in action-request order"
-            )
-        by_id[request["tool_call_id"]] = decision
-    return by_id
+        await run.run()
+        return run.agent_state
+
+    def resume_run_sync(
+        self, run_id: str, store: Store, answer: Any = None, **options: Any
+    ) -> AgentState:
+        return run_sync(self.resume_run(run_id, store, answer, **options), self.model)

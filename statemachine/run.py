@@ -145,12 +145,16 @@ class Run:
         if dest in self._terminals:
             terminal = normalize_pause(result)
             assert not isinstance(terminal, Continue)
-            self.result = terminal
+            self.result = terminal = self._settle(terminal)
             self.chain = terminal.chain
             self._machine.remove_model(self._cursor)
         for listener in self.listeners:
             listener(self, transition)
         return transition
+
+    def _settle(self, result: Terminal) -> Terminal:
+        """The result a run ends with; a subclass may act on it before the listeners hear."""
+        return result
 
     async def run(self) -> Terminal:
         """Step until a terminal; the result."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from agentfsm import Agent, AgentState, Message, Run, Transition, tool
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.store import SQLiteStore, resume_run_sync, start_run
+from agentfsm.store import SQLiteStore, start_run
 
 PROMPT = "record two notes"
 
@@ -77,7 +77,7 @@ def main(argv: Sequence[str]) -> int:
     mode, db, log, run_id = argv
     store = SQLiteStore(db)
     if mode == "resume":
-        state = resume_run_sync(make_agent(Path(log)), run_id, store)
+        state = make_agent(Path(log)).resume_run_sync(run_id, store)
         print(json.dumps({"status": state.status, "pause_reason": state.pause_reason}))
         return 0
     run = start_run(

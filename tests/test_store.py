@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -41,8 +42,6 @@ from agentfsm.store import (
     checkpoint,
     load_run,
     restore_run,
-    resume_run,
-    resume_run_sync,
     start_run,
 )
 from tests._crash_worker import PROMPT, make_agent
@@ -186,7 +185,7 @@ def test_restore_rebuilds_the_run_at_its_state_and_goes_on(db: Path, log: Path) 
     run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="mid")
     for _ in range(8):  # into the second loop: calling
         run.step_sync()
-    restored = restore_run(make_agent(log), "mid", SQLiteStore(db))
+    restored = asyncio.run(restore_run(make_agent(log), "mid", SQLiteStore(db)))
     assert restored.state == run.state == "calling"
     assert restored.trace == run.trace
     assert restored.chain.custom_context == run.chain.custom_context  # the run count goes on
@@ -204,11 +203,11 @@ def test_an_interrupted_run_resumes_with_decisions(db: Path, log: Path) -> None:
     run = start_run(gated(), AgentState.of(PROMPT), store, run_id="hitl")
     run.run_sync()
     assert run.agent_state.status == "interrupted"
-    with pytest.raises(ResumeError, match="decisions"):
-        restore_run(gated(), "hitl", store)
-    state = resume_run_sync(gated(), "hitl", store, decisions=[{"type": "approve"}])
+    with pytest.raises(ResumeError, match="resume it with an answer"):
+        asyncio.run(restore_run(gated(), "hitl", store))
+    state = gated().resume_run_sync("hitl", store, [{"type": "approve"}])
     assert state.status == "interrupted"  # the second call needs approval too
-    state = resume_run_sync(gated(), "hitl", store, decisions=[{"type": "approve"}])
+    state = gated().resume_run_sync("hitl", store, [{"type": "approve"}])
     assert state.status == "ok"
     saved = load_run(store, "hitl", strict=False)
     assert [t.entry for t in saved.traces] == ["expanding", "propagating", "propagating"]
@@ -223,9 +222,9 @@ def test_runs_that_are_over_or_missing_are_not_resumed(db: Path, log: Path) -> N
     store = SQLiteStore(db)
     start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="done").run_sync()
     with pytest.raises(ResumeError, match="ended ok: there is nothing to resume"):
-        restore_run(make_agent(log), "done", store)
+        asyncio.run(restore_run(make_agent(log), "done", store))
     with pytest.raises(RunNotFoundError):
-        restore_run(make_agent(log), "nope", store)
+        asyncio.run(restore_run(make_agent(log), "nope", store))
 
 
 def test_a_store_from_a_newer_format_is_refused(db: Path) -> None:
@@ -243,7 +242,7 @@ async def test_resume_run_is_async_too(db: Path, log: Path) -> None:
     run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="a")
     run.request_pause("draining")
     await run.run()
-    state = await resume_run(make_agent(log), "a", store)
+    state = await make_agent(log).resume_run("a", store)
     assert state.status == "ok"
 
 
@@ -253,7 +252,7 @@ def test_a_run_paused_after_a_reply_runs_that_replys_tools_on_resume(db: Path, l
     run.run_sync()
     assert run.trace.path == "expanding calling paused"
     run_id = Checkpointer.of(run).run_id
-    assert resume_run_sync(make_agent(log), run_id, store).status == "ok"
+    assert make_agent(log).resume_run_sync(run_id, store).status == "ok"
     saved = load_run(store, run_id, strict=False)
     assert saved.traces[1].entry == "interrupt_check"
     assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
@@ -315,7 +314,7 @@ def test_a_failed_write_pauses_the_run_and_loses_nothing(db: Path, log: Path) ->
     assert run.trace.path.endswith("executing propagating paused")
     saved = load_run(store, "f", tools=run.chain.tools)
     assert saved.trace == run.trace  # the next write carried the transition the failed one had
-    assert resume_run_sync(make_agent(log), "f", store).status == "ok"
+    assert make_agent(log).resume_run_sync("f", store).status == "ok"
     assert executions(log)["done one"] == 1
 
 
@@ -334,7 +333,7 @@ def test_a_store_that_stays_down_keeps_the_run_in_memory_until_flushed(db: Path,
     assert checkpointer.flush() and checkpointer.error is None
     saved = load_run(store, "down", strict=False)
     assert (saved.status, saved.trace) == ("paused", run.trace)
-    assert resume_run_sync(make_agent(log), "down", store).status == "ok"
+    assert make_agent(log).resume_run_sync("down", store).status == "ok"
     assert executions(log)["done one"] == 1
 
 
@@ -351,7 +350,7 @@ def test_a_failed_terminal_write_leaves_the_boundary_before(db: Path, log: Path)
     assert (saved.status, saved.state) == ("running", "deciding")
     store.down = False
     done = executions(log)
-    resumed = restore_run(make_agent(log), "t", store)
+    resumed = asyncio.run(restore_run(make_agent(log), "t", store))
     resumed.run_sync()  # redoes only deciding --done--> ok: no tool runs
     assert resumed.trace.edges == run.trace.edges
     assert executions(log) == done
@@ -435,7 +434,7 @@ def test_trace_helpers_see_saved_traces_as_traces(db: Path, log: Path) -> None:
 
 
 def test_agent_resume_run_continues_a_paused_run(tmp_path: Any) -> None:
-    """``agent.resume_run(run_id, store)``: the method form of ``store.resume_run``."""
+    """``agent.resume_run(run_id, store)``: the one way to continue a saved run."""
     from agentfsm import Agent, AgentState
     from agentfsm.providers import ScriptedModel, call_tool, say
     from agentfsm.store import SQLiteStore, start_run

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from ..messages import Message, ToolCall
+from ..messages import Message, ToolCall, ToolResult
 from ..results import Continue, Interrupted, PipelineResult
+from ..steps import add_tool_message, run_tool_calls
+from .base import Middleware
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..state import AgentState
 
 __all__ = ["ALL_DECISIONS", "HumanInTheLoop", "check_pre_tool_hitl", "unanswered_calls"]
 
@@ -36,8 +42,8 @@ def _normalize(config: bool | Sequence[str] | Mapping[str, Any]) -> dict[str, An
 
 
 @attrs.frozen
-class HumanInTheLoop:
-    """Interrupt before calls of the tools in ``interrupt_on`` run.
+class HumanInTheLoop(Middleware):
+    """Interrupt before calls of the tools in ``interrupt_on`` run; resume with decisions.
 
     ``interrupt_on={"write_file": True, "delete": {"allowed_decisions": ["approve",
     "reject"]}, "read": False}``: True allows every decision (approve, edit,
@@ -77,6 +83,87 @@ class HumanInTheLoop:
             "review_configs": {c.name: dict(self.configs[c.name]) for c in gated},
             "hitl_tool_call_ids": [c.call_id for c in gated],
         }
+
+    async def handle_resume(
+        self, agent: Agent, state: AgentState, answer: Any
+    ) -> AgentState | None:
+        """Run the decided calls of an approval interrupt; None for any other interrupt.
+
+        ``answer`` is one decision per gated call, in action-request order:
+        ``{"type": "approve"}``, ``{"type": "edit", "arguments": {...}}`` or
+        ``{"type": "reject"}``. Approved and edited calls (and ungated siblings)
+        run here, outside the machine; a rejected call gets a result saying so.
+        The state returned ends with one tool message holding every result, in
+        call order.
+        """
+        data = state.interrupt_data or {}
+        if "hitl_tool_call_ids" not in data:
+            return None
+        by_id = _check_decisions(data, answer)
+        chain = agent.build_chain(state)
+        calls = unanswered_calls(chain.messages)
+        to_run: list[ToolCall] = []
+        for call in calls:
+            decision = by_id.get(call.call_id, {"type": "approve"})
+            if decision["type"] == "edit":
+                to_run.append(attrs.evolve(call, arguments=dict(decision["arguments"])))
+            elif decision["type"] == "approve":
+                to_run.append(call)
+        ran = iter(await run_tool_calls(chain, to_run))
+        results = [
+            _rejected(call) if by_id.get(call.call_id, {}).get("type") == "reject" else next(ran)
+            for call in calls
+        ]
+        message = add_tool_message(chain, results).last_message
+        assert message is not None
+        return attrs.evolve(state, messages=(*state.messages, message))
+
+
+def _rejected(call: ToolCall) -> ToolResult:
+    """Not an error: the model reads a human's no as information."""
+    return ToolResult(
+        call.call_id, call.name, f"Tool call '{call.name}' was rejected by a human reviewer."
+    )
+
+
+def _check_decisions(data: Mapping[str, Any], decisions: Any) -> dict[str, Mapping[str, Any]]:
+    """The decisions by tool call id; ValueError for any that does not fit."""
+    ids = list(data["hitl_tool_call_ids"])
+    requests = list(data.get("action_requests", ()))
+    configs = data.get("review_configs", {})
+    if not isinstance(decisions, list | tuple):
+        raise ValueError(f"Decisions must be a list, got: {type(decisions).__name__}")
+    if len(decisions) != len(ids):
+        raise ValueError(
+            f"Decision count ({len(decisions)}) does not match HITL tool count ({len(ids)})"
+        )
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for index, (decision, request) in enumerate(zip(decisions, requests, strict=True)):
+        if not isinstance(decision, Mapping):
+            raise ValueError(f"Decision at index {index} is not a map")
+        kind = decision.get("type")
+        if kind is None:
+            raise ValueError(
+                f"Decision at index {index} has no type; use 'approve', 'edit' or 'reject'"
+            )
+        tool_name = request["tool_name"]
+        allowed = list(configs.get(tool_name, {}).get("allowed_decisions", ()))
+        if kind not in allowed:
+            raise ValueError(
+                f"Decision type '{kind}' not allowed for tool '{tool_name}'. Allowed: {allowed}"
+            )
+        if kind == "edit" and not isinstance(decision.get("arguments"), Mapping):
+            raise ValueError(
+                f"Edit decision at index {index} needs 'arguments': a map of the new arguments"
+            )
+        named = decision.get("tool_call_id")
+        if named is not None and named != request["tool_call_id"]:
+            raise ValueError(
+                f"Decision at index {index} names tool call {named!r}, but action request "
+                f"{index} is {request['tool_call_id']!r}; decisions go in action-request order"
+            )
+        by_id[request["tool_call_id"]] = decision
+    return by_id
 
 
 def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:

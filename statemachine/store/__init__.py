@@ -11,8 +11,6 @@ from .checkpoint import (
     checkpoint,
     load_run,
     restore_run,
-    resume_run,
-    resume_run_sync,
     start_run,
 )
 from .sqlite import SQLiteStore
@@ -31,7 +29,5 @@ __all__ = [
     "checkpoint",
     "load_run",
     "restore_run",
-    "resume_run",
-    "resume_run_sync",
     "start_run",
 ]

@@ -17,8 +17,8 @@ What runs again after a crash:
   the last boundary is ``executing`` with its calls still pending. Make such
   tools idempotent, or key their side effects on ``ToolContext.tool_call_id``
   (stable across the resume). A model call in flight is likewise made again,
-  and the tools :func:`resume_run` runs for human decisions run before the
-  resumed run's first checkpoint.
+  and the tools a middleware runs to answer an interrupt (approved calls) run
+  before the resumed run's first checkpoint.
 
 A store write that fails does not lose the run: the checkpointer asks the run
 to pause (reason ``"checkpoint_failed: <error>"``) and keeps what it could not
@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from .._sync import run_sync
 from ..chain import Callbacks, LLMChain
 from ..messages import Message
 from ..results import Failed, Interrupted, Ok, Paused, Terminal
@@ -71,8 +70,6 @@ __all__ = [
     "checkpoint",
     "load_run",
     "restore_run",
-    "resume_run",
-    "resume_run_sync",
     "start_run",
 ]
 
@@ -447,33 +444,58 @@ def _load_for(agent: Agent, run_id: str, store: Store) -> SavedRun:
     )
 
 
-def restore_run(
+async def restore_run(
     agent: Agent,
     run_id: str,
     store: Store,
+    answer: Any = None,
     *,
     should_pause: Callable[[], bool] | None = None,
     extra_steps: Mapping[str, Sequence[Any]] | None = None,
     strict: bool = True,
 ) -> AgentRun:
-    """The saved run, rebuilt on ``agent`` at its last boundary and checkpointed, not stepped.
+    """The run behind :meth:`Agent.resume_run <agentfsm.Agent.resume_run>`, checkpointed,
+    not stepped: for a host that steps a saved run.
 
     A run that had not ended goes on from the state it was saved at, with the
     saved chain and trace: no checkpointed tool result is produced again. A
     paused run goes on in a new segment from its chain's entry (pending tool
-    calls run, tool results are propagated). An interrupted run needs
-    decisions (see :func:`resume_run`); a run that ended ok or in error is
-    over. The agent's model, tools, callbacks and middleware replace the
-    saved ones; ``should_pause`` and ``extra_steps`` are passed again.
+    calls run, tool results are propagated). An interrupted run goes on in a
+    new segment once its middleware took ``answer`` (see :meth:`Agent.resume
+    <agentfsm.Agent.resume>`); a run that ended ok or in error is over. The
+    agent's model, tools, callbacks and middleware replace the saved ones;
+    ``should_pause`` and ``extra_steps`` are passed again.
     """
     saved = _load_for(agent, run_id, store)
-    if saved.result is not None and not isinstance(saved.result, Paused):
-        hint = (
-            "; resume it with decisions: resume_run(agent, run_id, store, decisions=[...])"
-            if isinstance(saved.result, Interrupted)
-            else ": there is nothing to resume"
+    if isinstance(saved.result, Interrupted) and saved.agent_state is not None:
+        if answer is None:
+            raise ResumeError(
+                f"Run {run_id!r} ended interrupted; resume it with an answer: "
+                "agent.resume_run(run_id, store, answer)"
+            )
+        _rebind(saved.chain, agent, strict)
+        state = saved.agent_state
+        # The result chain's messages are the store's own: reuse them, so the
+        # new segment refers to the saved message rows instead of copying them.
+        shared = tuple(saved.result.chain.messages)[-len(state.messages) :]
+        if state.messages and shared == state.messages:
+            state = attrs.evolve(state, messages=shared)
+        resumed = await agent.start_resume(
+            state,
+            answer,
+            should_pause=should_pause,
+            extra_steps=extra_steps,
+            **_execute_options(saved.options),
         )
-        raise ResumeError(f"Run {run_id!r} ended {saved.status}{hint}")
+        checkpoint(resumed, store, options=saved.options, saved=saved)
+        return resumed
+    if answer is not None:
+        raise ResumeError(
+            f"Run {run_id!r} is {saved.status}, not interrupted by an agent: "
+            "an answer resumes an interrupted agent run"
+        )
+    if saved.result is not None and not isinstance(saved.result, Paused):
+        raise ResumeError(f"Run {run_id!r} ended {saved.status}: there is nothing to resume")
     chain = _rebind(saved.chain, agent, strict)
     options: dict[str, Any] = {
         "middleware": agent.middleware,
@@ -508,54 +530,3 @@ def _execute_options(options: Mapping[str, Any]) -> dict[str, Any]:
     if "max_runs" in options:
         out["max_runs"] = options["max_runs"]
     return out
-
-
-async def resume_run(
-    agent: Agent,
-    run_id: str,
-    store: Store,
-    *,
-    decisions: Sequence[Mapping[str, Any]] | None = None,
-    should_pause: Callable[[], bool] | None = None,
-    extra_steps: Mapping[str, Sequence[Any]] | None = None,
-    strict: bool = True,
-) -> AgentState:
-    """Resume the saved run on ``agent`` and run it to a terminal; the state to keep.
-
-    ``decisions`` answer an interrupted run's approval requests, as
-    :meth:`Agent.resume` takes them; the run goes on in a new segment.
-    """
-    if decisions is None:
-        run = restore_run(
-            agent, run_id, store, should_pause=should_pause, extra_steps=extra_steps, strict=strict
-        )
-    else:
-        saved = _load_for(agent, run_id, store)
-        if not isinstance(saved.result, Interrupted) or saved.agent_state is None:
-            raise ResumeError(
-                f"Run {run_id!r} is {saved.status}, not interrupted by an agent: "
-                "decisions answer an interrupted agent run"
-            )
-        _rebind(saved.chain, agent, strict)
-        state = saved.agent_state
-        # The result chain's messages are the store's own: reuse them, so the
-        # new segment refers to the saved message rows instead of copying them.
-        shared = tuple(saved.result.chain.messages)[-len(state.messages) :]
-        if state.messages and shared == state.messages:
-            state = attrs.evolve(state, messages=shared)
-        run = await agent.start_resume(
-            state, decisions, should_pause=should_pause, **_execute_options(saved.options)
-        )
-        checkpoint(run, store, options=saved.options, saved=saved)
-    await run.run()
-    return run.agent_state
-
-
-def resume_run_sync(
-    agent: Agent,
-    run_id: str,
-    store: Store,
-    **options: Any,
-) -> AgentState:
-    """:func:`resume_run` for scripts and tests."""
-    return run_sync(resume_run(agent, run_id, store, **options), agent.model)

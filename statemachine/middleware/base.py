@@ -1,0 +1,41 @@
+"""The middleware base class: an agent's hooks around the machine, each a no-op by default."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..agent import Agent
+    from ..state import AgentState
+
+__all__ = ["Middleware"]
+
+
+class Middleware:
+    """Subclass and override the hooks you need; the others leave the state as it is.
+
+    The agent calls them in stack order (``after_model`` in reverse). A hook
+    that raises :class:`~agentfsm.errors.ChainError` ends the execute as an
+    error, with the state as it was; ``handle_resume`` raises ``ValueError``
+    for an answer that does not fit, and nothing changes.
+    """
+
+    def before_model(self, state: AgentState) -> AgentState:
+        """Before every run the agent starts (execute and resume alike)."""
+        return state
+
+    def after_model(self, state: AgentState) -> AgentState:
+        """After a run that ended ok; ``state.interrupt(data)`` interrupts it instead."""
+        return state
+
+    async def handle_resume(
+        self, agent: Agent, state: AgentState, answer: Any
+    ) -> AgentState | None:
+        """Answer the interrupt in ``state`` if it is this middleware's; None if not.
+
+        The state returned is run as an execute would run it: a conversation
+        that ends with tool results enters the machine at ``propagating``, so an
+        answered tool call reaches the model on its next call. The first
+        middleware that returns a state wins; none does, the resume is refused.
+        """
+        return None
