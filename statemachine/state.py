@@ -43,3 +43,22 @@ class AgentState:
     def interrupt(self, data: Mapping[str, Any]) -> AgentState:
         """This state, interrupted with ``data`` (for an ``after_model`` hook)."""
         return attrs.evolve(self, status="interrupted", interrupt_data=dict(data))
+
+    def replace_tool_result(self, result: ToolResult) -> AgentState:
+        """This state with the result for ``result.tool_call_id`` replaced by ``result``.
+
+        How a middleware answers a tool's interrupt: the answer becomes the
+        result the model reads. ValueError when no tool message holds that call.
+        """
+        for index in range(len(self.messages) - 1, -1, -1):
+            message = self.messages[index]
+            ids = [r.tool_call_id for r in message.tool_results]
+            if message.role == "tool" and result.tool_call_id in ids:
+                results = tuple(
+                    result if r.tool_call_id == result.tool_call_id else r
+                    for r in message.tool_results
+                )
+                replaced = attrs.evolve(message, tool_results=results)
+                messages = (*self.messages[:index], replaced, *self.messages[index + 1 :])
+                return attrs.evolve(self, messages=messages)
+        raise ValueError(f"No tool result for call {result.tool_call_id!r} in the conversation")
