@@ -11,7 +11,7 @@ from ._sync import run_sync
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
 from .messages import Message
-from .modes.standard import StandardMode
+from .modes.standard import StandardMode, StandardOptions
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
 from .state import AgentState
@@ -263,12 +263,13 @@ class Agent:
             raise TypeError(
                 f"Unknown option(s) {sorted(unknown)}; options: {sorted(_START_OPTIONS)}"
             )
-        self._options(
+        checked = self._options(
             options.get("until_tool"),
             options.get("until_tool_success"),
             options.get("max_runs"),
             options.get("should_pause"),
         )
+        StandardOptions.of({**checked, "extra_steps": options.get("extra_steps") or {}})
         data = state.interrupt_data
         if not data:
             raise ValueError(
@@ -277,12 +278,20 @@ class Agent:
             )
         for middleware in self.middleware:
             hook = getattr(middleware, "handle_resume", None)
-            answered: AgentState | None = None if hook is None else await hook(self, state, answer)
-            if answered is not None:
-                return attrs.evolve(answered, status="new", interrupt_data=None)
+            answered = None if hook is None else await hook(self, state, answer)
+            if answered is None:
+                continue
+            if not isinstance(answered, AgentState):
+                raise TypeError(
+                    f"{type(middleware).__name__}.handle_resume returned "
+                    f"{type(answered).__name__}; it returns an AgentState, or None when the "
+                    "interrupt is not its own"
+                )
+            return attrs.evolve(answered, status="new", interrupt_data=None)
         owners = [type(m).__name__ for m in self.middleware if hasattr(m, "handle_resume")]
+        kind = str(data.get("type"))[:60]
         raise ValueError(
-            f"No middleware handled the resume for this interrupt (type {data.get('type')!r}); "
+            f"No middleware handled the resume for this interrupt (type {kind!r}); "
             f"the agent's middleware that can resume: {owners}. Add the middleware that "
             "raised it, e.g. HumanInTheLoop for tool approvals."
         )

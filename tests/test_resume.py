@@ -99,6 +99,36 @@ async def test_resume_without_the_owning_middleware_is_refused_and_runs_nothing(
     assert executed == [] and model.calls == 1 and recorder.fired == []
 
 
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"until_tool": "nope"}, ValueError),
+        ({"max_runs": 0}, ValueError),
+        ({"extra_steps": {"nowhere": []}}, ValueError),
+        ({"until": "write_file"}, TypeError),
+    ],
+)
+async def test_resume_options_are_checked_before_any_tool_runs(
+    options: dict[str, Any], error: type[Exception]
+) -> None:
+    model = ScriptedModel([call_tool("write_file", path="a"), say("done")])
+    agent = gated(model)
+    state = await interrupted(agent)
+    with pytest.raises(error):
+        await agent.resume(state, [{"type": "approve"}], **options)
+    assert executed == [] and model.calls == 1
+
+
+async def test_a_handle_resume_that_returns_something_else_is_a_type_error() -> None:
+    class Wrong(Middleware):
+        async def handle_resume(self, agent: Agent, state: AgentState, answer: Any) -> Any:
+            return True
+
+    agent = Agent(ScriptedModel([]), [add], middleware=[Wrong()])
+    with pytest.raises(TypeError, match=r"Wrong\.handle_resume returned bool"):
+        await agent.resume(AgentState.of("go").interrupt({"type": "x"}), "yes")
+
+
 async def test_an_interrupt_no_middleware_owns_is_refused_even_with_hitl() -> None:
     model = ScriptedModel([call_tool("ask_user", question="why?")])
     agent = Agent(model, [ask_user], middleware=[HumanInTheLoop({"write_file": True})])
