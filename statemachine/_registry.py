@@ -20,7 +20,15 @@ if TYPE_CHECKING:
 
     from .chain import LLMChain
 
-__all__ = ["MODES", "Mode", "ModeLike", "register_mode", "resolve_mode", "run_chain"]
+__all__ = [
+    "MODES",
+    "Mode",
+    "ModeLike",
+    "fire_on_error",
+    "register_mode",
+    "resolve_mode",
+    "run_chain",
+]
 
 
 @runtime_checkable
@@ -93,11 +101,15 @@ async def run_chain(
             result = await runner.run(chain, opts)
         else:
             result = await _with_fallbacks(chain, runner, opts, with_fallbacks, before_fallback)
-    if isinstance(result, Failed):
-        try:
-            result.chain.fire("on_error", result.chain, result.error)
-        except ChainError as error:
-            return Failed(result.chain, error)
+    return fire_on_error(result) if isinstance(result, Failed) else result
+
+
+def fire_on_error(result: Failed) -> Failed:
+    """``result`` once ``on_error`` heard it; a raising handler's error takes its place."""
+    try:
+        result.chain.fire("on_error", result.chain, result.error)
+    except ChainError as error:
+        return Failed(result.chain, error)
     return result
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from ._registry import fire_on_error
 from ._sync import run_sync
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
@@ -28,9 +30,6 @@ MAX_RUNS_MESSAGE = "Max number of automated turns reached. You may continue if d
 NO_MESSAGES_MESSAGE = (
     "The agent state has no messages and the agent no system prompt: there is nothing "
     "to send. Start from AgentState.of(prompt) or add a user message first."
-)
-_START_OPTIONS = frozenset(
-    {"until_tool", "until_tool_success", "max_runs", "should_pause", "extra_steps"}
 )
 
 
@@ -62,12 +61,7 @@ class AgentRun(Run):
 
     def _settle(self, result: Terminal) -> Terminal:
         """A failed run fires ``on_error`` once, as ``LLMChain.run`` does."""
-        if isinstance(result, Failed):
-            try:
-                result.chain.fire("on_error", result.chain, result.error)
-            except ChainError as error:
-                return Failed(result.chain, error)
-        return result
+        return fire_on_error(result) if isinstance(result, Failed) else result
 
 
 class Agent:
@@ -329,3 +323,7 @@ class Agent:
         self, run_id: str, store: Store, answer: Any = None, **options: Any
     ) -> AgentState:
         return run_sync(self.resume_run(run_id, store, answer, **options), self.model)
+
+
+#: The options :meth:`Agent.start` takes, which a resume passes on to it.
+_START_OPTIONS = frozenset(inspect.signature(Agent.start).parameters) - {"self", "state"}
