@@ -370,3 +370,20 @@ def test_replace_tool_result_needs_the_call() -> None:
     state = AgentState.of("go")
     with pytest.raises(ValueError, match="No tool result for call 'x'"):
         state.replace_tool_result(ToolResult("x", "ask_user", "answer"))
+
+
+async def test_an_approved_question_interrupts_again_and_its_middleware_answers_it() -> None:
+    """Sagents' secondary interrupt: an approved tool that asks goes to the asking middleware."""
+    model = asking()
+    agent = Agent(model, [ask_user], middleware=[HumanInTheLoop({"ask_user": True}), AskUser()])
+    approval = await interrupted(agent)
+    assert approval.interrupt_data is not None and approval.interrupt_data["type"] == "hitl"
+    asked = await agent.start_resume(approval, [{"type": "approve"}])
+    await asked.run()
+    assert_path(asked, "propagating interrupted")
+    question = asked.agent_state
+    assert question.interrupt_data is not None and question.interrupt_data["type"] == "ask_user"
+    answered = await agent.start_resume(question, "PostgreSQL")
+    await answered.run()
+    assert_path(answered, f"propagating until_check deciding {LOOP} ok")
+    assert answered.agent_state.messages[-1].text == "Postgres it is" and model.calls == 2
