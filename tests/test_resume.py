@@ -255,6 +255,22 @@ async def test_a_resumed_run_that_fails_fires_on_error_once() -> None:
     ]
 
 
+async def test_a_hooks_error_is_the_states_and_fires_no_on_error() -> None:
+    class Late(Middleware):
+        def after_model(self, state: AgentState) -> AgentState:
+            raise ChainError("late", "after the run")
+
+    recorder = Recorder()
+    model = ScriptedModel([say("hi")])
+    run = Agent(model, [add], middleware=[Late()], callbacks=[recorder.handlers()]).start(
+        AgentState.of("go")
+    )
+    await run.run()
+    assert_path(run, f"{LOOP} ok")
+    assert run.agent_state.error is not None and run.agent_state.error.type == "late"
+    assert recorder.fired == [] and model.calls == 1
+
+
 async def test_a_raising_on_error_handler_becomes_the_runs_error() -> None:
     recorder = Recorder(raising=True)
     model = ScriptedModel([fail("bad_request")])
