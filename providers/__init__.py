@@ -1,5 +1,6 @@
 """Chat models for agentfsm: the protocol, a scripted model, fallbacks, real providers."""
 
+from ._transport import Limits, RetryPolicy
 from .anthropic import AnthropicChat
 from .base import ChatModel, DeltaHandler, ModelSettings, Usage
 from .fallback import FallbackModel
@@ -13,8 +14,10 @@ __all__ = [
     "ChatModel",
     "DeltaHandler",
     "FallbackModel",
+    "Limits",
     "ModelSettings",
     "OpenAIChat",
+    "RetryPolicy",
     "ScriptedModel",
     "ScriptedRequest",
     "Usage",

@@ -4,6 +4,10 @@ Lines end at ``\\r\\n``, ``\\n`` or ``\\r`` only (a text line splitter would als
 break on U+2028 and friends, which JSON may carry unescaped). A blank line
 dispatches the event; ``:`` starts a comment; ``data`` lines of one event are
 joined with ``\\n``; an event cut off by the end of the stream is discarded.
+
+Each byte is scanned once, so decoding is linear in the stream however it is
+cut into chunks; a line or an event larger than its bound raises
+:class:`SSELimitError` as soon as it passes it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Final
 
 import attrs
 
-__all__ = ["SSEDecoder", "ServerSentEvent"]
+__all__ = ["SSEDecoder", "SSELimitError", "ServerSentEvent"]
 
 _NEWLINE: Final = re.compile(rb"\r\n|\r|\n")
 
@@ -28,42 +32,74 @@ class ServerSentEvent:
     retry: int | None = None
 
 
+class SSELimitError(ValueError):
+    """A line or an event grew past its bound (``what`` is ``line`` or ``event``)."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"an event-stream {what} is longer than {limit} bytes")
+        self.what = what
+        self.limit = limit
+
+
 class SSEDecoder:
     """Incremental decoder: ``feed`` it chunks as they arrive, get whole events back."""
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    def __init__(self, *, max_line: int | None = None, max_event: int | None = None) -> None:
+        self._max_line = max_line
+        self._max_event = max_event
+        self._partial: list[bytes] = []  # the pieces of the line not yet ended
+        self._partial_size = 0
+        self._after_cr = False  # the last line ended with \r: a leading \n belongs to it
         self._started = False
         self._event = ""
         self._data: list[str] = []
+        self._data_size = 0
         self._id: str | None = None
         self._retry: int | None = None
 
     @property
     def pending(self) -> bool:
         """An event has begun but its closing blank line has not arrived."""
-        return bool(self._buffer or self._data or self._event)
+        return bool(self._partial or self._data or self._event)
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """The events completed by ``chunk``."""
-        data = self._buffer + chunk
-        events: list[ServerSentEvent] = []
+        if not chunk:
+            return []
         start = 0
-        for match in _NEWLINE.finditer(data):
-            if match.group() == b"\r" and match.end() == len(data):
-                break  # maybe the first half of a \r\n split across chunks
-            event = self._line(data[start : match.start()])
+        if self._after_cr and chunk[:1] == b"\n":
+            start = 1
+        self._after_cr = False
+        events: list[ServerSentEvent] = []
+        for match in _NEWLINE.finditer(chunk, start):
+            piece = chunk[start : match.start()]
+            if self._partial:
+                self._grow(len(piece))
+                self._partial.append(piece)
+                piece = b"".join(self._partial)
+                self._partial = []
+                self._partial_size = 0
+            elif self._max_line is not None and len(piece) > self._max_line:
+                raise SSELimitError("line", self._max_line)
+            event = self._line(piece)
             if event is not None:
                 events.append(event)
             start = match.end()
-        self._buffer = data[start:]
+        if start < len(chunk):
+            self._grow(len(chunk) - start)
+            self._partial.append(chunk[start:])
+        elif chunk.endswith(b"\r"):
+            self._after_cr = True
         return events
 
     def flush(self) -> list[ServerSentEvent]:
-        """At the end of the stream: a line ended by a lone ``\\r`` still counts."""
-        if not self._buffer.endswith(b"\r"):
-            return []
-        return self.feed(b"\n")
+        """At the end of the stream: an unended line and an undispatched event are dropped."""
+        return []
+
+    def _grow(self, size: int) -> None:
+        self._partial_size += size
+        if self._max_line is not None and self._partial_size > self._max_line:
+            raise SSELimitError("line", self._max_line)
 
     def _line(self, raw: bytes) -> ServerSentEvent | None:
         line = raw.decode("utf-8", errors="replace")
@@ -81,6 +117,9 @@ class SSEDecoder:
             case "event":
                 self._event = value
             case "data":
+                self._data_size += len(value) + 1
+                if self._max_event is not None and self._data_size > self._max_event:
+                    raise SSELimitError("event", self._max_event)
                 self._data.append(value)
             case "id":
                 if "\0" not in value:
@@ -99,4 +138,5 @@ class SSEDecoder:
         )
         self._event = ""
         self._data = []
+        self._data_size = 0
         return event

@@ -6,46 +6,84 @@
 
 The system prompt travels in the separate ``system`` field; tool calls are
 ``tool_use`` blocks and their results ``tool_result`` blocks, the results of
-one turn together in one user message. ``stream=True`` reads the event stream
-and hands every text delta and tool-input fragment to ``on_delta``. Tool input
+one turn together in one user message. Thinking blocks are kept on the reply
+(``Message.thinking``) and sent back, signed, in later turns, as a tool loop
+with extended thinking requires. ``stream=True`` reads the event stream and
+hands every text, thinking and tool-input fragment to ``on_delta``. A turn the
+server paused (``pause_turn``) is continued within the same call. Tool input
 that is not a JSON object never raises: the call carries ``invalid_arguments``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
+import httpx
 
 from agentfsm.errors import ChainError
-from agentfsm.messages import Content, ContentPart, Message, MessageDelta, Status, ToolCall
+from agentfsm.messages import (
+    Content,
+    ContentPart,
+    Message,
+    MessageDelta,
+    Status,
+    Thinking,
+    ToolCall,
+    Usage,
+)
 from agentfsm.tools import Tool
 
-from ._http import (
-    DEFAULT_BACKOFF,
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_BACKOFF,
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_TIMEOUT,
-    HttpChatModel,
-    error_for_provider_type,
-    parse_json,
-    tool_call,
-)
+from ._errors import error_for_provider_type, parse_json
+from ._model import HttpChatModel, parse_arguments, tool_call
+from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings
 
-__all__ = ["API_VERSION", "DEFAULT_BASE_URL", "DEFAULT_MAX_TOKENS", "AnthropicChat"]
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_TOKENS",
+    "AnthropicChat",
+    "default_max_tokens",
+    "takes_sampling",
+]
 
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 API_VERSION: Final = "2023-06-01"
-#: The API requires a token limit; this one applies unless given.
-DEFAULT_MAX_TOKENS: Final = 1024
+#: The API requires a token limit; this one applies to current models unless given
+#: (agents write long tool inputs; older models get their own maximum).
+DEFAULT_MAX_TOKENS: Final = 16000
+_OLDER_MAX_TOKENS: Final = (
+    (re.compile(r"claude-3-(haiku|opus|sonnet)"), 4096),
+    (re.compile(r"claude-3-5|claude-4-opus|claude-opus-4(-[01])?(-\d{8}|@|$)"), 8192),
+)
+#: Models that refuse sampling parameters (``temperature``): generation 5 on, and
+#: the unnumbered preview families.
+_NO_SAMPLING: Final = re.compile(r"claude-(?:[a-z]+-)?([5-9]|\d\d)\b|claude-(mythos|fable)")
+#: A paused turn is continued at most this many times in one call.
+_MAX_CONTINUATIONS: Final = 8
 _STATUS: Final[Mapping[str, Status]] = {
     "max_tokens": "length",
     "model_context_window_exceeded": "length",
     "refusal": "filtered",
 }
+#: Content blocks whose tool input streams as ``input_json_delta``.
+_TOOL_BLOCKS: Final = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+
+
+def default_max_tokens(model: str) -> int:
+    """The ``max_tokens`` a model gets unless one is given."""
+    for pattern, limit in _OLDER_MAX_TOKENS:
+        if pattern.search(model):
+            return limit
+    return DEFAULT_MAX_TOKENS
+
+
+def takes_sampling(model: str) -> bool:
+    """Whether the model accepts ``temperature`` (newer Claude models refuse it)."""
+    return not _NO_SAMPLING.search(model)
 
 
 @attrs.define
@@ -53,21 +91,40 @@ class _Block:
     """A content block being assembled from stream events."""
 
     type: str
+    raw: Mapping[str, Any]
     text: list[str] = attrs.field(factory=list)
-    call_id: str = ""
-    name: str = ""
-    input: Any = None
+    signature: list[str] = attrs.field(factory=list)
     partial_json: list[str] = attrs.field(factory=list)
     ordinal: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        """The block as the API takes it back (a paused turn is sent back whole)."""
+        match self.type:
+            case "text":
+                return {"type": "text", "text": "".join(self.text)}
+            case "thinking":
+                return {
+                    "type": "thinking",
+                    "thinking": "".join(self.text),
+                    "signature": "".join(self.signature),
+                }
+        block = dict(self.raw)
+        if self.type in _TOOL_BLOCKS and self.partial_json:
+            block["input"] = parse_arguments("".join(self.partial_json))[0]
+        return block
 
 
 class AnthropicChat(HttpChatModel):
     """A Claude model behind the Messages API (``POST {base_url}/v1/messages``).
 
-    ``api_key`` defaults to ``ANTHROPIC_API_KEY``; without one, a call to the
-    official endpoint fails with ``authentication`` (another ``base_url``, a
-    proxy or gateway, is called without ``x-api-key``). ``max_tokens`` defaults
-    to ``settings.max_tokens``, else :data:`DEFAULT_MAX_TOKENS`.
+    ``api_key`` defaults to ``ANTHROPIC_API_KEY`` for the official endpoint;
+    without one, a call there fails with ``authentication``. Another
+    ``base_url`` (a proxy, a gateway) never gets ``ANTHROPIC_API_KEY``: pass
+    ``api_key=`` or set ``AGENTFSM_API_KEY``. ``max_tokens`` defaults to
+    ``settings.max_tokens``, else :func:`default_max_tokens` (raised to leave
+    room above a thinking budget). ``temperature`` is left out for models that
+    refuse it and while thinking. ``http_client`` is a client of yours
+    (proxies, mTLS); ``retry`` and ``limits`` bound retries and replies.
     """
 
     _provider = "anthropic"
@@ -88,9 +145,9 @@ class AnthropicChat(HttpChatModel):
         stream: bool = False,
         timeout: float = DEFAULT_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        backoff: float = DEFAULT_BACKOFF,
-        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        retry: RetryPolicy | None = None,
+        limits: Limits | None = None,
+        http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
@@ -102,23 +159,31 @@ class AnthropicChat(HttpChatModel):
             headers={"anthropic-version": API_VERSION, **(headers or {})},
             timeout=timeout,
             connect_timeout=connect_timeout,
-            max_retries=max_retries,
-            backoff=backoff,
-            max_backoff=max_backoff,
+            retry=retry,
+            limits=limits,
+            http_client=http_client,
         )
-        self.max_tokens = (
-            max_tokens
-            if max_tokens is not None
-            else self.settings.max_tokens
-            if self.settings.max_tokens is not None
-            else DEFAULT_MAX_TOKENS
-        )
+        given = max_tokens if max_tokens is not None else self.settings.max_tokens
+        budget = self.settings.thinking
+        if isinstance(budget, int) and not isinstance(budget, bool):
+            if given is not None and given <= budget:
+                raise ValueError(
+                    f"max_tokens ({given}) must be larger than the thinking budget ({budget}): "
+                    "thinking tokens count toward max_tokens"
+                )
+            self.max_tokens = given or max(default_max_tokens(model), budget + 4096)
+        else:
+            self.max_tokens = given or default_max_tokens(model)
 
     def _key_headers(self, api_key: str) -> dict[str, str]:
         return {"x-api-key": api_key}
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[Tool]) -> dict[str, Any]:
         """The JSON body ``complete`` sends for this conversation."""
+        settings = self.settings
+        cache: dict[str, Any] = {"type": "ephemeral"}
+        if settings.cache_ttl is not None:
+            cache["ttl"] = settings.cache_ttl
         system, wire = _wire_messages(messages)
         body: dict[str, Any] = {
             "model": self.model,
@@ -126,10 +191,14 @@ class AnthropicChat(HttpChatModel):
             "messages": wire,
         }
         if system:
-            body["system"] = system
-        settings = self.settings
+            if settings.cache_system:
+                body["system"] = [{"type": "text", "text": system, "cache_control": cache}]
+            else:
+                body["system"] = system
         if tools:
             body["tools"] = [_wire_tool(t) for t in tools]
+            if settings.cache_tools:
+                body["tools"][-1]["cache_control"] = cache
             choice = _tool_choice(settings.tool_choice)
             if settings.parallel_tool_calls is False:
                 choice = choice or {"type": "auto"}
@@ -137,7 +206,12 @@ class AnthropicChat(HttpChatModel):
                     choice["disable_parallel_tool_use"] = True
             if choice is not None:
                 body["tool_choice"] = choice
-        if settings.temperature is not None:
+        thinking = settings.thinking
+        if thinking == "adaptive":
+            body["thinking"] = {"type": "adaptive"}
+        elif isinstance(thinking, int) and not isinstance(thinking, bool):
+            body["thinking"] = {"type": "enabled", "budget_tokens": thinking}
+        if settings.temperature is not None and thinking is None and takes_sampling(self.model):
             body["temperature"] = settings.temperature
         if self.stream:
             body["stream"] = True
@@ -146,7 +220,30 @@ class AnthropicChat(HttpChatModel):
 
     # ------------------------------------------------------------ replies
 
+    async def _complete(
+        self, messages: Sequence[Message], tools: Sequence[Tool], on_delta: DeltaHandler | None
+    ) -> Message:
+        """One call; a paused turn is sent back as it was and continued, up to a bound."""
+        body = self.request_body(messages, tools)
+        replies: list[Message] = []
+        paused: list[dict[str, Any]] = []
+        for _ in range(_MAX_CONTINUATIONS + 1):
+            if paused:
+                body = {**body, "messages": [*body["messages"], _prefill(paused)]}
+            if self.stream:
+                reply, blocks = await self._stream(body, on_delta)
+            else:
+                reply, blocks = self._parse(await self._http.post_json(self._path, body))
+            replies.append(reply)
+            if reply.metadata.get("stop_reason") != "pause_turn":
+                break
+            paused.extend(blocks)
+        return _merge(replies)
+
     def _reply(self, data: Any) -> Message:
+        return self._parse(data)[0]
+
+    def _parse(self, data: Any) -> tuple[Message, list[dict[str, Any]]]:
         if not isinstance(data, Mapping):
             raise self._invalid(f"the response is not a JSON object: {data!r}")
         if data.get("type") == "error" or data.get("error"):
@@ -156,12 +253,14 @@ class AnthropicChat(HttpChatModel):
             raise self._invalid("the response has no content list")
         text: list[str] = []
         calls: list[ToolCall] = []
+        thinking: list[Thinking] = []
         for index, block in enumerate(content):
             if not isinstance(block, Mapping):
                 raise self._invalid(f"content block {index} is not an object")
-            if block.get("type") == "text":
+            kind = block.get("type")
+            if kind == "text":
                 text.append(str(block.get("text") or ""))
-            elif block.get("type") == "tool_use":
+            elif kind == "tool_use":
                 if not block.get("name"):
                     raise self._invalid(f"tool_use block {index} has no name")
                 calls.append(
@@ -171,20 +270,49 @@ class AnthropicChat(HttpChatModel):
                         block.get("input"),
                     )
                 )
-        return self._message("".join(text), calls, data.get("stop_reason"), data.get("usage"), data)
+            elif kind == "thinking":
+                thinking.append(
+                    Thinking(str(block.get("thinking") or ""), str(block.get("signature") or ""))
+                )
+            elif kind == "redacted_thinking":
+                thinking.append(Thinking(redacted=str(block.get("data") or "")))
+        reply = self._message(
+            "".join(text),
+            calls,
+            data.get("stop_reason"),
+            data.get("usage"),
+            data,
+            thinking=thinking,
+        )
+        return reply, [dict(b) for b in content]
 
-    def _usage(self, usage: Mapping[str, Any]) -> dict[str, int]:
+    def _usage(self, usage: Mapping[str, Any]) -> Usage:
         """Input counts cached tokens too, as OpenAI's ``prompt_tokens`` does."""
-        read = int(usage.get("cache_read_input_tokens") or 0)
-        written = int(usage.get("cache_creation_input_tokens") or 0)
-        return {
-            "input_tokens": int(usage.get("input_tokens") or 0) + read + written,
-            "output_tokens": int(usage.get("output_tokens") or 0),
-        }
+        details = usage.get("output_tokens_details")
+        counts = Usage.from_dict(
+            {
+                "input_tokens": usage.get("input_tokens"),
+                "output_tokens": usage.get("output_tokens"),
+                "cache_read_tokens": usage.get("cache_read_input_tokens"),
+                "cache_write_tokens": usage.get("cache_creation_input_tokens"),
+                "reasoning_tokens": details.get("thinking_tokens")
+                if isinstance(details, Mapping)
+                else None,
+            }
+        )
+        return attrs.evolve(
+            counts,
+            input_tokens=counts.input_tokens + counts.cache_read_tokens + counts.cache_write_tokens,
+        )
 
     async def _complete_streaming(
         self, body: Mapping[str, Any], on_delta: DeltaHandler | None
     ) -> Message:
+        return (await self._stream(body, on_delta))[0]
+
+    async def _stream(
+        self, body: Mapping[str, Any], on_delta: DeltaHandler | None
+    ) -> tuple[Message, list[dict[str, Any]]]:
         blocks: dict[int, _Block] = {}
         start: Mapping[str, Any] = {}
         usage: dict[str, Any] = {}
@@ -200,6 +328,8 @@ class AnthropicChat(HttpChatModel):
                     raise error_for_provider_type(self.name, data)
                 if kind == "message_start":
                     start = data.get("message") or {}
+                    if not isinstance(start, Mapping):
+                        raise self._invalid("message_start carries no message object")
                     usage.update(_present(start.get("usage")))
                 elif kind == "content_block_start":
                     self._start_block(data, blocks, on_delta)
@@ -212,21 +342,30 @@ class AnthropicChat(HttpChatModel):
                     usage.update(_present(data.get("usage")))
                 elif kind == "message_stop":
                     done = True
-                    await events.drain()
+                    events.finish()
                     break
                 # ping, content_block_stop and event types added later need nothing
             if not done:
                 raise events.cut_off("message_stop")
         text: list[str] = []
         calls: list[ToolCall] = []
+        thinking: list[Thinking] = []
         for index in sorted(blocks):
             block = blocks[index]
             if block.type == "text":
                 text.extend(block.text)
             elif block.type == "tool_use":
-                raw = "".join(block.partial_json) if block.partial_json else block.input
-                calls.append(tool_call(block.call_id or f"toolu_{index}", block.name, raw))
-        return self._message("".join(text), calls, stop_reason, usage or None, start)
+                raw = "".join(block.partial_json) if block.partial_json else block.raw.get("input")
+                call_id = str(block.raw.get("id") or f"toolu_{index}")
+                calls.append(tool_call(call_id, str(block.raw.get("name") or ""), raw))
+            elif block.type == "thinking":
+                thinking.append(Thinking("".join(block.text), "".join(block.signature)))
+            elif block.type == "redacted_thinking":
+                thinking.append(Thinking(redacted=str(block.raw.get("data") or "")))
+        reply = self._message(
+            "".join(text), calls, stop_reason, usage or None, start, thinking=thinking
+        )
+        return reply, [blocks[index].wire() for index in sorted(blocks)]
 
     def _start_block(
         self, data: Mapping[str, Any], blocks: dict[int, _Block], on_delta: DeltaHandler | None
@@ -235,25 +374,24 @@ class AnthropicChat(HttpChatModel):
         raw = data.get("content_block")
         if not isinstance(raw, Mapping):
             raise self._invalid(f"content_block_start {index} has no content_block")
-        block = _Block(str(raw.get("type")))
+        block = _Block(str(raw.get("type")), raw)
         blocks[index] = block
-        if block.type == "text":
-            initial = raw.get("text") or ""
+        if block.type in ("text", "thinking"):
+            initial = raw.get(block.type) or ""
             if initial:
                 block.text.append(str(initial))
                 if on_delta is not None:
-                    on_delta(MessageDelta(content=str(initial)))
+                    on_delta(_text_delta(block.type, str(initial)))
+            if raw.get("signature"):
+                block.signature.append(str(raw["signature"]))
         elif block.type == "tool_use":
-            block.call_id = str(raw.get("id") or "")
-            block.name = str(raw.get("name") or "")
-            block.input = raw.get("input")
             block.ordinal = sum(1 for b in blocks.values() if b.type == "tool_use") - 1
             if on_delta is not None:
                 on_delta(
                     MessageDelta(
                         tool_call_index=block.ordinal,
-                        tool_call_id=block.call_id or None,
-                        tool_name=block.name or None,
+                        tool_call_id=str(raw.get("id") or "") or None,
+                        tool_name=str(raw.get("name") or "") or None,
                     )
                 )
 
@@ -265,22 +403,29 @@ class AnthropicChat(HttpChatModel):
         delta = data.get("delta")
         if block is None or not isinstance(delta, Mapping):
             raise self._invalid(f"content_block_delta for block {index}, which never started")
-        if delta.get("type") == "text_delta":
-            piece = str(delta.get("text") or "")
+        kind = delta.get("type")
+        if kind in ("text_delta", "thinking_delta"):
+            piece = str(delta.get("text" if kind == "text_delta" else "thinking") or "")
             block.text.append(piece)
             if on_delta is not None and piece:
-                on_delta(MessageDelta(content=piece))
-        elif delta.get("type") == "input_json_delta":
+                on_delta(_text_delta(block.type, piece))
+        elif kind == "signature_delta":
+            block.signature.append(str(delta.get("signature") or ""))
+        elif kind == "input_json_delta":
             piece = str(delta.get("partial_json") or "")
             block.partial_json.append(piece)
-            if on_delta is not None and piece:
+            if on_delta is not None and piece and block.type == "tool_use":
                 on_delta(
                     MessageDelta(
                         tool_call_index=block.ordinal,
-                        tool_call_id=block.call_id or None,
+                        tool_call_id=str(block.raw.get("id") or "") or None,
                         arguments=piece,
                     )
                 )
+
+
+def _text_delta(block_type: str, piece: str) -> MessageDelta:
+    return MessageDelta(thinking=piece) if block_type == "thinking" else MessageDelta(content=piece)
 
 
 def _index(data: Mapping[str, Any]) -> int:
@@ -293,6 +438,32 @@ def _present(usage: Any) -> dict[str, Any]:
     if not isinstance(usage, Mapping):
         return {}
     return {k: v for k, v in usage.items() if v is not None}
+
+
+def _prefill(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A paused turn's content, sent back as the assistant message to continue."""
+    return {"role": "assistant", "content": list(blocks)}
+
+
+def _merge(replies: Sequence[Message]) -> Message:
+    """The replies of a continued turn as one: pieces in order, usage summed."""
+    if len(replies) == 1:
+        return replies[0]
+    last = replies[-1]
+    usages = [u for u in (Usage.of(r) for r in replies) if u is not None]
+    metadata = {**last.metadata, "continuations": len(replies) - 1}
+    if usages:
+        total = usages[0]
+        for usage in usages[1:]:
+            total += usage
+        metadata["usage"] = total.to_dict()
+    return Message.assistant(
+        "".join(r.text for r in replies) or None,
+        [call for r in replies for call in r.tool_calls],
+        status=last.status,
+        metadata=metadata,
+        thinking=[t for r in replies for t in r.thinking],
+    )
 
 
 # ---------------------------------------------------------------- to the wire
@@ -334,9 +505,9 @@ def _wire_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any
             case "user":
                 _append(wire, "user", _blocks(message.content))
             case "assistant":
-                blocks: list[dict[str, Any]] = (
-                    [{"type": "text", "text": message.text}] if message.text else []
-                )
+                blocks = _wire_thinking(message.thinking)
+                if message.text:
+                    blocks.append({"type": "text", "text": message.text})
                 blocks.extend(
                     {
                         "type": "tool_use",
@@ -362,6 +533,19 @@ def _wire_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any
         if len(content) == 1 and content[0]["type"] == "text":
             entry["content"] = content[0]["text"]
     return "\n\n".join(system), wire
+
+
+def _wire_thinking(thinking: Sequence[Thinking]) -> list[dict[str, Any]]:
+    """Signed thinking as it came; reasoning of another provider (unsigned) is left out."""
+    blocks: list[dict[str, Any]] = []
+    for block in thinking:
+        if block.redacted:
+            blocks.append({"type": "redacted_thinking", "data": block.redacted})
+        elif block.signature:
+            blocks.append(
+                {"type": "thinking", "thinking": block.text, "signature": block.signature}
+            )
+    return blocks
 
 
 def _append(wire: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from agentfsm.messages import Message, MessageDelta
+from agentfsm.messages import Message, MessageDelta, Usage
 from agentfsm.tools import Tool
 
 __all__ = ["ChatModel", "DeltaHandler", "ModelSettings", "Usage"]
@@ -39,35 +39,32 @@ class ChatModel(Protocol):
 
 
 @attrs.frozen
-class Usage:
-    """Tokens one call used; stored in a reply's metadata as a plain mapping."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def to_dict(self) -> dict[str, int]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
-
-    @classmethod
-    def of(cls, message: Message) -> Usage | None:
-        """The usage a reply reports, if any."""
-        raw = message.metadata.get("usage")
-        if not isinstance(raw, Mapping):
-            return None
-        return cls(int(raw.get("input_tokens", 0)), int(raw.get("output_tokens", 0)))
-
-
-@attrs.frozen
 class ModelSettings:
-    """Sampling and tool options common to the providers; ``extra`` goes to the body as is."""
+    """Options of a model call; ``extra`` goes to the body as is, last.
+
+    Not every provider honours every setting, and some models refuse some (the
+    README's "Models" section has the table); a setting a model refuses is left
+    out of its request rather than failing the call.
+
+    ``thinking`` turns on Anthropic extended thinking: a token budget, or
+    ``"adaptive"`` (the model decides). ``reasoning_effort`` (``low``,
+    ``medium``, ``high``...) goes to OpenAI reasoning models. ``send_reasoning``
+    sends earlier turns' reasoning back to an OpenAI-compatible server as
+    ``reasoning_content`` (DeepSeek wants it in a tool loop; the official API
+    refuses it). ``cache_system`` and ``cache_tools`` put Anthropic prompt-cache
+    breakpoints after the system prompt and after the tools (``cache_ttl``:
+    ``5m`` or ``1h``).
+    """
 
     temperature: float | None = None
     max_tokens: int | None = None
     tool_choice: str | Mapping[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     stream: bool = False
+    thinking: int | Literal["adaptive"] | None = None
+    reasoning_effort: str | None = None
+    send_reasoning: bool = False
+    cache_system: bool = False
+    cache_tools: bool = False
+    cache_ttl: Literal["5m", "1h"] | None = None
     extra: Mapping[str, Any] = attrs.field(factory=dict)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import attrs
 
 from agentfsm.errors import ChainError
-from agentfsm.messages import Message
+from agentfsm.messages import Message, MessageDelta
 from agentfsm.tools import Tool
 
 from .base import ChatModel, DeltaHandler
@@ -22,6 +22,10 @@ class FallbackModel:
     reply's metadata says which model answered (``model``) and which failed
     before it (``fallback_errors``). When every model fails, the last error is
     raised, with the earlier ones in its ``details``.
+
+    When streaming, a model that fails after sending pieces is followed by a
+    ``MessageDelta(discard=True)``: what the host showed of its reply is void,
+    and the next model's pieces start the reply again.
     """
 
     def __init__(self, primary: ChatModel, *others: ChatModel) -> None:
@@ -47,10 +51,22 @@ class FallbackModel:
     ) -> Message:
         errors: list[dict[str, str]] = []
         for model in self.models:
+            sent = False
+
+            def forward(delta: MessageDelta) -> None:
+                nonlocal sent
+                sent = True
+                assert on_delta is not None
+                on_delta(delta)
+
             try:
-                reply = await model.complete(messages, tools, on_delta=on_delta)
+                reply = await model.complete(
+                    messages, tools, on_delta=None if on_delta is None else forward
+                )
             except ChainError as error:
                 errors.append({"model": model.name, "type": error.type, "message": error.message})
+                if sent and on_delta is not None:
+                    on_delta(MessageDelta(discard=True))
                 if not error.retryable or model is self.models[-1]:
                     raise ChainError(
                         error.type,

@@ -5,41 +5,45 @@
     model = OpenAIChat("gpt-4o-mini")                     # OPENAI_API_KEY from the environment
     local = OpenAIChat("qwen2.5", base_url="http://127.0.0.1:11434/v1")   # no key needed
 
-``stream=True`` asks for server-sent events and hands every text delta and
-tool-call fragment to ``on_delta`` as it arrives; the reply is the same either
-way. Tool-call arguments that are not a JSON object never raise: the call
-carries ``invalid_arguments`` and becomes an error result the model can fix.
+``stream=True`` asks for server-sent events and hands every text, reasoning
+and tool-call fragment to ``on_delta`` as it arrives; the reply is the same
+either way. Reasoning (``reasoning_content`` of vLLM, DeepSeek, llama.cpp) is
+kept as the reply's ``thinking``; a refusal ends the reply as ``filtered``.
+Tool-call arguments that are not a JSON object never raise: the call carries
+``invalid_arguments`` and becomes an error result the model can fix.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import attrs
+import httpx
 
 from agentfsm.errors import ChainError
-from agentfsm.messages import ContentPart, Message, MessageDelta, Status
+from agentfsm.messages import ContentPart, Message, MessageDelta, Status, Thinking, Usage
 from agentfsm.tools import Tool
 
-from ._http import (
-    DEFAULT_BACKOFF,
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_BACKOFF,
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_TIMEOUT,
-    HttpChatModel,
-    error_for_provider_type,
-    parse_json,
-    tool_call,
-)
+from ._errors import error_for_provider_type, parse_json
+from ._model import HttpChatModel, tool_call
+from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChat"]
 
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 _STATUS: Final[Mapping[str, Status]] = {"length": "length", "content_filter": "filtered"}
+#: OpenAI's reasoning models: no sampling parameters, ``max_completion_tokens``,
+#: ``reasoning_effort``. Matched on the name after any ``vendor/`` prefix.
+_REASONING_MODEL: Final = re.compile(r"^(o\d|gpt-5(?!-chat))")
+
+
+def is_reasoning_model(model: str) -> bool:
+    """An OpenAI reasoning model (o1, o3, o4-mini, gpt-5...), by its name."""
+    return bool(_REASONING_MODEL.match(model.rsplit("/", 1)[-1]))
 
 
 @attrs.define
@@ -51,14 +55,29 @@ class _PartialCall:
     arguments: list[str] = attrs.field(factory=list)
 
 
+@attrs.define
+class _Partial:
+    """A reply being assembled from stream chunks."""
+
+    text: list[str] = attrs.field(factory=list)
+    reasoning: list[str] = attrs.field(factory=list)
+    refusal: list[str] = attrs.field(factory=list)
+    calls: dict[int, _PartialCall] = attrs.field(factory=dict)
+
+
 class OpenAIChat(HttpChatModel):
     """A chat model behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
-    ``api_key`` defaults to ``OPENAI_API_KEY``; without one, a call to the
-    official endpoint fails with ``authentication``, while another ``base_url``
-    (a local server) is called without an ``Authorization`` header.
+    ``api_key`` defaults to ``OPENAI_API_KEY`` for the official endpoint; without
+    one, a call there fails with ``authentication``. Another ``base_url`` (a local
+    server, a gateway) never gets ``OPENAI_API_KEY``: pass ``api_key=`` or set
+    ``AGENTFSM_API_KEY``, else it is called without an ``Authorization`` header.
+    A ``base_url`` may carry a query (Azure's ``?api-version=...``).
     ``settings.max_tokens`` is sent as ``max_completion_tokens`` to the official
-    endpoint and as the more widely understood ``max_tokens`` elsewhere.
+    endpoint and reasoning models, and as the more widely understood
+    ``max_tokens`` elsewhere; reasoning models get no ``temperature``.
+    ``http_client`` is a client of yours (proxies, mTLS); ``retry`` and
+    ``limits`` bound retries and replies.
     """
 
     _provider = "openai"
@@ -79,9 +98,9 @@ class OpenAIChat(HttpChatModel):
         stream: bool = False,
         timeout: float = DEFAULT_TIMEOUT,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        max_retries: int = DEFAULT_MAX_RETRIES,
-        backoff: float = DEFAULT_BACKOFF,
-        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        retry: RetryPolicy | None = None,
+        limits: Limits | None = None,
+        http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
@@ -93,9 +112,9 @@ class OpenAIChat(HttpChatModel):
             headers=headers or {},
             timeout=timeout,
             connect_timeout=connect_timeout,
-            max_retries=max_retries,
-            backoff=backoff,
-            max_backoff=max_backoff,
+            retry=retry,
+            limits=limits,
+            http_client=http_client,
         )
 
     def _key_headers(self, api_key: str) -> dict[str, str]:
@@ -103,19 +122,25 @@ class OpenAIChat(HttpChatModel):
 
     def request_body(self, messages: Sequence[Message], tools: Sequence[Tool]) -> dict[str, Any]:
         """The JSON body ``complete`` sends for this conversation."""
-        body: dict[str, Any] = {"model": self.model, "messages": _wire_messages(messages)}
         settings = self.settings
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": _wire_messages(messages, settings.send_reasoning),
+        }
+        reasoning = is_reasoning_model(self.model)
         if tools:
             body["tools"] = [_wire_tool(t) for t in tools]
             if settings.tool_choice is not None:
                 body["tool_choice"] = _tool_choice(settings.tool_choice)
             if settings.parallel_tool_calls is not None:
                 body["parallel_tool_calls"] = settings.parallel_tool_calls
-        if settings.temperature is not None:
+        if settings.temperature is not None and not reasoning:
             body["temperature"] = settings.temperature
         if settings.max_tokens is not None:
-            key = "max_completion_tokens" if self.base_url == DEFAULT_BASE_URL else "max_tokens"
-            body[key] = settings.max_tokens
+            official = self.official or reasoning
+            body["max_completion_tokens" if official else "max_tokens"] = settings.max_tokens
+        if settings.reasoning_effort is not None and (reasoning or not self.official):
+            body["reasoning_effort"] = settings.reasoning_effort
         if self.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -154,26 +179,40 @@ class OpenAIChat(HttpChatModel):
         if content is not None and not isinstance(content, str):
             content = _text_of(content)
         refusal = message.get("refusal")
+        refusal = refusal if isinstance(refusal, str) and refusal else None
+        reasoning = _reasoning_of(message)
         return self._message(
-            content or (refusal if isinstance(refusal, str) else None),
+            refusal or content,
             calls,
             choice.get("finish_reason"),
             data.get("usage"),
             data,
+            thinking=[Thinking(reasoning)] if reasoning else (),
+            status="filtered" if refusal else None,
             refusal=refusal,
         )
 
-    def _usage(self, usage: Mapping[str, Any]) -> dict[str, int]:
-        return {
-            "input_tokens": int(usage.get("prompt_tokens") or 0),
-            "output_tokens": int(usage.get("completion_tokens") or 0),
-        }
+    def _usage(self, usage: Mapping[str, Any]) -> Usage:
+        """Cached input from ``prompt_tokens_details`` (DeepSeek: ``prompt_cache_hit_tokens``),
+        reasoning from ``completion_tokens_details``."""
+        prompt = usage.get("prompt_tokens_details")
+        completion = usage.get("completion_tokens_details")
+        prompt = prompt if isinstance(prompt, Mapping) else {}
+        completion = completion if isinstance(completion, Mapping) else {}
+        return Usage.from_dict(
+            {
+                "input_tokens": usage.get("prompt_tokens"),
+                "output_tokens": usage.get("completion_tokens"),
+                "cache_read_tokens": prompt.get("cached_tokens")
+                or usage.get("prompt_cache_hit_tokens"),
+                "reasoning_tokens": completion.get("reasoning_tokens"),
+            }
+        )
 
     async def _complete_streaming(
         self, body: Mapping[str, Any], on_delta: DeltaHandler | None
     ) -> Message:
-        text: list[str] = []
-        calls: dict[int, _PartialCall] = {}
+        reply = _Partial()
         finish_reason: Any = None
         usage: Any = None
         first: dict[str, Any] = {}
@@ -182,7 +221,7 @@ class OpenAIChat(HttpChatModel):
             async for event in events:
                 if event.data == "[DONE]":
                     done = True
-                    await events.drain()
+                    events.finish()
                     break
                 chunk = parse_json(event.data, self.name, "a stream event")
                 if not isinstance(chunk, Mapping):
@@ -193,7 +232,12 @@ class OpenAIChat(HttpChatModel):
                     first = {"id": chunk.get("id"), "model": chunk.get("model")}
                 if chunk.get("usage"):
                     usage = chunk["usage"]
-                for choice in chunk.get("choices") or ():
+                choices = chunk.get("choices") or ()
+                if not isinstance(choices, list):
+                    raise self._invalid(
+                        f"the choices of a stream event are not a list: {choices!r}"
+                    )
+                for choice in choices:
                     if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
                         continue
                     if choice.get("finish_reason"):
@@ -201,12 +245,12 @@ class OpenAIChat(HttpChatModel):
                     delta = choice.get("delta") or {}
                     if not isinstance(delta, Mapping):
                         raise self._invalid(f"a stream delta is not an object: {delta!r}")
-                    self._take_delta(delta, text, calls, on_delta)
+                    self._take_delta(delta, reply, on_delta)
             if not done and finish_reason is None:
                 raise events.cut_off("data: [DONE]")
         tool_calls = []
-        for index in sorted(calls):
-            partial = calls[index]
+        for index in sorted(reply.calls):
+            partial = reply.calls[index]
             if not partial.name:
                 raise self._invalid(f"streamed tool call {index} never named its function")
             tool_calls.append(
@@ -214,26 +258,49 @@ class OpenAIChat(HttpChatModel):
                     partial.call_id or f"call_{index}", partial.name, "".join(partial.arguments)
                 )
             )
-        return self._message("".join(text), tool_calls, finish_reason, usage, first)
+        refusal = "".join(reply.refusal)
+        reasoning = "".join(reply.reasoning)
+        return self._message(
+            refusal or "".join(reply.text),
+            tool_calls,
+            finish_reason,
+            usage,
+            first,
+            thinking=[Thinking(reasoning)] if reasoning else (),
+            status="filtered" if refusal else None,
+            refusal=refusal,
+        )
 
     def _take_delta(
-        self,
-        delta: Mapping[str, Any],
-        text: list[str],
-        calls: dict[int, _PartialCall],
-        on_delta: DeltaHandler | None,
+        self, delta: Mapping[str, Any], reply: _Partial, on_delta: DeltaHandler | None
     ) -> None:
         content = delta.get("content")
         if isinstance(content, str) and content:
-            text.append(content)
+            reply.text.append(content)
             if on_delta is not None:
                 on_delta(MessageDelta(content=content))
-        for position, fragment in enumerate(delta.get("tool_calls") or ()):
+        reasoning = _reasoning_of(delta)
+        if reasoning:
+            reply.reasoning.append(reasoning)
+            if on_delta is not None:
+                on_delta(MessageDelta(thinking=reasoning))
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            reply.refusal.append(refusal)
+        fragments = delta.get("tool_calls") or ()
+        if not isinstance(fragments, list):
+            raise self._invalid(f"streamed tool calls are not a list: {fragments!r}")
+        calls = reply.calls
+        for position, fragment in enumerate(fragments):
             if not isinstance(fragment, Mapping):
                 raise self._invalid(f"a streamed tool call is not an object: {fragment!r}")
             index = _fragment_index(fragment, position, calls)
             partial = calls.setdefault(index, _PartialCall())
             function = fragment.get("function") or {}
+            if not isinstance(function, Mapping):
+                raise self._invalid(
+                    f"a streamed tool call's function is not an object: {function!r}"
+                )
             call_id = fragment.get("id") or None
             name = function.get("name") or None
             arguments = function.get("arguments") or ""
@@ -247,8 +314,8 @@ class OpenAIChat(HttpChatModel):
                 on_delta(
                     MessageDelta(
                         tool_call_index=index,
-                        tool_call_id=call_id,
-                        tool_name=name,
+                        tool_call_id=None if call_id is None else str(call_id),
+                        tool_name=None if name is None else str(name),
                         arguments=str(arguments),
                     )
                 )
@@ -269,6 +336,16 @@ def _fragment_index(
                 return known
         return max(calls, default=-1) + 1
     return max(calls, default=position)
+
+
+def _reasoning_of(message: Mapping[str, Any]) -> str:
+    """Reasoning text as compatible servers send it: ``reasoning_content`` (vLLM,
+    DeepSeek, llama.cpp) or ``reasoning`` (OpenRouter, newer vLLM)."""
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def _text_of(content: Any) -> str | None:
@@ -301,7 +378,7 @@ def _tool_choice(choice: str | Mapping[str, Any]) -> str | dict[str, Any]:
     return {"type": "function", "function": {"name": choice}}
 
 
-def _wire_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def _wire_messages(messages: Sequence[Message], send_reasoning: bool) -> list[dict[str, Any]]:
     wire: list[dict[str, Any]] = []
     for message in messages:
         match message.role:
@@ -310,7 +387,7 @@ def _wire_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
             case "user":
                 wire.append({"role": "user", "content": _wire_content(message.content)})
             case "assistant":
-                wire.append(_wire_assistant(message))
+                wire.append(_wire_assistant(message, send_reasoning))
             case "tool":
                 wire.extend(
                     {"role": "tool", "tool_call_id": r.tool_call_id, "content": r.text}
@@ -319,8 +396,11 @@ def _wire_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return wire
 
 
-def _wire_assistant(message: Message) -> dict[str, Any]:
+def _wire_assistant(message: Message, send_reasoning: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    reasoning = "".join(t.text for t in message.thinking)
+    if send_reasoning and reasoning:
+        entry["reasoning_content"] = reasoning
     if message.tool_calls:
         entry["tool_calls"] = [
             {

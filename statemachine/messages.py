@@ -24,8 +24,10 @@ __all__ = [
     "MessageLog",
     "Role",
     "Status",
+    "Thinking",
     "ToolCall",
     "ToolResult",
+    "Usage",
     "content_text",
     "message_tuple",
 ]
@@ -236,8 +238,25 @@ class ToolResult:
 
 
 @attrs.frozen
+class Thinking:
+    """The model's reasoning before its reply (Anthropic thinking, ``reasoning_content``).
+
+    Anthropic signs each block (``signature``) and needs it back unchanged while
+    a tool loop goes on; a ``redacted`` block carries only the encrypted data.
+    """
+
+    text: str = ""
+    signature: str | None = None
+    redacted: str | None = None
+
+
+def _thinking(value: Iterable[Thinking]) -> tuple[Thinking, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+@attrs.frozen
 class Message:
-    """One message of a conversation."""
+    """One message of a conversation; an assistant's may carry its ``thinking``."""
 
     role: Role
     content: Content = None
@@ -245,6 +264,7 @@ class Message:
     tool_results: tuple[ToolResult, ...] = ()
     status: Status = "complete"
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
+    thinking: tuple[Thinking, ...] = attrs.field(default=(), converter=_thinking)
 
     @classmethod
     def system(cls, content: str | Sequence[ContentPart]) -> Message:
@@ -262,6 +282,7 @@ class Message:
         *,
         status: Status = "complete",
         metadata: Mapping[str, Any] | None = None,
+        thinking: Sequence[Thinking] = (),
     ) -> Message:
         return cls(
             "assistant",
@@ -269,6 +290,7 @@ class Message:
             tuple(tool_calls),
             status=status,
             metadata=dict(metadata or {}),
+            thinking=tuple(thinking),
         )
 
     @classmethod
@@ -287,10 +309,73 @@ class Message:
 
 @attrs.frozen
 class MessageDelta:
-    """A piece of a reply while it streams: text, or a fragment of a tool call."""
+    """A piece of a reply while it streams: text, thinking, or a fragment of a tool call.
+
+    ``discard`` says the pieces streamed so far for this call are void: the model
+    that sent them failed, and another (a fallback) answers from the start.
+    """
 
     content: str = ""
     tool_call_index: int | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None
     arguments: str = ""
+    thinking: str = ""
+    discard: bool = False
+
+    @property
+    def kind(self) -> Literal["discard", "thinking", "tool_call", "text"]:
+        if self.discard:
+            return "discard"
+        if self.thinking:
+            return "thinking"
+        if self.tool_call_index is not None:
+            return "tool_call"
+        return "text"
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+@attrs.frozen
+class Usage:
+    """Tokens used, by one call or summed over a run; a reply keeps its own in
+    ``metadata["usage"]`` as a plain mapping.
+
+    ``input_tokens`` counts the whole prompt, cached parts included (of which
+    ``cache_read_tokens`` came from the provider's prompt cache and
+    ``cache_write_tokens`` were written to it); ``output_tokens`` counts the
+    whole reply, ``reasoning_tokens`` (thinking) included.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            *(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other), strict=True))
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        """Input and output always; the breakdowns when the provider reported them."""
+        counts = attrs.asdict(self)
+        return {k: v for k, v in counts.items() if v or k in ("input_tokens", "output_tokens")}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Usage:
+        """From a mapping of counts; missing or malformed counts are 0."""
+        return cls(**{f.name: _count(raw.get(f.name)) for f in attrs.fields(cls)})
+
+    @classmethod
+    def of(cls, message: Message) -> Usage | None:
+        """The usage a reply reports, if any."""
+        raw = message.metadata.get("usage")
+        return cls.from_dict(raw) if isinstance(raw, Mapping) else None
