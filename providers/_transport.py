@@ -18,9 +18,10 @@ import asyncio
 import collections
 import email.utils
 import random
+import socket
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
 
 import attrs
@@ -46,9 +47,11 @@ DEFAULT_TIMEOUT: Final = 120.0
 #: Seconds to wait for a connection.
 DEFAULT_CONNECT_TIMEOUT: Final = 10.0
 
-#: How long a finished stream may take to send its last bytes; reading them (in
-#: the background, after the reply is returned) lets the connection be reused.
+#: How long a finished stream may take to send its last bytes; reading them lets
+#: the connection go back to the pool instead of being closed.
 _DRAIN_SECONDS: Final = 0.25
+#: Linux: send the ACK now rather than delay it (None where there is no such option).
+_QUICKACK: Final = getattr(socket, "TCP_QUICKACK", None)
 #: Of an error body, this much is read; the rest is not needed to say what failed.
 _ERROR_BODY_BYTES: Final = 64 * 1024
 #: Provider error codes that waiting will not cure.
@@ -136,6 +139,23 @@ def retry_after(headers: Mapping[str, str], now: float | None = None) -> float |
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def _socket(response: httpx.Response) -> Any:
+    """The response's socket, where the transport has one (a custom one may not)."""
+    stream = response.extensions.get("network_stream")
+    get = getattr(stream, "get_extra_info", None)
+    return get("socket") if get is not None else None
+
+
+def _ack_now(sock: Any) -> None:
+    """ACK what was read at once. A server that writes each event (or headers and
+    body) separately with Nagle on holds each write until the last one is ACKed;
+    a delayed ACK on a reused connection would stall every reply ~40 ms."""
+    if sock is None or _QUICKACK is None:
+        return
+    with suppress(OSError, AttributeError, TypeError):
+        sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+
+
 def _too_large(label: str, what: str, limit: int, setting: str) -> ChainError:
     return ChainError(
         "response_too_large",
@@ -166,6 +186,7 @@ class EventStream:
         self._deadline = started + limits.max_stream_seconds
         self._received = 0
         self._chunks = response.aiter_bytes()
+        self._socket = _socket(response)
         self._decoder = SSEDecoder(max_line=limits.max_line_bytes, max_event=limits.max_event_bytes)
         self._ready: collections.deque[ServerSentEvent] = collections.deque()
         self._ended = False
@@ -195,6 +216,7 @@ class EventStream:
                     f"{self._label}: the stream was cut off mid-way ({type(exc).__name__}: {exc})",
                     retryable=True,
                 ) from None
+            _ack_now(self._socket)
             self._check(len(chunk))
             try:
                 self._ready.extend(self._decoder.feed(chunk))
@@ -229,36 +251,26 @@ class EventStream:
         )
 
     def finish(self) -> None:
-        """The final event arrived: on close, what is left is read in the background
-        (briefly), so the reply is not held up and the connection is reused."""
+        """The final event arrived: on close, what is left is read (briefly) so the
+        connection goes back to the pool."""
         self._finished = True
 
     async def aclose(self) -> None:
         """Close the response; an unread remainder closes the connection with it."""
-        if self._finished and not self._ended:
-            self._transport.drain_later(self._chunks, self._response)
-            return
-        await _close(self._chunks, self._response)
-
-
-async def _close(chunks: AsyncIterator[bytes], response: httpx.Response) -> None:
-    try:
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    finally:
-        await response.aclose()
-
-
-async def _drain(chunks: AsyncIterator[bytes], response: httpx.Response) -> None:
-    try:
-        async with asyncio.timeout(_DRAIN_SECONDS):
-            async for _ in chunks:
-                pass
-    except (TimeoutError, httpx.RequestError):
-        pass
-    finally:
-        await _close(chunks, response)
+        try:
+            if self._finished and not self._ended:
+                async with asyncio.timeout(_DRAIN_SECONDS):
+                    async for _ in self._chunks:
+                        pass
+        except (TimeoutError, httpx.RequestError):
+            pass
+        finally:
+            try:
+                aclose = getattr(self._chunks, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
+                await self._response.aclose()
 
 
 class HttpTransport:
@@ -293,7 +305,6 @@ class HttpTransport:
         self._own = client is None
         self._client = client
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._draining: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------ client
 
@@ -309,31 +320,21 @@ class HttpTransport:
             # its connections died with that loop.
             self._client = httpx.AsyncClient()
             self._loop = loop
-            self._draining = set()
         return self._client
 
     async def aclose(self) -> None:
         """Close the pooled connections (not a caller's client); the next call opens new ones."""
-        try:
-            same_loop = self._loop is asyncio.get_running_loop() or not self._own
-        except RuntimeError:
-            same_loop = False
-        draining, self._draining = self._draining, set()
-        if same_loop:
-            for task in draining:
-                task.cancel()
-            await asyncio.gather(*draining, return_exceptions=True)
         if not self._own:
             return
         client, self._client = self._client, None
-        if client is not None and same_loop:
+        if client is None:
+            return
+        try:
+            same_loop = self._loop is asyncio.get_running_loop()
+        except RuntimeError:
+            same_loop = False
+        if same_loop:
             await client.aclose()
-
-    def drain_later(self, chunks: AsyncIterator[bytes], response: httpx.Response) -> None:
-        """Read the end of a finished stream in the background, then close it."""
-        task = asyncio.get_running_loop().create_task(_drain(chunks, response))
-        self._draining.add(task)
-        task.add_done_callback(self._draining.discard)
 
     # ------------------------------------------------------------ requests
 
@@ -412,6 +413,7 @@ class HttpTransport:
                     "POST", url, json=body, headers=self.headers, timeout=timeout
                 )
                 response = await client.send(request, stream=True)
+                _ack_now(_socket(response))
             except (httpx.RequestError, httpx.InvalidURL) as exc:
                 error = self._transport_error(exc, url)
             else:

@@ -233,7 +233,7 @@ class OpenAIChat(HttpChatModel):
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 choices = chunk.get("choices") or ()
-                if not isinstance(choices, list):
+                if not isinstance(choices, list | tuple):
                     raise self._invalid(
                         f"the choices of a stream event are not a list: {choices!r}"
                     )
@@ -288,7 +288,7 @@ class OpenAIChat(HttpChatModel):
         if isinstance(refusal, str) and refusal:
             reply.refusal.append(refusal)
         fragments = delta.get("tool_calls") or ()
-        if not isinstance(fragments, list):
+        if not isinstance(fragments, list | tuple):
             raise self._invalid(f"streamed tool calls are not a list: {fragments!r}")
         calls = reply.calls
         for position, fragment in enumerate(fragments):

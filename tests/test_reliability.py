@@ -26,7 +26,15 @@ from agentfsm import (
     ToolCall,
     tool,
 )
-from agentfsm.providers import FallbackModel, OpenAIChat, ScriptedModel, call_tool, fail, say
+from agentfsm.providers import (
+    FallbackModel,
+    OpenAIChat,
+    RetryPolicy,
+    ScriptedModel,
+    call_tool,
+    fail,
+    say,
+)
 from tests.providers.fake_server import FakeServer, Reply
 from tests.support import add, boom, submit
 
@@ -52,7 +60,11 @@ def _openai(server: FakeServer, *replies: Reply) -> OpenAIChat:
     """A real provider over loopback, answering with ``replies`` (each retry takes one)."""
     server.push(*replies)
     return OpenAIChat(
-        "gpt-test", api_key="k", base_url=server.url, timeout=0.1, max_retries=2, backoff=0.001
+        "gpt-test",
+        api_key="k",
+        base_url=server.url,
+        timeout=0.1,
+        retry=RetryPolicy(attempts=3, backoff=0.001),
     )
 
 

@@ -7,7 +7,11 @@ from typing import Any
 
 import pytest
 
+from agentfsm.providers import RetryPolicy
 from tests.providers.fake_server import FakeServer
+
+#: Three attempts, little waiting: failing tests stay fast.
+FAST_RETRY = RetryPolicy(backoff=0.01)
 
 
 @pytest.fixture
@@ -52,7 +56,7 @@ def make_model(server: FakeServer, closing: Callable[[Any], Any]) -> Callable[..
 
     def make(cls: Callable[..., Any], name: str, **options: Any) -> Any:
         return closing(
-            cls(name, **{"base_url": server.url, "timeout": 2.0, "backoff": 0.01, **options})
+            cls(name, **{"base_url": server.url, "timeout": 2.0, "retry": FAST_RETRY, **options})
         )
 
     return make

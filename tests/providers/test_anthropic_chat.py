@@ -22,7 +22,7 @@ from anthropic.types.message_create_params import (
 
 from agentfsm.errors import ChainError
 from agentfsm.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
-from agentfsm.providers import AnthropicChat, ModelSettings
+from agentfsm.providers import AnthropicChat, ModelSettings, RetryPolicy
 from agentfsm.tools import tool
 from tests.providers.anthropic_wire import (
     PING,
@@ -93,7 +93,8 @@ async def test_a_text_reply(server: FakeServer, chat: Callable[..., AnthropicCha
         "Hello!",
         metadata={
             "model": "anthropic:claude-test",
-            "usage": {"input_tokens": 25, "output_tokens": 9},  # cached input counted too
+            # cached input counted in input_tokens too
+            "usage": {"input_tokens": 25, "output_tokens": 9, "cache_read_tokens": 4},
             "stop_reason": "end_turn",
             "response_id": "msg_01",
             "response_model": "claude-test-1",
@@ -105,7 +106,7 @@ async def test_a_text_reply(server: FakeServer, chat: Callable[..., AnthropicCha
     assert "authorization" not in request.headers
     assert request.json == {
         "model": "claude-test",
-        "max_tokens": 1024,
+        "max_tokens": 16000,
         "system": "Be brief.",
         "messages": [{"role": "user", "content": "Hi"}],
     }
@@ -113,7 +114,16 @@ async def test_a_text_reply(server: FakeServer, chat: Callable[..., AnthropicCha
 
 def test_name_and_max_tokens() -> None:
     assert AnthropicChat("claude-x", api_key="k").name == "anthropic:claude-x"
-    assert AnthropicChat("m", api_key="k").max_tokens == 1024
+    # room for an agent's long tool inputs; older models get their own maximum
+    assert AnthropicChat("m", api_key="k").max_tokens == 16000
+    assert AnthropicChat("claude-3-haiku-20240307", api_key="k").max_tokens == 4096
+    assert AnthropicChat("claude-3-5-sonnet-latest", api_key="k").max_tokens == 8192
+    assert AnthropicChat("claude-opus-4-1", api_key="k").max_tokens == 8192
+    assert AnthropicChat("claude-opus-4-5", api_key="k").max_tokens == 16000
+    thinking = ModelSettings(thinking=20000)
+    assert AnthropicChat("m", api_key="k", settings=thinking).max_tokens == 24096
+    with pytest.raises(ValueError, match="larger than the thinking budget"):
+        AnthropicChat("m", api_key="k", max_tokens=2000, settings=ModelSettings(thinking=4000))
     assert AnthropicChat("m", api_key="k", settings=ModelSettings(max_tokens=50)).max_tokens == 50
     explicit = AnthropicChat("m", api_key="k", max_tokens=9, settings=ModelSettings(max_tokens=50))
     assert explicit.max_tokens == 9
@@ -125,7 +135,6 @@ def test_name_and_max_tokens() -> None:
         ("end_turn", "complete"),
         ("tool_use", "complete"),
         ("stop_sequence", "complete"),
-        ("pause_turn", "complete"),
         ("max_tokens", "length"),
         ("model_context_window_exceeded", "length"),
         ("refusal", "filtered"),
@@ -493,7 +502,7 @@ async def test_overloaded_until_retries_run_out(
 ) -> None:
     server.default = Reply(529, error_body("overloaded_error", "Overloaded"))
     with pytest.raises(ChainError) as caught:
-        await chat(max_retries=1).complete(HELLO, [])
+        await chat(retry=RetryPolicy(attempts=2, backoff=0.01)).complete(HELLO, [])
     assert caught.value.type == "overloaded"
     assert caught.value.retryable
     assert len(server.requests) == 2
@@ -550,6 +559,11 @@ async def test_the_key_from_the_environment(
     server: FakeServer, chat: Callable[..., AnthropicChat], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
-    server.push(Reply(json=message("hi")))
+    monkeypatch.delenv("AGENTFSM_API_KEY", raising=False)
+    assert AnthropicChat("claude-x")._http.headers["x-api-key"] == "sk-ant-env"
+    server.default = Reply(json=message("hi"))
     await chat(api_key=None).complete(HELLO, [])
-    assert server.requests[0].headers["x-api-key"] == "sk-ant-env"
+    assert "x-api-key" not in server.requests[0].headers
+    monkeypatch.setenv("AGENTFSM_API_KEY", "sk-ant-gateway")
+    await chat(api_key=None).complete(HELLO, [])
+    assert server.requests[1].headers["x-api-key"] == "sk-ant-gateway"

@@ -23,7 +23,7 @@ from openai.types.chat.completion_create_params import (
 
 from agentfsm.errors import ChainError
 from agentfsm.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
-from agentfsm.providers import ModelSettings, OpenAIChat
+from agentfsm.providers import ModelSettings, OpenAIChat, RetryPolicy
 from agentfsm.tools import ToolContext, tool
 from tests.providers.fake_server import FakeServer, Reply, request_validator, sse
 from tests.providers.openai_wire import FinishReason, chunk, completion, error_body, stream
@@ -488,7 +488,9 @@ async def test_401_with_the_providers_error_body(
         await chat().complete(HELLO, [])
     assert caught.value.type == "authentication"
     assert not caught.value.retryable
-    assert message in caught.value.message
+    # the provider's words, with the key it echoed taken out
+    assert message.replace("sk-test", "[redacted]") in caught.value.message
+    assert "sk-test" not in caught.value.message
     assert caught.value.details["code"] == "invalid_api_key"
     assert len(server.requests) == 1
 
@@ -518,7 +520,7 @@ async def test_a_failure_then_success(
 async def test_a_read_timeout(server: FakeServer, chat: Callable[..., OpenAIChat]) -> None:
     server.default = Reply(json=completion("late"), delay=5)
     with pytest.raises(ChainError) as caught:
-        await chat(timeout=0.1, max_retries=0).complete(HELLO, [])
+        await chat(timeout=0.1, retry=RetryPolicy(attempts=1)).complete(HELLO, [])
     assert caught.value.type == "timeout"
     assert caught.value.retryable
 
@@ -557,10 +559,17 @@ async def test_no_key_for_the_official_endpoint(monkeypatch: pytest.MonkeyPatch)
 async def test_the_key_from_the_environment(
     server: FakeServer, chat: Callable[..., OpenAIChat], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # OPENAI_API_KEY goes to the official host only; another base_url takes
+    # AGENTFSM_API_KEY (or api_key=...)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
-    server.push(Reply(json=completion("hi")))
+    monkeypatch.delenv("AGENTFSM_API_KEY", raising=False)
+    assert OpenAIChat("gpt-x")._http.headers["authorization"] == "Bearer sk-from-env"
+    server.default = Reply(json=completion("hi"))
     await chat(api_key=None).complete(HELLO, [])
-    assert server.requests[0].headers["authorization"] == "Bearer sk-from-env"
+    assert "authorization" not in server.requests[0].headers
+    monkeypatch.setenv("AGENTFSM_API_KEY", "sk-for-the-gateway")
+    await chat(api_key=None).complete(HELLO, [])
+    assert server.requests[1].headers["authorization"] == "Bearer sk-for-the-gateway"
 
 
 async def test_a_local_server_needs_no_key(

@@ -16,7 +16,7 @@ pytest.importorskip("anthropic")
 
 from agentfsm.chain import LLMChain
 from agentfsm.messages import Message
-from agentfsm.providers import AnthropicChat, FallbackModel, OpenAIChat
+from agentfsm.providers import AnthropicChat, FallbackModel, OpenAIChat, RetryPolicy
 from agentfsm.results import Ok
 from agentfsm.tools import tool
 from tests.providers import anthropic_wire as wire
@@ -75,10 +75,21 @@ async def test_a_fallback_answers_with_a_tool_round_trip(
     up = make_server("")
     up.default = _stream_reply if stream else _json_reply
     primary = closing(
-        OpenAIChat("gpt-test", api_key="sk-test", base_url=down.url, max_retries=1, backoff=0.01)
+        OpenAIChat(
+            "gpt-test",
+            api_key="sk-test",
+            base_url=down.url,
+            retry=RetryPolicy(attempts=2, backoff=0.01),
+        )
     )
     secondary = closing(
-        AnthropicChat("claude-test", api_key="sk-ant", base_url=up.url, stream=stream, backoff=0.01)
+        AnthropicChat(
+            "claude-test",
+            api_key="sk-ant",
+            base_url=up.url,
+            stream=stream,
+            retry=RetryPolicy(backoff=0.01),
+        )
     )
     chain = LLMChain(
         FallbackModel(primary, secondary),

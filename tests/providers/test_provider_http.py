@@ -13,16 +13,18 @@ from typing import Any
 import pytest
 
 from agentfsm.errors import ChainError
-from agentfsm.providers._http import HttpTransport, parse_arguments, retry_after
+from agentfsm.providers._model import parse_arguments
+from agentfsm.providers._transport import HttpTransport, RetryPolicy, retry_after
 from tests.providers.fake_server import FakeServer, Reply, sse
 
 BODY = {"hello": "world"}
 
 
-def transport(server: FakeServer, **options: Any) -> HttpTransport:
-    settings: dict[str, Any] = {"timeout": 2.0, "backoff": 0.01, "max_backoff": 0.05}
-    settings.update(options)
-    return HttpTransport("test:model", server.url, **settings)
+def transport(
+    server: FakeServer, *, attempts: int = 3, backoff: float = 0.01, **options: Any
+) -> HttpTransport:
+    retry = RetryPolicy(attempts=attempts, backoff=backoff, max_backoff=0.05)
+    return HttpTransport("test:model", server.url, **{"timeout": 2.0, "retry": retry, **options})
 
 
 @pytest.fixture
@@ -68,7 +70,7 @@ async def test_500_then_success(server: FakeServer, make: Callable[..., HttpTran
 async def test_retries_are_bounded(server: FakeServer, make: Callable[..., HttpTransport]) -> None:
     server.default = Reply(503, {"error": {"message": "down for maintenance"}})
     with pytest.raises(ChainError) as caught:
-        await make(max_retries=2).post_json("/x", BODY)
+        await make(attempts=3).post_json("/x", BODY)
     assert caught.value.type == "server_error"
     assert caught.value.retryable
     assert "down for maintenance" in caught.value.message
@@ -115,7 +117,7 @@ async def test_read_timeout_is_retried_then_reported(
     server.default = Reply(200, {"late": True}, delay=5)
     started = time.monotonic()
     with pytest.raises(ChainError) as caught:
-        await make(timeout=0.15, max_retries=1).post_json("/x", BODY)
+        await make(timeout=0.15, attempts=2).post_json("/x", BODY)
     assert time.monotonic() - started < 2
     assert caught.value.type == "timeout"
     assert caught.value.retryable
@@ -134,7 +136,9 @@ async def test_connection_refused(closing: Callable[[Any], Any]) -> None:
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    http = closing(HttpTransport("test:model", f"http://127.0.0.1:{port}", backoff=0.01))
+    http = closing(
+        HttpTransport("test:model", f"http://127.0.0.1:{port}", retry=RetryPolicy(backoff=0.01))
+    )
     with pytest.raises(ChainError) as caught:
         await http.post_json("/x", BODY)
     assert caught.value.type == "connection"
@@ -165,7 +169,7 @@ async def test_status_mapping(
 ) -> None:
     server.default = Reply(status, {"error": {"message": f"provider says {status}"}})
     with pytest.raises(ChainError) as caught:
-        await make(max_retries=0).post_json("/x", BODY)
+        await make(attempts=1).post_json("/x", BODY)
     assert caught.value.type == kind
     assert f"provider says {status}" in caught.value.message
     assert f"HTTP {status}" in caught.value.message
@@ -179,7 +183,7 @@ async def test_overloaded_error_type_in_the_body_wins_over_the_status(
     body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     server.default = Reply(500, body)
     with pytest.raises(ChainError) as caught:
-        await make(max_retries=0).post_json("/x", BODY)
+        await make(attempts=1).post_json("/x", BODY)
     assert caught.value.type == "overloaded"
 
 
@@ -198,7 +202,7 @@ async def test_error_messages_of_compatible_servers(
 ) -> None:
     server.default = Reply(400, body=body)
     with pytest.raises(ChainError) as caught:
-        await make(max_retries=0).post_json("/x", BODY)
+        await make(attempts=1).post_json("/x", BODY)
     assert shown in caught.value.message
 
 
@@ -214,7 +218,9 @@ async def test_a_malformed_body_is_an_invalid_response(
 
 
 async def test_a_bad_url_is_a_bad_request(closing: Callable[[Any], Any]) -> None:
-    http = closing(HttpTransport("test:model", "ftp://127.0.0.1:1", backoff=0.01))
+    http = closing(
+        HttpTransport("test:model", "ftp://127.0.0.1:1", retry=RetryPolicy(backoff=0.01))
+    )
     with pytest.raises(ChainError) as caught:
         await http.post_json("/x", BODY)
     assert caught.value.type == "bad_request"
@@ -297,7 +303,7 @@ async def test_a_drained_stream_gives_its_connection_back(
         async with http.stream("/x", BODY) as events:
             async for event in events:
                 if event.data == "[DONE]":
-                    await events.drain()
+                    events.finish()
                     break
     assert len({r.client_port for r in server.requests}) == 1
     assert busy_connections(http) == []
@@ -396,9 +402,9 @@ def test_retry_after_forms() -> None:
 
 
 def test_backoff_grows_with_jitter_and_a_cap() -> None:
-    http = HttpTransport("t", "http://127.0.0.1:1", backoff=1.0, max_backoff=4.0)
+    policy = RetryPolicy(backoff=1.0, max_backoff=4.0)
     for attempt, ceiling in [(0, 1.0), (1, 2.0), (2, 4.0), (5, 4.0)]:
-        delays = [http._backoff(attempt) for _ in range(50)]
+        delays = [policy.delay(attempt) for _ in range(50)]
         assert all(ceiling / 2 <= d <= ceiling for d in delays)
         assert len(set(delays)) > 1
 
