@@ -56,7 +56,8 @@ class AgentRun(Run):
         if self.result is None:
             raise RuntimeError("The run is not over yet; step it to a terminal first.")
         if self._agent_state is None:
-            self._agent_state = self.agent._finish(self.result)
+            state = self.agent._finish(self.result)
+            self._agent_state = attrs.evolve(state, usage=self.trace.usage)
         return self._agent_state
 
     def _settle(self, result: Terminal) -> Terminal:
@@ -68,7 +69,8 @@ class Agent:
     """A model with tools and middleware, run on the standard machine.
 
     ``max_runs`` bounds the model calls of one execute (default 50; an execute's
-    own ``max_runs`` wins).
+    own ``max_runs`` wins); ``token_budget`` bounds the tokens of one execute
+    (none by default; past it the run ends in ``exceeded_token_budget``).
     """
 
     #: The Run class of this agent's runs (restored runs too).
@@ -83,12 +85,14 @@ class Agent:
         system_prompt: str | None = None,
         max_runs: int | None = None,
         callbacks: Sequence[Callbacks] = (),
+        token_budget: int | None = None,
     ) -> None:
         self.model = model
         self.tools = tuple(tools)
         self.middleware = tuple(middleware)
         self.system_prompt = system_prompt
         self.max_runs = max_runs
+        self.token_budget = _token_budget(token_budget)
         self.callbacks = tuple(callbacks)
         self.mode = StandardMode()
         names = [t.name for t in self.tools]
@@ -106,6 +110,7 @@ class Agent:
         max_runs: int | None = None,
         should_pause: Callable[[], bool] | None = None,
         extra_steps: Mapping[str, Sequence[Any]] | None = None,
+        token_budget: int | None = None,
     ) -> AgentRun:
         """A run over ``state``, not yet stepped. Options are checked before anything runs.
 
@@ -114,6 +119,7 @@ class Agent:
         is raised before any model call.
         """
         options = self._options(until_tool, until_tool_success, max_runs, should_pause)
+        options["token_budget"] = _token_budget(token_budget)
         if extra_steps:
             options["extra_steps"] = extra_steps
         for middleware in self.middleware:
@@ -128,9 +134,12 @@ class Agent:
         return self._start(chain, options)
 
     def _start(self, chain: LLMChain, options: Mapping[str, Any]) -> AgentRun:
+        options = dict(options)
+        budget = options.pop("token_budget", None)
         run = self.mode.start(chain, options, run_class=self.run_class)
         assert isinstance(run, AgentRun)
         run.agent = self
+        run.token_budget = budget if budget is not None else self.token_budget
         return run
 
     async def execute(self, state: AgentState, **options: Any) -> AgentState:
@@ -264,6 +273,7 @@ class Agent:
             options.get("should_pause"),
         )
         StandardOptions.of({**checked, "extra_steps": options.get("extra_steps") or {}})
+        _token_budget(options.get("token_budget"))
         data = state.interrupt_data
         if not data:
             raise ValueError(
@@ -327,3 +337,9 @@ class Agent:
 
 #: The options :meth:`Agent.start` takes, which a resume passes on to it.
 _START_OPTIONS = frozenset(inspect.signature(Agent.start).parameters) - {"self", "state"}
+
+
+def _token_budget(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"token_budget must be a positive integer or None, got: {value!r}")
+    return value

@@ -17,6 +17,7 @@ from ._sync import SyncBridge
 from .chain import LLMChain
 from .errors import ChainError, IllegalTransitionError
 from .machine import MachineTable
+from .messages import Usage
 from .results import Continue, Failed, Paused, PipelineResult, Terminal
 from .steps import normalize_pause
 from .trace import Trace, Transition
@@ -70,6 +71,10 @@ class Run:
         self._cursor = _Cursor()
         self._pause_reason: Any = None
         self._bridge = SyncBridge()
+        #: Tokens this run may use (input and output, summed over its model calls);
+        #: past it, the run ends in ``exceeded_token_budget``. None: no bound.
+        self.token_budget: int | None = None
+        self._usage = Usage()
         self._machine.add_model(self._cursor, initial=entry)
         for observer in Run.observers:
             observer(self)
@@ -118,7 +123,36 @@ class Run:
                     retryable=False,
                 )
                 result, detail = Failed(chain, error), None
+        result, detail = self._count_tokens(chain, result, detail)
         return self._finish(source, result, started, detail)
+
+    def _count_tokens(
+        self, before: LLMChain, result: PipelineResult, detail: Mapping[str, Any] | None
+    ) -> tuple[PipelineResult, Mapping[str, Any] | None]:
+        """A new reply's usage goes into the step's detail (the trace sums them). A
+        reply that takes the run past its token budget and asks for tools fails the
+        run before they run; a final answer past it is kept."""
+        reply = result.chain.last_message
+        if reply is None or reply is before.last_message or reply.role != "assistant":
+            return result, detail
+        usage = Usage.of(reply)
+        if usage is None:
+            return result, detail
+        self._usage += usage
+        detail = {**(detail or {}), "usage": usage.to_dict()}
+        budget = self.token_budget
+        over = budget is not None and self._usage.total_tokens > budget
+        if over and reply.tool_calls and isinstance(result, Continue):
+            error = ChainError(
+                "exceeded_token_budget",
+                f"The run used {self._usage.total_tokens} tokens, more than its token_budget "
+                f"of {budget}; the last reply is kept, its tool calls were not run. Raise "
+                "token_budget to go on.",
+                retryable=False,
+                details={"usage": self._usage.to_dict(), "token_budget": budget},
+            )
+            result = Failed(result.chain, error)
+        return result, detail
 
     def _finish(
         self,

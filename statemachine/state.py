@@ -13,7 +13,7 @@ from typing import Any, Literal
 import attrs
 
 from .errors import ChainError
-from .messages import Message, ToolResult, message_tuple
+from .messages import Message, ToolResult, Usage, message_tuple
 
 __all__ = ["AgentState", "Status"]
 
@@ -31,6 +31,8 @@ class AgentState:
     pause_reason: Any = None
     error: ChainError | None = None
     tool_result: ToolResult | None = None
+    #: The tokens the last run used, summed over its model calls.
+    usage: Usage = attrs.field(factory=Usage)
 
     @classmethod
     def of(cls, prompt: str, **state: Any) -> AgentState:

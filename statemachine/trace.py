@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .messages import Usage
+
 if TYPE_CHECKING:
     from .chain import LLMChain
 
@@ -66,6 +68,16 @@ class Trace:
     @property
     def terminal(self) -> str | None:
         return self.transitions[-1].dest if self.transitions else None
+
+    @property
+    def usage(self) -> Usage:
+        """The tokens of the run's model calls, summed (each call's are in its step's detail)."""
+        total = Usage()
+        for transition in self.transitions:
+            counts = (transition.detail or {}).get("usage")
+            if isinstance(counts, Mapping):
+                total += Usage.from_dict(counts)
+        return total
 
     def where(self, state: str) -> list[Transition]:
         """The transitions that left ``state``."""
