@@ -284,7 +284,7 @@ class AnthropicChat(HttpChatModel):
             data,
             thinking=thinking,
         )
-        return reply, [dict(b) for b in content]
+        return reply, [{k: v for k, v in b.items() if v is not None} for b in content]
 
     def _usage(self, usage: Mapping[str, Any]) -> Usage:
         """Input counts cached tokens too, as OpenAI's ``prompt_tokens`` does."""

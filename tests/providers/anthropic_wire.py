@@ -120,3 +120,76 @@ def error_body(kind: str, text: str) -> dict[str, Any]:
     return wire.ErrorResponse.model_validate(
         {"type": "error", "error": {"type": kind, "message": text}, "request_id": "req_1"}
     ).model_dump(mode="json")
+
+
+def thinking_message(
+    thinking: str,
+    signature: str,
+    *,
+    text: str | None = None,
+    tool_use: tuple[str, str, dict[str, Any]] | None = None,
+    redacted: str | None = None,
+    stop_reason: StopReason = "end_turn",
+    cache: tuple[int, int] = (0, 0),
+    thinking_tokens: int | None = None,
+) -> dict[str, Any]:
+    """A reply that thinks first: signed thinking, maybe redacted thinking, then text or a call."""
+    content: list[Any] = [
+        wire.ThinkingBlock(type="thinking", thinking=thinking, signature=signature)
+    ]
+    if redacted is not None:
+        content.append(wire.RedactedThinkingBlock(type="redacted_thinking", data=redacted))
+    if text is not None:
+        content.append(wire.TextBlock(type="text", text=text))
+    if tool_use is not None:
+        call_id, name, arguments = tool_use
+        content.append(wire.ToolUseBlock(type="tool_use", id=call_id, name=name, input=arguments))
+    details = (
+        None
+        if thinking_tokens is None
+        else wire.OutputTokensDetails(thinking_tokens=thinking_tokens)
+    )
+    return wire.Message(
+        id="msg_03",
+        type="message",
+        role="assistant",
+        model="claude-test-1",
+        content=content,
+        stop_reason=stop_reason,
+        stop_sequence=None,
+        usage=wire.Usage(
+            input_tokens=10,
+            output_tokens=40,
+            cache_read_input_tokens=cache[0],
+            cache_creation_input_tokens=cache[1],
+            output_tokens_details=details,
+        ),
+    ).model_dump(mode="json")
+
+
+def thinking_start(index: int) -> dict[str, Any]:
+    block = wire.ThinkingBlock(type="thinking", thinking="", signature="")
+    return wire.RawContentBlockStartEvent(
+        type="content_block_start", index=index, content_block=block
+    ).model_dump(mode="json")
+
+
+def redacted_start(index: int, data: str) -> dict[str, Any]:
+    block = wire.RedactedThinkingBlock(type="redacted_thinking", data=data)
+    return wire.RawContentBlockStartEvent(
+        type="content_block_start", index=index, content_block=block
+    ).model_dump(mode="json")
+
+
+def thinking_delta(index: int, thinking: str) -> dict[str, Any]:
+    delta = wire.ThinkingDelta(type="thinking_delta", thinking=thinking)
+    return wire.RawContentBlockDeltaEvent(
+        type="content_block_delta", index=index, delta=delta
+    ).model_dump(mode="json")
+
+
+def signature_delta(index: int, signature: str) -> dict[str, Any]:
+    delta = wire.SignatureDelta(type="signature_delta", signature=signature)
+    return wire.RawContentBlockDeltaEvent(
+        type="content_block_delta", index=index, delta=delta
+    ).model_dump(mode="json")
