@@ -20,6 +20,7 @@ __all__ = [
     "error_for_status",
     "parse_json",
     "redact",
+    "shown",
     "snippet",
 ]
 
@@ -58,6 +59,11 @@ _SECRET_PATTERNS: Final = re.compile(
 def snippet(text: str) -> str:
     text = text.strip()
     return text if len(text) <= _SNIPPET else text[:_SNIPPET] + "..."
+
+
+def shown(value: Any) -> str:
+    """A value as it may appear in an error: its repr, cut short."""
+    return snippet(repr(value))
 
 
 def details(**values: Any) -> dict[str, Any]:

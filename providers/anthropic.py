@@ -36,7 +36,7 @@ from agentfsm.messages import (
 )
 from agentfsm.tools import Tool
 
-from ._errors import error_for_provider_type, parse_json
+from ._errors import error_for_provider_type, parse_json, shown
 from ._model import HttpChatModel, parse_arguments, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings
@@ -245,7 +245,7 @@ class AnthropicChat(HttpChatModel):
 
     def _parse(self, data: Any) -> tuple[Message, list[dict[str, Any]]]:
         if not isinstance(data, Mapping):
-            raise self._invalid(f"the response is not a JSON object: {data!r}")
+            raise self._invalid(f"the response is not a JSON object: {shown(data)}")
         if data.get("type") == "error" or data.get("error"):
             raise error_for_provider_type(self.name, data)
         content = data.get("content")
@@ -322,7 +322,7 @@ class AnthropicChat(HttpChatModel):
             async for event in events:
                 data = parse_json(event.data, self.name, f"a {event.event} event")
                 if not isinstance(data, Mapping):
-                    raise self._invalid(f"a stream event is not a JSON object: {event.data!r}")
+                    raise self._invalid(f"a stream event is not a JSON object: {shown(event.data)}")
                 kind = data.get("type", event.event)
                 if kind == "error":
                     raise error_for_provider_type(self.name, data)

@@ -27,7 +27,7 @@ from agentfsm.errors import ChainError
 from agentfsm.messages import ContentPart, Message, MessageDelta, Status, Thinking, Usage
 from agentfsm.tools import Tool
 
-from ._errors import error_for_provider_type, parse_json
+from ._errors import error_for_provider_type, parse_json, shown
 from ._model import HttpChatModel, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings
@@ -151,7 +151,7 @@ class OpenAIChat(HttpChatModel):
 
     def _reply(self, data: Any) -> Message:
         if not isinstance(data, Mapping):
-            raise self._invalid(f"the response is not a JSON object: {data!r}")
+            raise self._invalid(f"the response is not a JSON object: {shown(data)}")
         if data.get("error"):
             raise error_for_provider_type(self.name, data)
         choices = data.get("choices")
@@ -162,7 +162,10 @@ class OpenAIChat(HttpChatModel):
         if not isinstance(message, Mapping):
             raise self._invalid("the first choice has no message")
         calls = []
-        for index, raw in enumerate(message.get("tool_calls") or ()):
+        raw_calls = message.get("tool_calls") or ()
+        if not isinstance(raw_calls, list | tuple):
+            raise self._invalid(f"the message's tool_calls are not a list: {shown(raw_calls)}")
+        for index, raw in enumerate(raw_calls):
             if not isinstance(raw, Mapping):
                 raise self._invalid(f"tool call {index} is not an object")
             function = raw.get("function") or {}
@@ -225,7 +228,7 @@ class OpenAIChat(HttpChatModel):
                     break
                 chunk = parse_json(event.data, self.name, "a stream event")
                 if not isinstance(chunk, Mapping):
-                    raise self._invalid(f"a stream event is not a JSON object: {event.data!r}")
+                    raise self._invalid(f"a stream event is not a JSON object: {shown(event.data)}")
                 if chunk.get("error"):
                     raise error_for_provider_type(self.name, chunk["error"])
                 if not first:
@@ -244,7 +247,7 @@ class OpenAIChat(HttpChatModel):
                         finish_reason = choice["finish_reason"]
                     delta = choice.get("delta") or {}
                     if not isinstance(delta, Mapping):
-                        raise self._invalid(f"a stream delta is not an object: {delta!r}")
+                        raise self._invalid(f"a stream delta is not an object: {shown(delta)}")
                     self._take_delta(delta, reply, on_delta)
             if not done and finish_reason is None:
                 raise events.cut_off("data: [DONE]")
@@ -289,11 +292,11 @@ class OpenAIChat(HttpChatModel):
             reply.refusal.append(refusal)
         fragments = delta.get("tool_calls") or ()
         if not isinstance(fragments, list | tuple):
-            raise self._invalid(f"streamed tool calls are not a list: {fragments!r}")
+            raise self._invalid(f"streamed tool calls are not a list: {shown(fragments)}")
         calls = reply.calls
         for position, fragment in enumerate(fragments):
             if not isinstance(fragment, Mapping):
-                raise self._invalid(f"a streamed tool call is not an object: {fragment!r}")
+                raise self._invalid(f"a streamed tool call is not an object: {shown(fragment)}")
             index = _fragment_index(fragment, position, calls)
             partial = calls.setdefault(index, _PartialCall())
             function = fragment.get("function") or {}
