@@ -28,6 +28,7 @@ from agentfsm import (
 )
 from agentfsm.providers import (
     FallbackModel,
+    Limits,
     OpenAIChat,
     RetryPolicy,
     ScriptedModel,
@@ -56,15 +57,56 @@ def _error(message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "code": None}}
 
 
-def _openai(server: FakeServer, *replies: Reply) -> OpenAIChat:
+def _openai(server: FakeServer, *replies: Reply, **options: Any) -> OpenAIChat:
     """A real provider over loopback, answering with ``replies`` (each retry takes one)."""
     server.push(*replies)
     return OpenAIChat(
         "gpt-test",
-        api_key="k",
-        base_url=server.url,
-        timeout=0.1,
-        retry=RetryPolicy(attempts=3, backoff=0.001),
+        **{
+            "api_key": "sk-test-reliability-key",
+            "base_url": server.url,
+            "timeout": 0.5,
+            "retry": RetryPolicy(attempts=3, backoff=0.001),
+            **options,
+        },
+    )
+
+
+def _echo_key(request: Any) -> Reply:
+    """A server that puts the request's Authorization header into its error."""
+    return Reply(400, _error(f"bad request with {request.headers.get('authorization')}"))
+
+
+def _endless(server: FakeServer) -> Any:
+    while not server.stopping.wait(0.02):
+        yield b": keep-alive\n\n"
+
+
+def _tool_call_costing(tokens: int) -> Reply:
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'},
+    }
+    return Reply(
+        json={
+            "id": "x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-test",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": tokens,
+                "completion_tokens": 10,
+                "total_tokens": tokens + 10,
+            },
+        }
     )
 
 
@@ -186,6 +228,61 @@ CASES = [
         "exceeded_failure_count",
     ),
     Case(
+        "a provider error echoing the API key",
+        lambda server: _openai(server, _echo_key),  # type: ignore[arg-type]
+        "error",
+        "bad_request",
+    ),
+    Case(
+        "an event-stream line that never ends",
+        lambda server: _openai(
+            server,
+            Reply(events=[b"data: ", b"x" * 4096, b"x" * 4096]),
+            stream=True,
+            limits=Limits(max_line_bytes=4096),
+        ),
+        "error",
+        "response_too_large",
+    ),
+    Case(
+        "a reply larger than max_response_bytes",
+        lambda server: _openai(
+            server,
+            Reply(body=b'{"p": "' + b"z" * 5000 + b'"}'),
+            limits=Limits(max_response_bytes=1000),
+        ),
+        "error",
+        "response_too_large",
+    ),
+    Case(
+        "a stream that never ends",
+        lambda server: _openai(
+            server,
+            Reply(events=_endless(server)),
+            stream=True,
+            limits=Limits(max_stream_seconds=0.2),
+        ),
+        "error",
+        "timeout",
+    ),
+    Case(
+        "an HTML page where an event stream was expected",
+        lambda server: _openai(
+            server,
+            Reply(body=b"<html>sign in</html>", headers={"content-type": "text/html"}),
+            stream=True,
+        ),
+        "error",
+        "invalid_response",
+    ),
+    Case(
+        "the run passes its token budget",
+        lambda server: _openai(server, _tool_call_costing(40), _tool_call_costing(40)),
+        "error",
+        "exceeded_token_budget",
+        options={"token_budget": 90},
+    ),
+    Case(
         "a call that needs approval",
         lambda _: ScriptedModel([call_tool("gated", path="x")]),
         "interrupted",
@@ -218,6 +315,7 @@ async def test_fault_ends_in_its_terminal(case: Case) -> None:
     if case.error_type is not None:
         assert state.error is not None and state.error.type == case.error_type
         assert state.error.message  # a message for the user
+        assert "sk-test-reliability-key" not in state.error.message + repr(state.error.details)
     if case.tool_text is not None:
         tool_message = next(m for m in state.messages if m.role == "tool")
         (result,) = tool_message.tool_results

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -243,3 +244,34 @@ async def test_prompt_cache_breakpoints_on_the_system_prompt_and_tools(
     breakpoint_ = {"type": "ephemeral", "ttl": "1h"}
     assert body["system"] == [{"type": "text", "text": "Be brief.", "cache_control": breakpoint_}]
     assert body["tools"][-1]["cache_control"] == breakpoint_
+
+
+async def test_thinking_and_usage_are_saved_in_checkpoints(
+    server: FakeServer, chat: Callable[..., AnthropicChat], tmp_path: Path
+) -> None:
+    from agentfsm.store import SQLiteStore, load_run, start_run
+
+    server.push(
+        Reply(
+            json=thinking_message(
+                "Look it up.",
+                "sig-9",
+                tool_use=("toolu_1", "get_weather", {"city": "Oslo"}),
+                stop_reason="tool_use",
+                cache=(7, 3),
+            )
+        ),
+        Reply(json=message("Cold.")),
+    )
+    store = SQLiteStore(tmp_path / "runs.db")
+    agent = Agent(chat(settings=THINKING), [get_weather])
+    run = start_run(agent, AgentState.of("Oslo?"), store, run_id="r")
+    await run.run()
+    saved = load_run(store, "r", tools=[get_weather])
+    assert saved.agent_state == run.agent_state
+    assert saved.trace.usage == run.trace.usage == run.agent_state.usage
+    assert run.agent_state.usage == Usage(
+        input_tokens=20 + 21, output_tokens=40 + 9, cache_read_tokens=7, cache_write_tokens=3
+    )
+    assert saved.agent_state is not None
+    assert saved.agent_state.messages[1].thinking == (Thinking("Look it up.", "sig-9"),)

@@ -20,7 +20,7 @@ from agentfsm.providers import AnthropicChat, FallbackModel, OpenAIChat, RetryPo
 from agentfsm.results import Ok
 from agentfsm.tools import tool
 from tests.providers import anthropic_wire as wire
-from tests.providers.fake_server import FakeServer, Reply, Request, named_sse
+from tests.providers.fake_server import FakeServer, Reply, Request, named_sse, sse
 from tests.providers.openai_wire import completion, error_body
 
 
@@ -130,3 +130,47 @@ def test_sync_doors_close_the_models_connections(make_server: Any) -> None:
     chain = LLMChain(model).add_message(Message.user("again"))
     assert isinstance(chain.run_sync(), Ok)
     assert model._http._client is None
+
+
+async def test_a_stream_cut_off_mid_way_is_discarded_before_the_fallback_answers(
+    make_server: Callable[[str], FakeServer], closing: Callable[[Any], Any]
+) -> None:
+    from agentfsm.messages import MessageDelta
+    from tests.providers.openai_wire import chunk
+
+    down = make_server("/v1")
+    down.push(Reply(events=sse(chunk(content="Half an ans"), chunk(content="wer")), cut=True))
+    up = make_server("")
+    up.push(
+        Reply(
+            events=named_sse(
+                wire.start(),
+                wire.text_start(0),
+                wire.text_delta(0, "Whole."),
+                wire.message_delta("end_turn"),
+                wire.stop(),
+            )
+        )
+    )
+    model = closing(
+        FallbackModel(
+            OpenAIChat(
+                "gpt-test",
+                api_key="k",
+                base_url=down.url,
+                stream=True,
+                retry=RetryPolicy(attempts=1),
+            ),
+            AnthropicChat("claude-test", api_key="k", base_url=up.url, stream=True),
+        )
+    )
+    deltas: list[MessageDelta] = []
+    reply = await model.complete([Message.user("Hi")], [], on_delta=deltas.append)
+    assert reply.text == "Whole."
+    assert [d.kind for d in deltas] == ["text", "text", "discard", "text"]
+    assert deltas[2] == MessageDelta(discard=True)
+    shown = ""
+    for delta in deltas:  # what a host does with them: the discarded text is gone
+        shown = "" if delta.kind == "discard" else shown + delta.content
+    assert shown == "Whole."
+    assert reply.metadata["fallback_errors"][0]["type"] == "invalid_response"
