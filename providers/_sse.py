@@ -70,6 +70,10 @@ class SSEDecoder:
         if self._after_cr and chunk[:1] == b"\n":
             start = 1
         self._after_cr = False
+        if b"\n" not in chunk and b"\r" not in chunk:  # the middle of a long line
+            self._grow(len(chunk) - start)
+            self._partial.append(chunk[start:])
+            return []
         events: list[ServerSentEvent] = []
         for match in _NEWLINE.finditer(chunk, start):
             piece = chunk[start : match.start()]
