@@ -10,8 +10,10 @@ from .messages import (
     Message,
     MessageDelta,
     MessageExpansion,
+    Thinking,
     ToolCall,
     ToolResult,
+    Usage,
 )
 from .middleware import HumanInTheLoop, Middleware
 from .results import Failed, Interrupted, Ok, Paused, Terminal
@@ -44,11 +46,13 @@ __all__ = [
     "Ok",
     "Paused",
     "Terminal",
+    "Thinking",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolOutput",
     "ToolResult",
+    "Usage",
     "tool",
 ]
 

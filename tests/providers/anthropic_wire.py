@@ -63,31 +63,32 @@ def start(input_tokens: int = 30) -> dict[str, Any]:
     return wire.RawMessageStartEvent(type="message_start", message=empty).model_dump(mode="json")
 
 
-def text_start(index: int) -> dict[str, Any]:
-    block = wire.TextBlock(type="text", text="")
+def _started(index: int, block: Any) -> dict[str, Any]:
     return wire.RawContentBlockStartEvent(
         type="content_block_start", index=index, content_block=block
     ).model_dump(mode="json")
 
 
-def tool_start(index: int, call_id: str, name: str) -> dict[str, Any]:
-    block = wire.ToolUseBlock(type="tool_use", id=call_id, name=name, input={})
-    return wire.RawContentBlockStartEvent(
-        type="content_block_start", index=index, content_block=block
-    ).model_dump(mode="json")
-
-
-def text_delta(index: int, text: str) -> dict[str, Any]:
-    return wire.RawContentBlockDeltaEvent(
-        type="content_block_delta", index=index, delta=wire.TextDelta(type="text_delta", text=text)
-    ).model_dump(mode="json")
-
-
-def json_delta(index: int, partial: str) -> dict[str, Any]:
-    delta = wire.InputJSONDelta(type="input_json_delta", partial_json=partial)
+def _delta(index: int, delta: Any) -> dict[str, Any]:
     return wire.RawContentBlockDeltaEvent(
         type="content_block_delta", index=index, delta=delta
     ).model_dump(mode="json")
+
+
+def text_start(index: int) -> dict[str, Any]:
+    return _started(index, wire.TextBlock(type="text", text=""))
+
+
+def tool_start(index: int, call_id: str, name: str) -> dict[str, Any]:
+    return _started(index, wire.ToolUseBlock(type="tool_use", id=call_id, name=name, input={}))
+
+
+def text_delta(index: int, text: str) -> dict[str, Any]:
+    return _delta(index, wire.TextDelta(type="text_delta", text=text))
+
+
+def json_delta(index: int, partial: str) -> dict[str, Any]:
+    return _delta(index, wire.InputJSONDelta(type="input_json_delta", partial_json=partial))
 
 
 def block_stop(index: int) -> dict[str, Any]:
@@ -168,28 +169,16 @@ def thinking_message(
 
 
 def thinking_start(index: int) -> dict[str, Any]:
-    block = wire.ThinkingBlock(type="thinking", thinking="", signature="")
-    return wire.RawContentBlockStartEvent(
-        type="content_block_start", index=index, content_block=block
-    ).model_dump(mode="json")
+    return _started(index, wire.ThinkingBlock(type="thinking", thinking="", signature=""))
 
 
 def redacted_start(index: int, data: str) -> dict[str, Any]:
-    block = wire.RedactedThinkingBlock(type="redacted_thinking", data=data)
-    return wire.RawContentBlockStartEvent(
-        type="content_block_start", index=index, content_block=block
-    ).model_dump(mode="json")
+    return _started(index, wire.RedactedThinkingBlock(type="redacted_thinking", data=data))
 
 
 def thinking_delta(index: int, thinking: str) -> dict[str, Any]:
-    delta = wire.ThinkingDelta(type="thinking_delta", thinking=thinking)
-    return wire.RawContentBlockDeltaEvent(
-        type="content_block_delta", index=index, delta=delta
-    ).model_dump(mode="json")
+    return _delta(index, wire.ThinkingDelta(type="thinking_delta", thinking=thinking))
 
 
 def signature_delta(index: int, signature: str) -> dict[str, Any]:
-    delta = wire.SignatureDelta(type="signature_delta", signature=signature)
-    return wire.RawContentBlockDeltaEvent(
-        type="content_block_delta", index=index, delta=delta
-    ).model_dump(mode="json")
+    return _delta(index, wire.SignatureDelta(type="signature_delta", signature=signature))

@@ -50,6 +50,13 @@ def chat(make_model: Callable[..., Any]) -> Callable[..., AnthropicChat]:
     return functools.partial(make_model, AnthropicChat, "claude-test", api_key="sk-ant-test")
 
 
+#: Two model calls with one tool round trip between them.
+TOOL_LOOP = (
+    "expanding calling interrupt_check executing propagating until_check deciding "
+    "expanding calling interrupt_check executing propagating until_check deciding ok"
+)
+
+
 THINKING = ModelSettings(thinking=2048)
 
 
@@ -94,12 +101,7 @@ async def test_thinking_is_kept_and_sent_back_in_a_tool_loop(
     agent = Agent(model, [get_weather], callbacks=[{"on_llm_new_delta": _collect(deltas)}])
     run = agent.start(AgentState.of("Weather in Paris?"))
     await run.run()
-    assert_path(
-        run,
-        "expanding calling interrupt_check executing propagating until_check "
-        "deciding expanding calling interrupt_check executing propagating until_check "
-        "deciding ok",
-    )
+    assert_path(run, TOOL_LOOP)
     reply = run.agent_state.messages[1]
     assert reply.thinking == (
         Thinking("The user wants the weather.", "sig-1"),

@@ -25,6 +25,7 @@ from agentfsm.providers.openai import is_reasoning_model
 from agentfsm.testing import assert_path
 from tests.providers.fake_server import FakeServer, Reply, sse
 from tests.providers.openai_wire import chunk, completion, error_body, stream
+from tests.providers.test_anthropic_thinking import TOOL_LOOP
 from tests.providers.test_openai_chat import HELLO, get_weather, validate_request
 
 
@@ -117,12 +118,7 @@ async def test_reasoning_goes_back_only_when_asked(
     async with model:
         run = Agent(model, [get_weather]).start(AgentState.of("Oslo?"))
         await run.run()
-    assert_path(
-        run,
-        "expanding calling interrupt_check executing propagating until_check "
-        "deciding expanding calling interrupt_check executing propagating until_check "
-        "deciding ok",
-    )
+    assert_path(run, TOOL_LOOP)
     assert server.bodies[1]["messages"][1]["reasoning_content"] == "I need the weather."
 
 
