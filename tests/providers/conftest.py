@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -60,3 +61,26 @@ def make_model(server: FakeServer, closing: Callable[[Any], Any]) -> Callable[..
         )
 
     return make
+
+
+def checked_server(path: str, validate: Callable[[Any], None], prefix: str = "") -> Any:
+    """A module's ``server`` fixture: the loopback server under ``prefix``; every
+    request it got must go to ``path`` and pass ``validate`` (the SDK's types)."""
+
+    @pytest.fixture
+    def server(server: FakeServer) -> Iterator[FakeServer]:
+        server.prefix = prefix
+        yield server
+        server.check_requests(path, validate)
+
+    return server
+
+
+def model_fixture(cls: Any, name: str, api_key: str) -> Any:
+    """A module's ``chat`` fixture: ``chat(**options)`` makes a ``cls`` calling ``server``."""
+
+    @pytest.fixture
+    def chat(make_model: Callable[..., Any]) -> Callable[..., Any]:
+        return functools.partial(make_model, cls, name, api_key=api_key)
+
+    return chat

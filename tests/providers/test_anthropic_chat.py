@@ -7,8 +7,7 @@ TypedDicts (unknown keys rejected).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,6 +38,7 @@ from tests.providers.anthropic_wire import (
     text_start,
     tool_start,
 )
+from tests.providers.conftest import checked_server, model_fixture
 from tests.providers.fake_server import FakeServer, Reply, named_sse, request_validator
 
 
@@ -68,16 +68,8 @@ validate_request = request_validator(
 )
 
 
-@pytest.fixture
-def server(server: FakeServer) -> Iterator[FakeServer]:
-    """The loopback server; every request it got must fit the SDK types."""
-    yield server
-    server.check_requests("/v1/messages", validate_request)
-
-
-@pytest.fixture
-def chat(make_model: Callable[..., Any]) -> Callable[..., AnthropicChat]:
-    return functools.partial(make_model, AnthropicChat, "claude-test", api_key="sk-ant-test")
+server = checked_server("/v1/messages", validate_request)
+chat = model_fixture(AnthropicChat, "claude-test", "sk-ant-test")
 
 
 HELLO = [Message.system("Be brief."), Message.user("Hi")]

@@ -5,8 +5,7 @@ checked against the SDK's request types (the ``server`` fixture)."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +34,12 @@ from tests.providers.anthropic_wire import (
     thinking_start,
     tool_start,
 )
+from tests.providers.conftest import checked_server, model_fixture
 from tests.providers.fake_server import FakeServer, Reply, named_sse
 from tests.providers.test_anthropic_chat import HELLO, get_weather, validate_request
 
-
-@pytest.fixture
-def server(server: FakeServer) -> Iterator[FakeServer]:
-    yield server
-    server.check_requests("/v1/messages", validate_request)
-
-
-@pytest.fixture
-def chat(make_model: Callable[..., Any]) -> Callable[..., AnthropicChat]:
-    return functools.partial(make_model, AnthropicChat, "claude-test", api_key="sk-ant-test")
+server = checked_server("/v1/messages", validate_request)
+chat = model_fixture(AnthropicChat, "claude-test", "sk-ant-test")
 
 
 #: Two model calls with one tool round trip between them.

@@ -8,8 +8,7 @@ rejected), so a field name we get wrong fails here.
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Literal
 
 import pytest
@@ -25,6 +24,7 @@ from agentfsm.errors import ChainError
 from agentfsm.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
 from agentfsm.providers import ModelSettings, OpenAIChat, RetryPolicy
 from agentfsm.tools import ToolContext, tool
+from tests.providers.conftest import checked_server, model_fixture
 from tests.providers.fake_server import FakeServer, Reply, request_validator, sse
 from tests.providers.openai_wire import FinishReason, chunk, completion, error_body, stream
 
@@ -48,17 +48,8 @@ validate_request = request_validator(
 )
 
 
-@pytest.fixture
-def server(server: FakeServer) -> Iterator[FakeServer]:
-    """The loopback server, under ``/v1``; every request it got must fit the SDK types."""
-    server.prefix = "/v1"
-    yield server
-    server.check_requests("/v1/chat/completions", validate_request)
-
-
-@pytest.fixture
-def chat(make_model: Callable[..., Any]) -> Callable[..., OpenAIChat]:
-    return functools.partial(make_model, OpenAIChat, "gpt-test", api_key="sk-test")
+server = checked_server("/v1/chat/completions", validate_request, prefix="/v1")
+chat = model_fixture(OpenAIChat, "gpt-test", "sk-test")
 
 
 HELLO = [Message.system("Be brief."), Message.user("Hi")]

@@ -6,8 +6,7 @@ was expected). Request bodies are checked against the SDK's request types."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -23,22 +22,14 @@ from agentfsm.messages import Message, MessageDelta, Thinking, Usage
 from agentfsm.providers import ModelSettings, OpenAIChat, RetryPolicy
 from agentfsm.providers.openai import is_reasoning_model
 from agentfsm.testing import assert_path
+from tests.providers.conftest import checked_server, model_fixture
 from tests.providers.fake_server import FakeServer, Reply, sse
 from tests.providers.openai_wire import chunk, completion, error_body, stream
 from tests.providers.test_anthropic_thinking import TOOL_LOOP
 from tests.providers.test_openai_chat import HELLO, get_weather, validate_request
 
-
-@pytest.fixture
-def server(server: FakeServer) -> Iterator[FakeServer]:
-    server.prefix = "/v1"
-    yield server
-    server.check_requests("/v1/chat/completions", validate_request)
-
-
-@pytest.fixture
-def chat(make_model: Callable[..., Any]) -> Callable[..., OpenAIChat]:
-    return functools.partial(make_model, OpenAIChat, "gpt-test", api_key="sk-test")
+server = checked_server("/v1/chat/completions", validate_request, prefix="/v1")
+chat = model_fixture(OpenAIChat, "gpt-test", "sk-test")
 
 
 def _with(body: dict[str, Any], **message: Any) -> dict[str, Any]:
