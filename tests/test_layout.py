@@ -168,6 +168,7 @@ def test_public_surface_is_pinned() -> None:
             "Paused",
             "Run",
             "Terminal",
+            "Thinking",
             "Tool",
             "ToolCall",
             "ToolContext",
@@ -175,6 +176,7 @@ def test_public_surface_is_pinned() -> None:
             "ToolResult",
             "Trace",
             "Transition",
+            "Usage",
             "tool",
         ]
     )
@@ -185,8 +187,10 @@ def test_public_surface_is_pinned() -> None:
             "ChatModel",
             "DeltaHandler",
             "FallbackModel",
+            "Limits",
             "ModelSettings",
             "OpenAIChat",
+            "RetryPolicy",
             "ScriptedModel",
             "ScriptedRequest",
             "Usage",
