@@ -324,7 +324,8 @@ def _parser() -> _Parser:
         "run",
         help="run a small agent (arithmetic, the time) on a real model",
         description="Run a small agent with safe tools (add, multiply, current_time) on a "
-        "provider's model, with a live view. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY.",
+        "provider's model, with a live view. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY "
+        "for the providers' own hosts, and from AGENTFSM_API_KEY for a --base-url.",
     )
     run.add_argument("--provider", required=True, choices=["openai", "anthropic", "scripted"])
     run.add_argument("--model", required=True, metavar="NAME", help="the provider's model name")
