@@ -2,9 +2,9 @@
 
 * SSE decoding of one 10 MB line with no newline, fed in 4 KiB chunks (as a
   server that never ends its line would send it): seconds, best of 3.
-* Streamed calls on a reused keep-alive connection to a loopback server with
-  Nagle on (Python's http.server): median milliseconds per call, 40 calls back
-  to back, next to a plain httpx loop (which opens a new connection per call).
+* Calls on a reused keep-alive connection to a loopback server with Nagle on
+  (Python's http.server), streamed and not: median milliseconds per call, 40
+  calls back to back, next to a plain httpx loop (a new connection per call).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from agentfsm.messages import Message
 from agentfsm.providers import OpenAIChat
 from agentfsm.providers._sse import SSEDecoder
 from tests.providers.fake_server import FakeServer, Reply, sse
-from tests.providers.openai_wire import chunk
+from tests.providers.openai_wire import chunk, completion
 
 
 def decode_long_line(size: int = 10_000_000, piece: int = 4096) -> float:
@@ -38,6 +38,24 @@ def decode_long_line(size: int = 10_000_000, piece: int = 4096) -> float:
         decoder.feed(b"\n\n")
         best = min(best, time.perf_counter() - started)
     return best
+
+
+async def plain_calls(calls: int = 40) -> float:
+    server = FakeServer()
+    server.default = Reply(json=completion("hi"))
+    model = OpenAIChat("m", api_key="k", base_url=server.url)
+    hello = [Message.user("hi")]
+    try:
+        await model.complete(hello, [])
+        times = []
+        for _ in range(calls):
+            started = time.perf_counter()
+            await model.complete(hello, [])
+            times.append(time.perf_counter() - started)
+    finally:
+        await model.aclose()
+        server.close()
+    return statistics.median(times) * 1000
 
 
 async def streamed_calls(calls: int = 40, events: int = 5) -> tuple[float, float, int]:
@@ -73,10 +91,12 @@ async def streamed_calls(calls: int = 40, events: int = 5) -> tuple[float, float
 def main() -> None:
     line = decode_long_line()
     ours, plain, connections = asyncio.run(streamed_calls())
+    json_call = asyncio.run(plain_calls())
     print("| measure | value |")
     print("|---|---:|")
     print(f"| decode a 10 MB SSE line in 4 KiB chunks (s, best of 3) | {line:.3f} |")
     print(f"| streamed call, reused connection, Nagle server (ms, median) | {ours:.1f} |")
+    print(f"| non-streamed call, reused connection, Nagle server (ms, median) | {json_call:.1f} |")
     print(f"| plain httpx loop, new connection per call (ms, median) | {plain:.1f} |")
     print(f"| connections our 41 calls used | {connections} |")
 
