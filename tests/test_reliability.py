@@ -325,6 +325,7 @@ async def test_fault_ends_in_its_terminal(case: Case) -> None:
 
 INVALID_OPTIONS = [
     ({"max_runs": -1}, "max_runs must be a positive integer"),
+    ({"token_budget": 0}, "token_budget must be a positive integer"),
     ({"until_tool": "nonexistent"}, "until_tool: tool(s) ['nonexistent'] not found"),
     ({"until_tool": "submit", "until_tool_success": "submit"}, "Cannot pass both"),
     ({"until_tool": {"submit": 1}}, "Invalid until_tool option"),
