@@ -20,7 +20,7 @@ from .machine import MachineTable
 from .messages import Usage
 from .results import Continue, Failed, Paused, PipelineResult, Terminal
 from .steps import normalize_pause
-from .trace import Trace, Transition
+from .trace import Trace, Transition, total_usage
 
 __all__ = ["Outcome", "Run", "Work"]
 
@@ -74,7 +74,8 @@ class Run:
         #: Tokens this run may use (input and output, summed over its model calls);
         #: past it, the run ends in ``exceeded_token_budget``. None: no bound.
         self.token_budget: int | None = None
-        self._usage = Usage()
+        self._usage = Usage()  # of the transitions counted so far
+        self._counted = 0
         self._machine.add_model(self._cursor, initial=entry)
         for observer in Run.observers:
             observer(self)
@@ -138,21 +139,30 @@ class Run:
         usage = Usage.of(reply)
         if usage is None:
             return result, detail
-        self._usage += usage
         detail = {**(detail or {}), "usage": usage.to_dict()}
         budget = self.token_budget
-        over = budget is not None and self._usage.total_tokens > budget
-        if over and reply.tool_calls and isinstance(result, Continue):
+        if budget is None or not reply.tool_calls or not isinstance(result, Continue):
+            return result, detail
+        total = self._recorded_usage() + usage
+        if total.total_tokens > budget:
             error = ChainError(
                 "exceeded_token_budget",
-                f"The run used {self._usage.total_tokens} tokens, more than its token_budget "
+                f"The run used {total.total_tokens} tokens, more than its token_budget "
                 f"of {budget}; the last reply is kept, its tool calls were not run. Raise "
                 "token_budget to go on.",
                 retryable=False,
-                details={"usage": self._usage.to_dict(), "token_budget": budget},
+                details={"usage": total.to_dict(), "token_budget": budget},
             )
             result = Failed(result.chain, error)
         return result, detail
+
+    def _recorded_usage(self) -> Usage:
+        """The trace's usage so far (a restored run's earlier steps too), summed once."""
+        transitions = self.trace.transitions
+        if self._counted < len(transitions):
+            self._usage += total_usage(transitions[self._counted :])
+            self._counted = len(transitions)
+        return self._usage
 
     def _finish(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -12,7 +12,7 @@ from .messages import Usage
 if TYPE_CHECKING:
     from .chain import LLMChain
 
-__all__ = ["Trace", "Transition"]
+__all__ = ["Trace", "Transition", "total_usage"]
 
 
 @attrs.frozen
@@ -72,13 +72,18 @@ class Trace:
     @property
     def usage(self) -> Usage:
         """The tokens of the run's model calls, summed (each call's are in its step's detail)."""
-        total = Usage()
-        for transition in self.transitions:
-            counts = (transition.detail or {}).get("usage")
-            if isinstance(counts, Mapping):
-                total += Usage.from_dict(counts)
-        return total
+        return total_usage(self.transitions)
 
     def where(self, state: str) -> list[Transition]:
         """The transitions that left ``state``."""
         return [t for t in self.transitions if t.source == state]
+
+
+def total_usage(transitions: Iterable[Transition]) -> Usage:
+    """The usage the transitions' details record, summed."""
+    total = Usage()
+    for transition in transitions:
+        counts = (transition.detail or {}).get("usage")
+        if isinstance(counts, Mapping):
+            total += Usage.from_dict(counts)
+    return total

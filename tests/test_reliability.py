@@ -423,3 +423,40 @@ async def test_hitl_decisions_that_do_not_fit_change_nothing() -> None:
     with pytest.raises(ValueError, match=re.escape("Decision count (2) does not match")):
         await agent.resume(state, [{"type": "approve"}, {"type": "approve"}])
     assert state.status == "interrupted" and model.calls == 1
+
+
+async def test_a_run_restored_after_a_crash_keeps_counting_toward_its_token_budget(
+    tmp_path: pathlib.Path,
+) -> None:
+    from agentfsm.store import SQLiteStore, start_run
+
+    server = FakeServer()
+    model = _openai(
+        server, _tool_call_costing(40), _tool_call_costing(40), Reply(json=_completion_text())
+    )
+    agent = Agent(model, [add], token_budget=90)
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        run = start_run(agent, AgentState.of("go"), store, run_id="r")
+        while run.state != "deciding":  # the first call (50 tokens) and its tool, then a crash
+            await run.step()
+        state = await agent.resume_run("r", store)
+    finally:
+        server.close()
+        await model.aclose()
+    assert state.status == "error" and state.error is not None
+    assert state.error.type == "exceeded_token_budget"
+    assert state.error.details["usage"]["input_tokens"] == 80
+    assert len(server.requests) == 2
+
+
+def _completion_text() -> dict[str, Any]:
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-test",
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "3"}}
+        ],
+    }

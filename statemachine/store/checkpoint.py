@@ -519,6 +519,7 @@ async def restore_run(
         run = agent.mode.start(chain, options, run_class=agent.run_class)
     assert isinstance(run, agent.run_class)
     run.agent = agent
+    run.token_budget = agent.token_budget
     checkpoint(run, store, options=saved.options, saved=saved)
     return run
 
