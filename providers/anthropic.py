@@ -165,6 +165,12 @@ class AnthropicChat(HttpChatModel):
         )
         given = max_tokens if max_tokens is not None else self.settings.max_tokens
         budget = self.settings.thinking
+        forced = (_tool_choice(self.settings.tool_choice) or {}).get("type") in ("any", "tool")
+        if budget is not None and forced:
+            raise ValueError(
+                "with thinking on, Anthropic takes tool_choice 'auto' or 'none' only, got "
+                f"{self.settings.tool_choice!r}"
+            )
         if isinstance(budget, int) and not isinstance(budget, bool):
             if given is not None and given <= budget:
                 raise ValueError(

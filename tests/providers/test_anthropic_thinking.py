@@ -199,6 +199,12 @@ async def test_a_paused_turn_is_continued_in_the_same_call(
     assert usage is not None and usage.output_tokens == (30 if stream else 18)
 
 
+def test_thinking_refuses_a_forced_tool_choice() -> None:
+    with pytest.raises(ValueError, match="tool_choice 'auto' or 'none' only"):
+        AnthropicChat("m", api_key="k", settings=ModelSettings(thinking=2048, tool_choice="any"))
+    AnthropicChat("m", api_key="k", settings=ModelSettings(thinking=2048, tool_choice="auto"))
+
+
 def test_per_model_parameter_rules() -> None:
     assert takes_sampling("claude-sonnet-4-5") and takes_sampling("claude-3-5-haiku-latest")
     assert not takes_sampling("claude-opus-5") and not takes_sampling("claude-sonnet-5-5")
