@@ -35,17 +35,24 @@ def message(
         wire.ToolUseBlock(type="tool_use", id=call_id, name=name, input=arguments)
         for call_id, name, arguments in tool_uses
     )
+    counts = wire.Usage(
+        input_tokens=usage[0], output_tokens=usage[1], cache_read_input_tokens=cache_read
+    )
+    return _reply("msg_01", content, stop_reason, counts)
+
+
+def _reply(
+    message_id: str, content: list[Any], stop_reason: StopReason, usage: wire.Usage
+) -> dict[str, Any]:
     return wire.Message(
-        id="msg_01",
+        id=message_id,
         type="message",
         role="assistant",
         model="claude-test-1",
         content=content,
         stop_reason=stop_reason,
         stop_sequence=None,
-        usage=wire.Usage(
-            input_tokens=usage[0], output_tokens=usage[1], cache_read_input_tokens=cache_read
-        ),
+        usage=usage,
     ).model_dump(mode="json")
 
 
@@ -150,22 +157,14 @@ def thinking_message(
         if thinking_tokens is None
         else wire.OutputTokensDetails(thinking_tokens=thinking_tokens)
     )
-    return wire.Message(
-        id="msg_03",
-        type="message",
-        role="assistant",
-        model="claude-test-1",
-        content=content,
-        stop_reason=stop_reason,
-        stop_sequence=None,
-        usage=wire.Usage(
-            input_tokens=10,
-            output_tokens=40,
-            cache_read_input_tokens=cache[0],
-            cache_creation_input_tokens=cache[1],
-            output_tokens_details=details,
-        ),
-    ).model_dump(mode="json")
+    counts = wire.Usage(
+        input_tokens=10,
+        output_tokens=40,
+        cache_read_input_tokens=cache[0],
+        cache_creation_input_tokens=cache[1],
+        output_tokens_details=details,
+    )
+    return _reply("msg_03", content, stop_reason, counts)
 
 
 def thinking_start(index: int) -> dict[str, Any]:
