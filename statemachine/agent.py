@@ -12,8 +12,9 @@ from ._registry import fire_on_error
 from ._sync import run_sync
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
+from .machine import STANDARD, MachineTable
 from .messages import Message
-from .modes.standard import StandardMode, StandardOptions
+from .modes.standard import StandardMode
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
 from .state import AgentState
@@ -66,11 +67,13 @@ class AgentRun(Run):
 
 
 class Agent:
-    """A model with tools and middleware, run on the standard machine.
+    """A model with tools and middleware, run on the standard machine (or ``machine``).
 
     ``max_runs`` bounds the model calls of one execute (default 50; an execute's
     own ``max_runs`` wins); ``token_budget`` bounds the tokens of one execute
     (none by default; past it the run ends in ``exceeded_token_budget``).
+    ``machine`` is any machine the standard mode runs: one declared from the
+    standard table, with a state of your own, say.
     """
 
     #: The Run class of this agent's runs (restored runs too).
@@ -86,6 +89,7 @@ class Agent:
         max_runs: int | None = None,
         callbacks: Sequence[Callbacks] = (),
         token_budget: int | None = None,
+        machine: MachineTable = STANDARD,
     ) -> None:
         self.model = model
         self.tools = tuple(tools)
@@ -94,7 +98,7 @@ class Agent:
         self.max_runs = max_runs
         self.token_budget = _token_budget(token_budget)
         self.callbacks = tuple(callbacks)
-        self.mode = StandardMode()
+        self.mode = StandardMode(machine)
         names = [t.name for t in self.tools]
         if len(set(names)) != len(names):
             raise ValueError(f"Tool names must be unique, got: {names}")
@@ -272,7 +276,7 @@ class Agent:
             options.get("max_runs"),
             options.get("should_pause"),
         )
-        StandardOptions.of({**checked, "extra_steps": options.get("extra_steps") or {}})
+        self.mode.options(checked, extra_steps=options.get("extra_steps") or {})
         _token_budget(options.get("token_budget"))
         data = state.interrupt_data
         if not data:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from transitions import MachineError
@@ -16,18 +16,14 @@ from transitions import MachineError
 from ._sync import SyncBridge
 from .chain import LLMChain
 from .errors import ChainError, IllegalTransitionError
-from .machine import MachineTable
+from .machine import MachineTable, Outcome, Work
 from .messages import Usage
 from .results import Continue, Failed, Paused, PipelineResult, Terminal
-from .steps import normalize_pause
+from .steps import Step, normalize_pause
 from .trace import Trace, Transition, total_usage
 
 __all__ = ["Outcome", "Run", "Work"]
 
-Outcome: TypeAlias = tuple[PipelineResult, Mapping[str, Any] | None]
-#: A state's work: the chain in, a pipeline result and a detail mapping out. Work
-#: that does no I/O may return the outcome directly instead of a coroutine.
-Work: TypeAlias = Callable[[LLMChain], Outcome | Awaitable[Outcome]]
 Listener: TypeAlias = Callable[["Run", Transition], None]
 
 _T = TypeVar("_T")
@@ -40,9 +36,11 @@ class _Cursor:
 
 
 class Run:
-    """One run of a machine over a chain.
+    """One run of a machine over a chain, from the working state ``entry``.
 
-    ``await run.step()`` does one state's work and returns the transition;
+    Every step of the run is given ``opts``; ``extra_steps`` (``{state: [step,
+    ...]}``) run after a state's own. ``await run.step()`` does one state's work
+    and returns the transition;
     ``await run.run()`` steps to the end and returns the result. ``run.trace``
     is the path so far, ``run.chain`` the chain as the last step left it.
     """
@@ -53,18 +51,26 @@ class Run:
     def __init__(
         self,
         table: MachineTable,
-        work: Mapping[str, Work],
-        triggers: Mapping[str, Mapping[type, str]],
         chain: LLMChain,
         entry: str,
+        opts: Mapping[str, Any] | None = None,
+        *,
+        extra_steps: Mapping[str, Sequence[Step]] | None = None,
     ) -> None:
+        if entry not in table.steps:
+            raise ValueError(
+                f"A run starts in a working state of the {table.name} machine, not {entry!r}; "
+                f"working states: {list(table.working)}"
+            )
         self.table = table
         self.chain = chain
         self.result: Terminal | None = None
         self.trace = Trace(entry=entry, machine=table.name)
         self.listeners: list[Listener] = []
-        self._work = work
-        self._triggers = triggers
+        #: The options every step of this run is given.
+        self.opts: Mapping[str, Any] = opts if opts is not None else {}
+        self._work = table.work(extra_steps)
+        self._triggers = table.triggers
         self._terminals = frozenset(table.terminals)
         self._machine = table.machine
         self._events = self._machine.events
@@ -110,7 +116,7 @@ class Run:
             self._pause_reason = None
         else:
             try:
-                outcome = self._work[source](chain)
+                outcome = self._work[source](chain, self.opts)
                 if not isinstance(outcome, tuple):
                     outcome = await outcome
                 result, detail = outcome

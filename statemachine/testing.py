@@ -16,13 +16,13 @@ from functools import lru_cache
 
 import attrs
 
-from .machine import STANDARD, Edge, MachineTable
+from .machine import STANDARD, Edge, MachineTable, machine_named
 from .run import Run
 from .trace import Trace
 
 __all__ = ["EdgeCoverage", "assert_path", "edge_coverage", "matches_path"]
 
-_TOKEN = re.compile(r"\(|\)|[+*?]|\{\d+(?:,\d*)?\}|[A-Za-z_]+|\S")
+_TOKEN = re.compile(r"\(|\)|[+*?]|\{\d+(?:,\d*)?\}|[A-Za-z_][A-Za-z0-9_]*|\S")
 
 
 @lru_cache(maxsize=256)
@@ -46,16 +46,31 @@ def _trace(run_or_trace: Run | Trace) -> Trace:
     return run_or_trace.trace if isinstance(run_or_trace, Run) else run_or_trace
 
 
-def matches_path(run_or_trace: Run | Trace, expected: str, table: MachineTable = STANDARD) -> bool:
-    """Whether the run's states match ``expected`` (a state list or a pattern)."""
-    trace = _trace(run_or_trace)
-    return _compile(expected, frozenset(table.states)).fullmatch(trace.path + " ") is not None
+def _table(run_or_trace: Run | Trace, table: MachineTable | None) -> MachineTable:
+    if table is not None:
+        return table
+    if isinstance(run_or_trace, Run):
+        return run_or_trace.table
+    return machine_named(run_or_trace.machine)
 
 
-def assert_path(run_or_trace: Run | Trace, expected: str, table: MachineTable = STANDARD) -> None:
+def matches_path(
+    run_or_trace: Run | Trace, expected: str, table: MachineTable | None = None
+) -> bool:
+    """Whether the run's states match ``expected`` (a state list or a pattern).
+
+    The states are those of ``table``, by default the machine the run ran on.
+    """
+    states = frozenset(_table(run_or_trace, table).states)
+    return _compile(expected, states).fullmatch(_trace(run_or_trace).path + " ") is not None
+
+
+def assert_path(
+    run_or_trace: Run | Trace, expected: str, table: MachineTable | None = None
+) -> None:
     """Fail with a readable diff unless the run's path matches ``expected``."""
     trace = _trace(run_or_trace)
-    if matches_path(trace, expected, table):
+    if matches_path(trace, expected, _table(run_or_trace, table)):
         return
     lines = [f"the run took another path than {expected!r}", "", "took:"]
     lines += [f"  {i:>3} {t.source} --{t.trigger}--> {t.dest}" for i, t in enumerate(trace)]

@@ -4,6 +4,8 @@ One loop is ``expanding -> calling -> interrupt_check -> executing ->
 propagating -> until_check -> deciding``; each state's work is a few steps of
 :mod:`agentfsm.steps`, and which terminal a run reaches is decided by the
 step that produced it. See :data:`agentfsm.machine.STANDARD` for the table.
+The mode runs any machine with the standard entries and options: the standard
+one, or one declared from it (a state added to the loop, say).
 """
 
 from __future__ import annotations
@@ -14,56 +16,16 @@ from typing import Any
 import attrs
 
 from ..chain import LLMChain
-from ..errors import ChainError
 from ..machine import STANDARD, MachineTable
-from ..middleware.human_in_the_loop import HumanInTheLoop, check_pre_tool_hitl
-from ..results import Continue, Failed, Interrupted, Ok, Paused, Terminal
-from ..run import Outcome, Run, Work
-from ..steps import (
-    Step,
-    call_llm,
-    check_max_runs,
-    check_pause,
-    check_response_complete,
-    check_tool_interrupts,
-    check_until_tool,
-    check_until_tool_success,
-    ensure_mode_state,
-    execute_tools,
-    expand_tool_results,
-    pipe,
-    propagate_state,
-    reset_run_count,
-)
+from ..results import Terminal
+from ..run import Run
+from ..steps import Step, ensure_mode_state, reset_run_count
 from ..trace import Trace
 
 __all__ = ["StandardMode", "StandardOptions", "entry_state"]
 
-#: The trigger a state fires when its work returns ``Continue``.
-FORWARD: Mapping[str, str] = {
-    "expanding": "expanded",
-    "calling": "called",
-    "interrupt_check": "clear",
-    "executing": "executed",
-    "propagating": "propagated",
-    "until_check": "unsatisfied",
-    "deciding": "loop",
-}
-
-#: The trigger each result fires, by state: ``Continue`` goes forward, ``Ok`` ends
-#: the run where the table lets it (``satisfied`` in until_check, ``done`` in
-#: deciding), and every other terminal has one trigger of its own.
-_ENDS_OK: Mapping[str, str] = {"until_check": "satisfied", "deciding": "done"}
-TRIGGERS: Mapping[str, Mapping[type, str]] = {
-    state: {
-        Continue: forward,
-        Paused: "paused",
-        Failed: "failed",
-        Interrupted: "interrupted",
-        **({Ok: _ENDS_OK[state]} if state in _ENDS_OK else {}),
-    }
-    for state, forward in FORWARD.items()
-}
+#: The situations a run over a chain can start in, as the machine's entries name them.
+_FRESH, _PENDING, _RESULTS = "fresh", "pending tool calls", "tool results"
 
 
 def _names(until_tool: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -94,14 +56,6 @@ class StandardOptions:
     #: Steps added after a state's own work, by state: ``{"calling": [my_check]}``.
     extra_steps: Mapping[str, Sequence[Step]] = attrs.field(factory=dict)
 
-    @extra_steps.validator
-    def _known_states(self, _: Any, value: Mapping[str, Sequence[Step]]) -> None:
-        unknown = set(value) - set(FORWARD)
-        if unknown:
-            raise ValueError(
-                f"extra_steps names unknown state(s) {sorted(unknown)}; states: {list(FORWARD)}"
-            )
-
     @classmethod
     def of(cls, opts: Mapping[str, Any] | None) -> StandardOptions:
         opts = dict(opts or {})
@@ -122,125 +76,53 @@ class StandardOptions:
             "should_pause": self.should_pause,
             "max_runs": self.max_runs,
             "tool_names": list(self.until_tool) or None,
+            "require_tool_success": self.require_tool_success,
         }
 
 
-def entry_state(chain: LLMChain) -> str:
+def _situation(chain: LLMChain) -> str:
+    last = chain.last_message
+    if last is not None and last.role == "tool":
+        return _RESULTS
+    if last is not None and last.is_tool_call and last.status == "complete":
+        return _PENDING
+    return _FRESH
+
+
+def entry_state(chain: LLMChain, table: MachineTable = STANDARD) -> str:
     """Where a run over ``chain`` enters the machine.
 
     Tool results at the end (a resume) are propagated and checked before any
     model call; an assistant message whose calls have not run (a paused run)
     goes to the approval check and runs them; anything else starts fresh.
     """
-    last = chain.last_message
-    if last is not None and last.role == "tool":
-        return "propagating"
-    if last is not None and last.is_tool_call and last.status == "complete":
-        return "interrupt_check"
-    return "expanding"
-
-
-class _Work:
-    """The work of each state for one run's options."""
-
-    def __init__(self, options: StandardOptions) -> None:
-        self.options = options
-        self.opts = options.step_opts()
-        self.hitl = any(isinstance(m, HumanInTheLoop) for m in options.middleware)
-        self.until = check_until_tool_success if options.require_tool_success else check_until_tool
-
-    def table(self) -> dict[str, Work]:
-        work: dict[str, Work] = {
-            "expanding": self.expanding,
-            "calling": self.calling,
-            "interrupt_check": self.interrupt_check,
-            "executing": self.executing,
-            "propagating": self.propagating,
-            "until_check": self.until_check,
-            "deciding": self.deciding,
-        }
-        for state, steps in self.options.extra_steps.items():
-            work[state] = self._with_steps(work[state], tuple(steps))
-        return work
-
-    def _with_steps(self, own: Work, steps: tuple[Step, ...]) -> Work:
-        async def work(chain: LLMChain) -> Outcome:
-            outcome = own(chain)
-            result, detail = outcome if isinstance(outcome, tuple) else await outcome
-            return await pipe(result, *steps, opts=self.opts), detail
-
-        return work
-
-    def expanding(self, chain: LLMChain) -> Outcome:
-        result = expand_tool_results(Continue(chain))
-        inserted = len(result.chain.messages) - len(chain.messages)
-        return result, ({"inserted": inserted} if inserted else None)
-
-    async def calling(self, chain: LLMChain) -> Outcome:
-        result = await call_llm(Continue(chain))
-        if not isinstance(result, Continue):
-            return result, {"model": chain.llm.name}
-        reply = result.chain.last_message
-        assert reply is not None
-        detail = {
-            "model": reply.metadata.get("model", chain.llm.name),
-            "tool_calls": [c.name for c in reply.tool_calls],
-        }
-        if "fallback_errors" in reply.metadata:
-            detail["fallback_errors"] = reply.metadata["fallback_errors"]
-        return check_pause(check_response_complete(result), self.opts), detail
-
-    async def interrupt_check(self, chain: LLMChain) -> Outcome:
-        if not self.hitl:
-            return Continue(chain), None
-        return check_pre_tool_hitl(Continue(chain), self.opts), None
-
-    async def executing(self, chain: LLMChain) -> Outcome:
-        result = await execute_tools(Continue(chain))
-        last = result.chain.last_message
-        if last is None or last is chain.last_message or last.role != "tool":
-            return result, None
-        return result, {
-            "tools": [r.name for r in last.tool_results],
-            "errors": sum(r.is_error for r in last.tool_results),
-        }
-
-    def propagating(self, chain: LLMChain) -> Outcome:
-        last = chain.last_message
-        if last is None or last.role != "tool":
-            return Continue(chain), None
-        return check_tool_interrupts(propagate_state(Continue(chain))), None
-
-    def until_check(self, chain: LLMChain) -> Outcome:
-        if not self.options.until_tool:
-            return Continue(chain), None
-        return self.until(Continue(chain), self.opts), None
-
-    def deciding(self, chain: LLMChain) -> Outcome:
-        if chain.needs_response:
-            return check_max_runs(Continue(chain), self.opts), None
-        if self.options.until_tool:
-            names = list(self.options.until_tool)
-            return Failed(
-                chain,
-                ChainError(
-                    "until_tool_not_called",
-                    f"Agent completed without calling target tool(s): {names}. "
-                    "The LLM stopped responding before invoking the required tool.",
-                ),
-            ), None
-        return Ok(chain), None
+    return table.entries[_situation(chain)]
 
 
 class StandardMode:
-    """Sagents' standard execution mode, run as the :data:`STANDARD` machine.
+    """Sagents' standard execution mode, run as the :data:`STANDARD` machine or ``table``.
 
-    Options: ``middleware``, ``should_pause``, ``max_runs`` (50), ``until_tool``
+    ``table`` is any machine whose entries are the standard ones (``fresh``,
+    ``pending tool calls``, ``tool results``) and whose steps read the standard
+    options: ``middleware``, ``should_pause``, ``max_runs`` (50), ``until_tool``
     (a name or a list; empty is off), ``require_tool_success`` (False),
     ``extra_steps``.
     """
 
-    table: MachineTable = STANDARD
+    def __init__(self, table: MachineTable = STANDARD) -> None:
+        missing = [s for s in (_FRESH, _PENDING, _RESULTS) if s not in table.entries]
+        if missing:
+            raise ValueError(
+                f"The standard mode starts runs at the entries {[_FRESH, _PENDING, _RESULTS]}; "
+                f"the {table.name} machine has no {missing}"
+            )
+        self.table = table
+
+    def options(self, opts: Mapping[str, Any] | None = None, **kw: Any) -> StandardOptions:
+        """``opts`` checked for this mode and its machine, before anything runs."""
+        options = StandardOptions.of({**(opts or {}), **kw})
+        self.table.work(options.extra_steps)  # refuses steps for states the machine lacks
+        return options
 
     def start(
         self,
@@ -251,16 +133,16 @@ class StandardMode:
         **kw: Any,
     ) -> Run:
         """A run over ``chain``, at its entry state, not yet stepped."""
-        options = StandardOptions.of({**(opts or {}), **kw})
-        entry = entry_state(chain)
+        options = self.options(opts, **kw)
+        situation = _situation(chain)
         chain = reset_run_count(ensure_mode_state(chain))
-        if entry == "interrupt_check" and chain.last_message not in chain.exchanged_messages:
+        if situation == _PENDING and chain.last_message not in chain.exchanged_messages:
             # The pending reply is this run's to approve and execute.
             assert chain.last_message is not None
             chain = attrs.evolve(
                 chain, exchanged_messages=(*chain.exchanged_messages, chain.last_message)
             )
-        return run_class(self.table, _Work(options).table(), TRIGGERS, chain, entry)
+        return self._run(run_class, chain, self.table.entries[situation], options)
 
     def restore(
         self,
@@ -275,12 +157,25 @@ class StandardMode:
 
         No entry logic and no run-count reset: the run goes on where it stopped.
         """
-        if state not in FORWARD:
-            raise ValueError(f"Cannot restore a run at {state!r}; working states: {list(FORWARD)}")
-        options = StandardOptions.of(opts)
-        run = run_class(self.table, _Work(options).table(), TRIGGERS, chain, state)
+        if trace.machine != self.table.name:
+            raise ValueError(
+                f"The trace is of the {trace.machine!r} machine; this mode runs "
+                f"the {self.table.name!r} one"
+            )
+        if state not in self.table.steps:
+            raise ValueError(
+                f"Cannot restore a run at {state!r}; working states: {list(self.table.working)}"
+            )
+        run = self._run(run_class, chain, state, self.options(opts))
         run.trace = trace
         return run
+
+    def _run(
+        self, run_class: type[Run], chain: LLMChain, entry: str, options: StandardOptions
+    ) -> Run:
+        return run_class(
+            self.table, chain, entry, options.step_opts(), extra_steps=options.extra_steps
+        )
 
     async def run(
         self, chain: LLMChain, opts: Mapping[str, Any] | None = None, **kw: Any

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ..chain import Callbacks, LLMChain
+from ..machine import machine_named
 from ..messages import Message
 from ..results import Failed, Interrupted, Ok, Paused, Terminal
 from ..run import Run
@@ -434,7 +435,7 @@ def _rebind(chain: LLMChain, agent: Agent, strict: bool) -> LLMChain:
 
 
 def _load_for(agent: Agent, run_id: str, store: Store) -> SavedRun:
-    return load_run(
+    saved = load_run(
         store,
         run_id,
         models={agent.model.name: agent.model},
@@ -442,6 +443,13 @@ def _load_for(agent: Agent, run_id: str, store: Store) -> SavedRun:
         callbacks=agent.callbacks,
         strict=False,
     )
+    machine = machine_named(saved.trace.machine)
+    if machine is not agent.mode.table:
+        raise ResumeError(
+            f"Run {run_id!r} ran on the {machine.name} machine and this agent runs the "
+            f"{agent.mode.table.name} one; resume it with Agent(..., machine=...) of that machine"
+        )
+    return saved
 
 
 async def restore_run(
