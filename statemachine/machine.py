@@ -16,6 +16,7 @@ import functools
 import inspect
 import itertools
 import re
+import types
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeAlias
@@ -66,6 +67,8 @@ Detail: TypeAlias = Callable[[LLMChain, PipelineResult], Mapping[str, Any] | Non
 _RESULT_TYPES: Final = (Continue, Ok, Paused, Interrupted, Failed)
 _RESULTS: Final[frozenset[type[Any]]] = frozenset(_RESULT_TYPES)
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]*")
+_COROUTINE: Final[type[Any]] = types.CoroutineType
+_NO_STEPS: Final[Iterator[Step]] = iter(())
 
 
 class MachineDefinitionError(ValueError):
@@ -281,18 +284,27 @@ def _pipe(steps: tuple[Step, ...], detail: Detail | None) -> Work:
     """
 
     def work(chain: LLMChain, opts: Mapping[str, Any]) -> Outcome | Awaitable[Outcome]:
-        result: PipelineResult = Continue(chain)
+        result: Any = Continue(chain)
         rest = iter(steps)
         for step in rest:
-            out: Any = step(result, opts)
-            if out.__class__ not in _RESULTS:
-                return _awaiting(chain, out, step, rest, opts, detail)
-            result = out
-            if out.__class__ is not Continue:
+            result = step(result, opts)
+            if result.__class__ is not Continue:
+                if result.__class__ not in _RESULTS:
+                    return _awaiting(chain, result, step, rest, opts, detail)
                 break
         return result, None if detail is None else detail(chain, result)
 
-    return work
+    if len(steps) != 1:
+        return work
+    (only,) = steps
+
+    def one_step(chain: LLMChain, opts: Mapping[str, Any]) -> Outcome | Awaitable[Outcome]:
+        result: Any = only(Continue(chain), opts)
+        if result.__class__ not in _RESULTS:
+            return _awaiting(chain, result, only, _NO_STEPS, opts, detail)
+        return result, None if detail is None else detail(chain, result)
+
+    return one_step
 
 
 async def _awaiting(
@@ -305,18 +317,23 @@ async def _awaiting(
 ) -> Outcome:
     """The rest of a state's work, from the awaitable ``step`` returned."""
     while True:
-        if out.__class__ not in _RESULTS:
-            if not inspect.isawaitable(out):
-                raise TypeError(_not_a_result(step, out))
-            out = await out
-            if out.__class__ not in _RESULTS:
-                raise TypeError(_not_a_result(step, out))
-        result: PipelineResult = out
-        following = next(rest, None) if result.__class__ is Continue else None
-        if following is None:
+        if out.__class__ is not _COROUTINE and not inspect.isawaitable(out):
+            raise TypeError(_not_a_result(step, out))
+        result = await out
+        if result.__class__ not in _RESULTS:
+            raise TypeError(_not_a_result(step, result))
+        out = None
+        if result.__class__ is Continue:
+            for step in rest:
+                out = step(result, opts)
+                if out.__class__ is Continue:
+                    result, out = out, None
+                    continue
+                if out.__class__ in _RESULTS:
+                    result, out = out, None
+                break
+        if out is None:
             return result, None if detail is None else detail(chain, result)
-        step = following
-        out = step(result, opts)
 
 
 def _not_a_result(step: Step, value: Any) -> str:
@@ -491,12 +508,17 @@ def _this_turns_interrupts(
     last = result.chain.last_message
     if last is None or last.role != "tool":
         return result
-    return check_tool_interrupts(result, opts)
+    for tool_result in last.tool_results:
+        if tool_result.is_interrupt:
+            return check_tool_interrupts(result, opts)
+    return result
 
 
 def _check_until(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
     """The until-tool contract: any target result, or a successful one when required."""
-    if (opts or {}).get("require_tool_success"):
+    if not opts or not opts.get("tool_names"):
+        return result
+    if opts.get("require_tool_success"):
         return check_until_tool_success(result, opts)
     return check_until_tool(result, opts)
 

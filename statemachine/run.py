@@ -177,7 +177,12 @@ class Run:
         started: float,
         detail: Mapping[str, Any] | None,
     ) -> Transition:
-        trigger = self._triggers[source].get(type(result), type(result).__name__)
+        trigger = self._triggers[source].get(result.__class__)
+        if trigger is None:
+            raise IllegalTransitionError(
+                f"The {source} step returned {type(result).__name__}, which is not a way out "
+                f"of {source!r}: the {self.table.name} machine has no edge on it from there."
+            )
         try:
             self._events[trigger].trigger(self._cursor)
         except (MachineError, KeyError) as exc:

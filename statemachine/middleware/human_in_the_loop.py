@@ -183,10 +183,10 @@ def check_pre_tool_hitl(
     """Interrupt when a pending call needs approval; no tool of that batch runs."""
     if not isinstance(result, Continue):
         return result
-    hitl = next(
-        (m for m in (opts or {}).get("middleware", ()) if isinstance(m, HumanInTheLoop)), None
-    )
-    if hitl is None:
+    for hitl in (opts or {}).get("middleware", ()):
+        if isinstance(hitl, HumanInTheLoop):
+            break
+    else:
         return result
     pending = unanswered_calls(result.chain.exchanged_messages)
     if not hitl.gated(pending):
