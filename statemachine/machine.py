@@ -322,17 +322,19 @@ async def _awaiting(
         result = await out
         if result.__class__ not in _RESULTS:
             raise TypeError(_not_a_result(step, result))
-        out = None
+        awaiting = False
         if result.__class__ is Continue:
             for step in rest:
                 out = step(result, opts)
                 if out.__class__ is Continue:
-                    result, out = out, None
+                    result = out
                     continue
                 if out.__class__ in _RESULTS:
-                    result, out = out, None
+                    result = out
+                else:
+                    awaiting = True
                 break
-        if out is None:
+        if not awaiting:
             return result, None if detail is None else detail(chain, result)
 
 
