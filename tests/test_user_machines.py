@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import re
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -396,3 +398,12 @@ def test_a_states_steps_run_in_order_sync_or_async_until_one_ends_it() -> None:
     assert isinstance(run.run_sync(), Ok)
     assert seen == ["a", "async", "b", "async", "c"]
     assert_path(run, "reviewing accepted")
+
+
+def test_the_readme_machine_runs_as_written() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"## Write your own machine\n.*?```python\n(.*?)```", readme, re.S)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.strip() == "answering checking answering checking ok"
