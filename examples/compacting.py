@@ -25,18 +25,17 @@ from agentfsm import (
     Agent,
     AgentState,
     ChainError,
-    Continue,
     Edge,
     Failed,
     LLMChain,
     MachineTable,
     Message,
     Paused,
-    PipelineResult,
     tool,
 )
 from agentfsm.diagrams import diagram_files
 from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.results import Continue, PipelineResult
 from agentfsm.steps import Step
 
 SUMMARIZE = (

@@ -23,7 +23,6 @@ from agentfsm import (
     STANDARD,
     Agent,
     AgentState,
-    Continue,
     Edge,
     Failed,
     IllegalTransitionError,
@@ -33,7 +32,6 @@ from agentfsm import (
     Message,
     Ok,
     Paused,
-    PipelineResult,
     Run,
     Trace,
 )
@@ -41,12 +39,12 @@ from agentfsm import diagrams as d
 from agentfsm import machine as m
 from agentfsm.machine import MachineDefinitionError, UnknownMachineError, machine_named
 from agentfsm.providers import ScriptedModel, say
+from agentfsm.results import Continue, PipelineResult
 from agentfsm.store import (
     ResumeError,
     SQLiteStore,
     checkpoint,
     load_run,
-    resume_run_sync,
     start_run,
 )
 from agentfsm.testing import assert_path, edge_coverage, matches_path
@@ -152,8 +150,8 @@ def test_the_example_checkpoints_and_resumes_on_its_machine(tmp_path: Path) -> N
     saved = load_run(store, "c1", strict=False)
     assert saved.status == "paused" and saved.trace.machine == "compacting"
     with pytest.raises(ResumeError, match="compacting machine"):
-        resume_run_sync(Agent(ScriptedModel([say("x")]), [example.weather]), "c1", store)
-    state = resume_run_sync(example.agent(), "c1", store)
+        Agent(ScriptedModel([say("x")]), [example.weather]).resume_run_sync("c1", store)
+    state = example.agent().resume_run_sync("c1", store)
     assert state.status == "ok"
     traces = load_run(store, "c1", strict=False).traces
     assert [t.machine for t in traces] == ["compacting", "compacting"]
@@ -252,7 +250,7 @@ def test_a_run_saved_on_a_machine_not_declared_here_is_refused(
     run.run_sync()
     monkeypatch.delitem(m._DECLARED, "compacting")
     with pytest.raises(UnknownMachineError, match="No machine named 'compacting'"):
-        resume_run_sync(example.agent(), "gone", store)
+        example.agent().resume_run_sync("gone", store)
     with pytest.raises(UnknownMachineError, match="declared:"):
         assert_path(Trace("drafting", machine="nowhere"), "drafting")
 
