@@ -64,8 +64,7 @@ Work: TypeAlias = Callable[[LLMChain, Mapping[str, Any]], Outcome | Awaitable[Ou
 #: chain the state started with and the result its steps gave.
 Detail: TypeAlias = Callable[[LLMChain, PipelineResult], Mapping[str, Any] | None]
 
-_RESULT_TYPES: Final = (Continue, Ok, Paused, Interrupted, Failed)
-_RESULTS: Final[frozenset[type[Any]]] = frozenset(_RESULT_TYPES)
+_RESULTS: Final[frozenset[type[Any]]] = frozenset({Continue, Ok, Paused, Interrupted, Failed})
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]*")
 _COROUTINE: Final[type[Any]] = types.CoroutineType
 _NO_STEPS: Final[Iterator[Step]] = iter(())
@@ -144,6 +143,11 @@ class _SharedMachine(Machine):
 
 
 def _steps(value: Mapping[str, Iterable[Step]]) -> dict[str, tuple[Step, ...]]:
+    for state, steps in value.items():
+        if callable(steps) or isinstance(steps, str):
+            raise MachineDefinitionError(
+                f"The steps of state {state!r} are a sequence of steps: write ({steps!r},)"
+            )
     return {state: tuple(steps) for state, steps in value.items()}
 
 
@@ -426,6 +430,8 @@ def _check_edges(table: MachineTable, fail: _Fail) -> None:
     by_trigger: dict[tuple[str, str], Edge] = {}
     by_result: dict[tuple[str, type[PipelineResult]], Edge] = {}
     for e in table.edges:
+        if not isinstance(e, Edge):
+            raise fail(f"{e!r} among the edges is not an Edge")
         named = f"edge {e.source} --{e.trigger}--> {e.dest}"
         if e.source in table.terminals:
             raise fail(f"terminal {e.source!r} has an edge out ({named}); a terminal ends the run")

@@ -335,6 +335,8 @@ def test_a_duplicate_trigger_is_refused() -> None:
         ),
         ({"steps": {"drafting": (_draft, "x"), "reviewing": (_review,)}}, "not callable"),
         ({"details": {"accepted": len}}, "details"),
+        ({"steps": {"drafting": _draft, "reviewing": (_review,)}}, "a sequence of steps"),
+        ({"edges": (*EDITOR.edges, ("drafting", "x"))}, "is not an Edge"),
     ],
 )
 def test_tables_with_bad_parts_are_refused(changes: dict[str, Any], match: str) -> None:
@@ -405,3 +407,15 @@ def test_the_readme_machine_runs_as_written() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert out.strip() == "answering checking answering checking ok"
+
+
+def test_the_standard_triggers_come_from_its_edges() -> None:
+    assert STANDARD.triggers["calling"] == {Continue: "called", Failed: "failed", Paused: "paused"}
+    assert STANDARD.triggers["until_check"] == {
+        Continue: "unsatisfied",
+        Ok: "satisfied",
+        Paused: "paused",
+        Failed: "failed",
+    }
+    assert STANDARD.triggers["propagating"][Interrupted] == "interrupted"
+    assert Interrupted not in STANDARD.triggers["deciding"]
