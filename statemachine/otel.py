@@ -1,0 +1,476 @@
+"""OpenTelemetry spans and metrics for runs, so they show next to the request that started them.
+
+``instrument()`` turns it on for every run of a machine (an :class:`~agentfsm.Agent`'s,
+a :class:`~agentfsm.StandardMode`'s) started afterwards; ``uninstrument()`` turns it off.
+Each run gets an ``agentfsm.run`` span, a child span per state it visits, and spans for
+its model and tool calls named and described by OpenTelemetry's GenAI semantic
+conventions. Message contents are recorded only when asked for (``capture_content``).
+
+Nothing here is imported by the engine: without ``instrument()`` a run costs what it
+always did. It works through the engine's public seams: a :attr:`Run.observers` entry
+sees every new run, wraps the run's model and tools (by name, as they are saved, so
+checkpoints do not change shape) and listens to its transitions.
+
+A run that continues another (a resumed approval, a paused or restored run, on this
+worker or another) links to the run span of the one it continues: every reply a traced
+run receives carries that run's W3C ``traceparent`` in its metadata, which travels with
+the conversation wherever it is saved (the store, an :class:`~agentfsm.AgentState`, a
+durable engine's record). :func:`previous_run_link` reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, trace
+    from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+except ImportError as exc:  # pragma: no cover - the extra is installed wherever tests run
+    raise ImportError(
+        "agentfsm.otel needs the OpenTelemetry API: pip install 'agentfsm[otel]'"
+    ) from exc
+
+from .errors import ChainError
+from .messages import Message, ToolCall, ToolResult
+from .results import Failed
+from .run import Run
+from .tools import Tool, ToolContext
+from .trace import Transition
+
+__all__ = ["instrument", "previous_run_link", "uninstrument"]
+
+#: The reply metadata key holding the W3C trace context of the run that received it.
+TRACEPARENT: Final = "traceparent"
+_CAPTURE_VARIABLE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+_SCOPE: Final = "agentfsm"
+_TRACEPARENT_FORMAT: Final = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
+# The GenAI semantic conventions' advice for histogram buckets.
+_DURATION_BUCKETS: Final = [0.01 * 2**n for n in range(14)]
+_TOKEN_BUCKETS: Final = [float(4**n) for n in range(14)]
+
+
+# ---------------------------------------------------------------- turning it on
+
+
+def instrument(
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+    *,
+    capture_content: bool | None = None,
+) -> None:
+    """Trace and measure every run started from now on.
+
+    The providers default to the global ones (``opentelemetry.trace`` and
+    ``opentelemetry.metrics``). ``capture_content`` records the messages sent to and
+    received from the model and tools' arguments and results; it defaults to the
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` environment variable
+    (``true``), and is off otherwise: conversations often hold what should not leave
+    the process. Calling it again replaces the previous settings.
+    """
+    global _active
+    if capture_content is None:
+        capture_content = os.environ.get(_CAPTURE_VARIABLE, "").strip().lower() == "true"
+    uninstrument()
+    _active = _Telemetry(
+        trace.get_tracer(_SCOPE, tracer_provider=tracer_provider),
+        metrics.get_meter(_SCOPE, meter_provider=meter_provider),
+        capture_content,
+    )
+    Run.observers.append(_active.observe)
+
+
+def uninstrument() -> None:
+    """Stop tracing runs started from now on (runs under way finish their spans)."""
+    global _active
+    if _active is not None:
+        Run.observers.remove(_active.observe)
+        _active = None
+
+
+_active: _Telemetry | None = None
+
+
+def previous_run_link(messages: Sequence[Message]) -> Link | None:
+    """The link to the run span of the run that received the last reply in ``messages``.
+
+    A run over a conversation that an earlier traced run worked on (a resume after an
+    approval, a paused run restored, a run restored on another worker) continues that
+    run; this is how its span says so. None when the last reply carries no valid
+    trace context (it was not traced, or the value was damaged).
+    """
+    for message in reversed(messages):
+        if message.role == "assistant":
+            parent = _parse(message.metadata.get(TRACEPARENT))
+            if parent is None:
+                return None
+            return Link(parent, {"agentfsm.link": "continues"})
+    return None
+
+
+def _parse(value: Any) -> SpanContext | None:
+    match = _TRACEPARENT_FORMAT.match(value) if isinstance(value, str) else None
+    if match is None:
+        return None
+    context = SpanContext(
+        int(match[1], 16),
+        int(match[2], 16),
+        is_remote=True,
+        trace_flags=TraceFlags(int(match[3], 16)),
+    )
+    return context if context.is_valid else None
+
+
+def _format(context: SpanContext) -> str:
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
+# ---------------------------------------------------------------- the instruments
+
+
+class _Telemetry:
+    """A tracer, the meters and the content switch: what one ``instrument()`` set up."""
+
+    def __init__(self, tracer: trace.Tracer, meter: metrics.Meter, capture: bool) -> None:
+        self.tracer = tracer
+        self.capture = capture
+        self.runs = meter.create_counter(
+            "agentfsm.runs", unit="{run}", description="Runs that ended, by terminal."
+        )
+        self.model_duration = meter.create_histogram(
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="Duration of model calls.",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self.tokens = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Tokens used by model calls, by token type.",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        )
+        self.tool_duration = meter.create_histogram(
+            "agentfsm.tool.duration",
+            unit="s",
+            description="Duration of tool calls.",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self.tool_errors = meter.create_counter(
+            "agentfsm.tool.errors", unit="{call}", description="Tool calls that ended in error."
+        )
+
+    def observe(self, run: Run) -> None:
+        _RunSpans(self, run)
+
+
+# ---------------------------------------------------------------- one run
+
+
+class _RunSpans:
+    """One run's spans: its own, the open state's, and the model and tool calls in it.
+
+    A state's span opens when the state's first model or tool call starts (so that
+    call is its child) or, for states that call nothing, when the transition out of
+    it is recorded, back-dated by the time the state's work took. Either way a step
+    driven by hand, with pauses between steps, does not count the pauses.
+    """
+
+    __slots__ = ("_context", "_run", "_state", "_state_context", "span", "telemetry")
+
+    def __init__(self, telemetry: _Telemetry, run: Run) -> None:
+        self.telemetry = telemetry
+        self._run = run
+        chain = run.chain
+        link = previous_run_link(chain.messages)
+        self.span = telemetry.tracer.start_span(
+            "agentfsm.run",
+            attributes={"agentfsm.machine": run.table.name, "agentfsm.entry": run.trace.entry},
+            links=(link,) if link is not None else None,
+        )
+        self._context = trace.set_span_in_context(self.span)
+        self._state: trace.Span | None = None
+        self._state_context = self._context
+        run.chain = attrs.evolve(
+            chain,
+            llm=_TracedModel(chain.llm, self),
+            tools=tuple(_traced_tool(t, self) for t in chain.tools),
+        )
+        run.listeners.append(self)
+
+    @property
+    def traceparent(self) -> str | None:
+        context = self.span.get_span_context()
+        return _format(context) if context.is_valid else None
+
+    def state_context(self) -> otel_context.Context:
+        """The context of the current state's span, opened now if it is not open yet."""
+        if self._state is None:
+            state = self._run.state
+            self._state = self.telemetry.tracer.start_span(
+                "agentfsm." + state, self._context, attributes={"agentfsm.state": state}
+            )
+            self._state_context = trace.set_span_in_context(self._state)
+        return self._state_context
+
+    def __call__(self, run: Run, transition: Transition) -> None:
+        span, end = self._state, None
+        attributes = {
+            "agentfsm.trigger": transition.trigger,
+            "agentfsm.destination": transition.dest,
+        }
+        if span is None:
+            end = time.time_ns()
+            attributes["agentfsm.state"] = transition.source
+            span = self.telemetry.tracer.start_span(
+                "agentfsm." + transition.source,
+                self._context,
+                attributes=attributes,
+                start_time=end - int(transition.elapsed * 1e9),
+            )
+        else:
+            span.set_attributes(attributes)
+            self._state = None
+        result = run.result
+        if isinstance(result, Failed):
+            span.set_attribute("error.type", result.error.type)
+            span.set_status(Status(StatusCode.ERROR, result.error.message))
+        span.end(end)
+        if result is not None:
+            self._finish(run, transition.dest)
+
+    def _finish(self, run: Run, terminal: str) -> None:
+        span = self.span
+        result = run.result
+        span.set_attribute("agentfsm.terminal", terminal)
+        span.set_attribute("agentfsm.run.id", _run_id(run))
+        attributes = {"agentfsm.machine": run.table.name, "agentfsm.terminal": terminal}
+        if isinstance(result, Failed):
+            span.set_attribute("error.type", result.error.type)
+            span.set_status(Status(StatusCode.ERROR, result.error.message))
+            attributes["error.type"] = result.error.type
+        reason = run.chain.custom_context.get("pause_reason")
+        if terminal == "paused" and reason is not None:
+            span.set_attribute("agentfsm.pause_reason", str(reason))
+        span.end()
+        self.telemetry.runs.add(1, attributes)
+
+    # ------------------------------------------------------------ calls
+
+    async def model_call(
+        self,
+        model: Any,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        on_delta: Any,
+    ) -> Message:
+        telemetry = self.telemetry
+        provider, _, request_model = model.name.rpartition(":")
+        request_model = getattr(model, "model", None) or request_model
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": request_model,
+        }
+        if provider:
+            attributes["gen_ai.provider.name"] = provider
+        span = telemetry.tracer.start_span(
+            "chat " + request_model,
+            self.state_context(),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            record_exception=False,
+        )
+        if telemetry.capture:
+            span.set_attribute("gen_ai.input.messages", _json(_wire(m) for m in messages))
+        token = otel_context.attach(trace.set_span_in_context(span))
+        started = time.perf_counter()
+        try:
+            reply: Message = await model.complete(messages, tools, on_delta=on_delta)
+        except BaseException as exc:
+            if isinstance(exc, ChainError):
+                error_type, message = exc.type, exc.message
+            else:
+                error_type, message = type(exc).__qualname__, str(exc)
+            attributes["error.type"] = error_type
+            span.set_attribute("error.type", error_type)
+            span.set_status(Status(StatusCode.ERROR, message))
+            raise
+        else:
+            if isinstance(reply, Message):
+                reply = self._received(span, attributes, reply)
+            return reply
+        finally:
+            otel_context.detach(token)
+            span.end()
+            telemetry.model_duration.record(time.perf_counter() - started, attributes)
+
+    def _received(self, span: trace.Span, attributes: dict[str, Any], reply: Message) -> Message:
+        """Describe the reply on the span, count its tokens, and stamp it with this run."""
+        metadata = reply.metadata
+        answered = metadata.get("response_model") or metadata.get("model")
+        if isinstance(answered, str):
+            span.set_attribute("gen_ai.response.model", answered)
+            attributes["gen_ai.response.model"] = answered
+        response_id = metadata.get("response_id")
+        if isinstance(response_id, str):
+            span.set_attribute("gen_ai.response.id", response_id)
+        span.set_attribute("gen_ai.response.finish_reasons", (_finish_reason(reply),))
+        usage = metadata.get("usage")
+        if isinstance(usage, Mapping):
+            tokens = self.telemetry.tokens
+            for kind in ("input", "output"):
+                count = usage.get(kind + "_tokens")
+                if isinstance(count, int):
+                    span.set_attribute(f"gen_ai.usage.{kind}_tokens", count)
+                    tokens.record(count, {**attributes, "gen_ai.token.type": kind})
+        if self.telemetry.capture:
+            span.set_attribute("gen_ai.output.messages", _json([_wire(reply)]))
+        traceparent = self.traceparent
+        if traceparent is None:
+            return reply
+        return attrs.evolve(reply, metadata={**metadata, TRACEPARENT: traceparent})
+
+    async def tool_call(self, tool: Tool, call: ToolCall, context: ToolContext) -> ToolResult:
+        telemetry = self.telemetry
+        attributes = {"gen_ai.tool.name": tool.name}
+        span = telemetry.tracer.start_span(
+            "execute_tool " + tool.name,
+            self.state_context(),
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool.name,
+                "gen_ai.tool.call.id": call.call_id,
+                "gen_ai.tool.type": "function",
+            },
+        )
+        if telemetry.capture:
+            span.set_attribute("gen_ai.tool.call.arguments", _json(call.arguments))
+        token = otel_context.attach(trace.set_span_in_context(span))
+        started = time.perf_counter()
+        try:
+            result = await Tool.invoke(tool, call, context)
+        except BaseException as exc:  # cancellation: the tool did not finish
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.set_status(Status(StatusCode.ERROR, "the tool call did not finish"))
+            raise
+        finally:
+            otel_context.detach(token)
+        if telemetry.capture:
+            span.set_attribute("gen_ai.tool.call.result", result.text)
+        if result.is_interrupt:
+            span.set_attribute("agentfsm.tool.interrupt", True)
+        if result.is_error:
+            # The error text is the tool's output: content, recorded only when asked for.
+            span.set_attribute("error.type", "tool_error")
+            span.set_status(
+                Status(StatusCode.ERROR, result.text[:500] if telemetry.capture else None)
+            )
+            attributes["error.type"] = "tool_error"
+            telemetry.tool_errors.add(1, attributes)
+        span.end()
+        telemetry.tool_duration.record(time.perf_counter() - started, attributes)
+        return result
+
+
+def _run_id(run: Run) -> str:
+    """The id the run is saved under (its checkpointer's), or a fresh one."""
+    for listener in run.listeners:
+        run_id = getattr(listener, "run_id", None)
+        if isinstance(run_id, str):
+            return run_id
+    return uuid.uuid4().hex
+
+
+def _finish_reason(reply: Message) -> str:
+    if reply.status == "length":
+        return "length"
+    if reply.status == "filtered":
+        return "content_filter"
+    return "tool_call" if reply.tool_calls else "stop"
+
+
+# ---------------------------------------------------------------- the wrappers
+
+
+class _TracedModel:
+    """The run's model, each call a span of the state making it."""
+
+    __slots__ = ("_model", "_spans")
+
+    def __init__(self, model: Any, spans: _RunSpans) -> None:
+        # A chain that a traced run already worked on carries a traced model: unwrap it.
+        self._model: Any = model._model if isinstance(model, _TracedModel) else model
+        self._spans = spans
+
+    @property
+    def name(self) -> str:
+        return str(self._model.name)
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        *,
+        on_delta: Any = None,
+    ) -> Message:
+        return await self._spans.model_call(self._model, messages, tools, on_delta)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def __repr__(self) -> str:
+        return f"<traced {self._model!r}>"
+
+
+@attrs.frozen
+class _TracedTool(Tool):
+    """A tool whose calls are spans of the state making them."""
+
+    spans: _RunSpans | None = attrs.field(default=None, kw_only=True, repr=False, eq=False)
+
+    async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
+        assert self.spans is not None
+        return await self.spans.tool_call(self, call, context)
+
+
+_TOOL_FIELDS: Final = tuple(f for f in attrs.fields(Tool) if f.init)
+
+
+def _traced_tool(tool: Tool, spans: _RunSpans) -> Tool:
+    return _TracedTool(**{str(f.alias): getattr(tool, f.name) for f in _TOOL_FIELDS}, spans=spans)
+
+
+# ---------------------------------------------------------------- content
+
+
+def _wire(message: Message) -> dict[str, Any]:
+    """A message as the GenAI conventions write ``gen_ai.input.messages`` entries."""
+    parts: list[dict[str, Any]] = []
+    if message.text:
+        parts.append({"type": "text", "content": message.text})
+    parts.extend(
+        {"type": "tool_call", "id": c.call_id, "name": c.name, "arguments": c.arguments}
+        for c in message.tool_calls
+    )
+    parts.extend(
+        {"type": "tool_call_response", "id": r.tool_call_id, "response": r.text}
+        for r in message.tool_results
+    )
+    wire: dict[str, Any] = {"role": message.role, "parts": parts}
+    if message.role == "assistant":
+        wire["finish_reason"] = _finish_reason(message)
+    return wire
+
+
+def _json(value: Iterable[Any] | Mapping[str, Any]) -> str:
+    if not isinstance(value, Mapping | list):
+        value = list(value)
+    return json.dumps(value, ensure_ascii=False, default=str)

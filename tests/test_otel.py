@@ -1,0 +1,437 @@
+"""OpenTelemetry: the span tree of runs, their metrics, and links between runs that continue."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from agentfsm import Agent, AgentState, HumanInTheLoop, LLMChain, Message, StandardMode, otel, tool
+from agentfsm.providers import OpenAIChat, ScriptedModel, call_tool, fail, say
+from agentfsm.store import Checkpointer, SQLiteStore, resume_run_sync, start_run
+from agentfsm.testing import assert_path
+from tests.providers.fake_server import FakeServer, Reply
+from tests.support import LOOP, add, boom
+
+ROOT = Path(__file__).resolve().parent.parent
+USAGE = {"usage": {"input_tokens": 12, "output_tokens": 5}}
+
+
+class Telemetry:
+    """An SDK tracer and meter provider whose spans and points stay in memory."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    @property
+    def spans(self) -> list[ReadableSpan]:
+        return list(self.exporter.get_finished_spans())
+
+    def named(self, name: str) -> list[ReadableSpan]:
+        return [s for s in self.spans if s.name == name]
+
+    def children(self, parent: ReadableSpan) -> list[ReadableSpan]:
+        """Spans whose parent is ``parent``, in the order they started."""
+        assert parent.context is not None
+        found = [s for s in self.spans if s.parent and s.parent.span_id == parent.context.span_id]
+        return sorted(found, key=lambda s: s.start_time or 0)
+
+    def points(self, metric: str) -> list[tuple[dict[str, Any], Any]]:
+        """``(attributes, point)`` of every data point of ``metric``."""
+        data = self.reader.get_metrics_data()
+        out = []
+        for resource in data.resource_metrics if data else ():
+            for scope in resource.scope_metrics:
+                for found in scope.metrics:
+                    if found.name == metric:
+                        out.extend((dict(p.attributes or {}), p) for p in found.data.data_points)
+        return out
+
+
+@pytest.fixture
+def telemetry() -> Iterator[Telemetry]:
+    t = Telemetry()
+    otel.instrument(t.tracer_provider, t.meter_provider)
+    yield t
+    otel.uninstrument()
+
+
+def attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def one(spans: Sequence[ReadableSpan]) -> ReadableSpan:
+    assert len(spans) == 1, [s.name for s in spans]
+    return spans[0]
+
+
+def context_of(span: ReadableSpan) -> tuple[int, int]:
+    assert span.context is not None
+    return span.context.trace_id, span.context.span_id
+
+
+def adder() -> Agent:
+    script = [
+        attrs.evolve(call_tool("add", a=1, b=2, call_id="c1"), metadata=USAGE),
+        attrs.evolve(say("3"), metadata=USAGE),
+    ]
+    return Agent(ScriptedModel(script, model_name="acme:small"), [add])
+
+
+# ---------------------------------------------------------------- the span tree
+
+
+def test_a_tool_round_trip_is_a_run_span_with_a_span_per_state_and_per_call(
+    telemetry: Telemetry,
+) -> None:
+    agent = adder()
+    outer = telemetry.tracer_provider.get_tracer("host")
+    with outer.start_as_current_span("POST /ask") as request:
+        run = agent.start(AgentState.of("add 1 and 2"))
+        run.run_sync()
+    assert_path(run, f"{LOOP} {LOOP} ok")
+
+    root = one(telemetry.named("agentfsm.run"))
+    assert root.parent is not None and root.parent.span_id == request.get_span_context().span_id
+    assert attributes(root) == {
+        "agentfsm.machine": "standard",
+        "agentfsm.entry": "expanding",
+        "agentfsm.terminal": "ok",
+        "agentfsm.run.id": attributes(root)["agentfsm.run.id"],
+    }
+    assert len(attributes(root)["agentfsm.run.id"]) == 32
+    states = telemetry.children(root)
+    assert [s.name for s in states] == [f"agentfsm.{t.source}" for t in run.trace]
+    assert [
+        (a["agentfsm.state"], a["agentfsm.trigger"], a["agentfsm.destination"])
+        for a in map(attributes, states)
+    ] == run.trace.edges
+    assert all(s.status.status_code is StatusCode.UNSET for s in states)
+
+    calls = {s.name: telemetry.children(s) for s in states if telemetry.children(s)}
+    assert sorted(calls) == ["agentfsm.calling", "agentfsm.executing"]
+    chats = [c for s in states for c in telemetry.children(s) if s.name == "agentfsm.calling"]
+    assert [c.name for c in chats] == ["chat small", "chat small"]
+    assert attributes(chats[0]) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "acme",
+        "gen_ai.request.model": "small",
+        "gen_ai.response.model": "acme:small",
+        "gen_ai.response.finish_reasons": ("tool_call",),
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 5,
+    }
+    assert chats[0].kind is trace.SpanKind.CLIENT
+    assert attributes(chats[1])["gen_ai.response.finish_reasons"] == ("stop",)
+    tool_span = one(calls["agentfsm.executing"])
+    assert tool_span.name == "execute_tool add"
+    assert attributes(tool_span) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "add",
+        "gen_ai.tool.call.id": "c1",
+        "gen_ai.tool.type": "function",
+    }
+    # every span of the run is in the request's trace, and within its parent's time
+    assert {s.context.trace_id for s in telemetry.spans if s.context} == {
+        request.get_span_context().trace_id
+    }
+    for state in states:
+        for child in telemetry.children(state):
+            assert state.start_time <= child.start_time <= child.end_time <= state.end_time  # type: ignore[operator]
+    # the conversation kept is the run's, with each reply naming the run that got it
+    state = run.agent_state
+    assert [m.role for m in state.messages] == ["user", "assistant", "tool", "assistant"]
+    trace_id, span_id = context_of(root)
+    assert {m.metadata.get("traceparent") for m in state.messages if m.role == "assistant"} == {
+        f"00-{trace_id:032x}-{span_id:016x}-{root.context.trace_flags:02x}"  # type: ignore[union-attr]
+    }
+
+
+def test_runs_tool_calls_and_tokens_are_counted(telemetry: Telemetry) -> None:
+    adder().execute_sync(AgentState.of("add 1 and 2"))
+    broken = Agent(ScriptedModel([call_tool("boom"), say("sorry")]), [boom])
+    broken.execute_sync(AgentState.of("break"))
+
+    runs = telemetry.points("agentfsm.runs")
+    assert [(a, p.value) for a, p in runs] == [
+        ({"agentfsm.machine": "standard", "agentfsm.terminal": "ok"}, 2)
+    ]
+    durations = {
+        a["gen_ai.request.model"]: p.count
+        for a, p in telemetry.points("gen_ai.client.operation.duration")
+    }
+    assert durations == {"small": 2, "scripted": 2}
+    tokens = {
+        a["gen_ai.token.type"]: (p.count, p.sum)
+        for a, p in telemetry.points("gen_ai.client.token.usage")
+    }
+    assert tokens == {"input": (2, 24), "output": (2, 10)}
+    tools = {
+        (a["gen_ai.tool.name"], a.get("error.type")): p.count
+        for a, p in telemetry.points("agentfsm.tool.duration")
+    }
+    assert tools == {("add", None): 1, ("boom", "tool_error"): 1}
+    errors = [(a, p.value) for a, p in telemetry.points("agentfsm.tool.errors")]
+    assert errors == [({"gen_ai.tool.name": "boom", "error.type": "tool_error"}, 1)]
+    failed = one(telemetry.named("execute_tool boom"))
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description is None  # the error text is content: not recorded
+    assert attributes(failed)["error.type"] == "tool_error"
+
+
+def test_contents_are_recorded_only_when_asked(telemetry: Telemetry) -> None:
+    adder().execute_sync(AgentState.of("add 1 and 2"))
+    recorded = {k for s in telemetry.spans for k in attributes(s)}
+    assert not {k for k in recorded if k.endswith(("messages", "arguments", "result"))}
+
+    telemetry.exporter.clear()
+    otel.instrument(telemetry.tracer_provider, telemetry.meter_provider, capture_content=True)
+    adder().execute_sync(AgentState.of("add 1 and 2"))
+    first, second = telemetry.named("chat small")
+    assert json.loads(attributes(first)["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "add 1 and 2"}]}
+    ]
+    assert json.loads(attributes(first)["gen_ai.output.messages"]) == [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "c1", "name": "add", "arguments": {"a": 1, "b": 2}}
+            ],
+            "finish_reason": "tool_call",
+        }
+    ]
+    sent = json.loads(attributes(second)["gen_ai.input.messages"])
+    assert sent[-1] == {
+        "role": "tool",
+        "parts": [{"type": "tool_call_response", "id": "c1", "response": "3"}],
+    }
+    tool_span = one(telemetry.named("execute_tool add"))
+    assert json.loads(attributes(tool_span)["gen_ai.tool.call.arguments"]) == {"a": 1, "b": 2}
+    assert attributes(tool_span)["gen_ai.tool.call.result"] == "3"
+
+
+def test_spans_a_tool_opens_are_children_of_its_call(telemetry: Telemetry) -> None:
+    host = telemetry.tracer_provider.get_tracer("host")
+
+    @tool
+    async def lookup(key: str) -> str:
+        """Look a key up."""
+        with host.start_as_current_span("SELECT value"):
+            return key.upper()
+
+    agent = Agent(ScriptedModel([call_tool("lookup", key="k"), say("K")]), [lookup])
+    agent.execute_sync(AgentState.of("look up k"))
+    query = one(telemetry.named("SELECT value"))
+    call = one(telemetry.named("execute_tool lookup"))
+    assert query.parent is not None and query.parent.span_id == context_of(call)[1]
+
+
+# ---------------------------------------------------------------- failures
+
+
+def test_a_failed_model_call_sets_the_error_status_up_to_the_run(telemetry: Telemetry) -> None:
+    agent = Agent(ScriptedModel([fail("rate_limited", "slow down")]), [add])
+    state = agent.execute_sync(AgentState.of("hi"))
+    assert state.status == "error" and state.error is not None
+    assert state.error.type == "rate_limited"
+
+    chat = one(telemetry.named("chat scripted"))
+    assert chat.status.status_code is StatusCode.ERROR
+    assert chat.status.description == "slow down"
+    assert attributes(chat)["error.type"] == "rate_limited"
+    calling = one(telemetry.named("agentfsm.calling"))
+    assert (attributes(calling)["agentfsm.trigger"], attributes(calling)["error.type"]) == (
+        "failed",
+        "rate_limited",
+    )
+    assert calling.status.status_code is StatusCode.ERROR
+    root = one(telemetry.named("agentfsm.run"))
+    assert attributes(root)["agentfsm.terminal"] == "error"
+    assert attributes(root)["error.type"] == "rate_limited"
+    assert root.status.status_code is StatusCode.ERROR
+    assert [(a, p.value) for a, p in telemetry.points("agentfsm.runs")] == [
+        (
+            {
+                "agentfsm.machine": "standard",
+                "agentfsm.terminal": "error",
+                "error.type": "rate_limited",
+            },
+            1,
+        )
+    ]
+    [(point_attributes, _)] = telemetry.points("gen_ai.client.operation.duration")
+    assert point_attributes["error.type"] == "rate_limited"
+
+
+async def test_a_model_call_refused_over_http_is_an_error_span_of_the_provider(
+    telemetry: Telemetry,
+) -> None:
+    server = FakeServer("/v1")
+    server.push(
+        Reply(400, {"error": {"message": "no such model", "type": "invalid_request_error"}})
+    )
+    model = OpenAIChat("gpt-test", api_key="sk-test", base_url=server.url, max_retries=0)
+    try:
+        state = await Agent(model).execute(AgentState.of("hi"))
+    finally:
+        await model.aclose()
+        server.close()
+    assert state.status == "error" and state.error is not None
+    chat = one(telemetry.named("chat gpt-test"))
+    assert attributes(chat)["gen_ai.provider.name"] == "openai"
+    assert attributes(chat)["error.type"] == state.error.type
+    assert chat.status.status_code is StatusCode.ERROR
+    assert "no such model" in (chat.status.description or "")
+
+
+# ---------------------------------------------------------------- runs that continue
+
+
+@tool
+def write_file(path: str, text: str) -> str:
+    """Write a file."""
+    return f"wrote {path}"
+
+
+def test_an_interrupted_run_resumed_links_to_the_run_it_continues(telemetry: Telemetry) -> None:
+    agent = Agent(
+        ScriptedModel([call_tool("write_file", path="a.txt", text="hi"), say("written")]),
+        [write_file],
+        middleware=[HumanInTheLoop({"write_file": True})],
+    )
+    first = agent.start(AgentState.of("write a.txt"))
+    first.run_sync()
+    assert_path(first, "expanding calling interrupt_check interrupted")
+    interrupted = one(telemetry.named("agentfsm.run"))
+    assert attributes(interrupted)["agentfsm.terminal"] == "interrupted"
+    assert interrupted.status.status_code is StatusCode.UNSET
+    assert not interrupted.links
+
+    second = agent.resume_sync(first.agent_state, [{"type": "approve"}])
+    assert second.status == "ok"
+    resumed = [s for s in telemetry.named("agentfsm.run") if s is not interrupted]
+    resumed_run = one(resumed)
+    assert attributes(resumed_run)["agentfsm.entry"] == "propagating"
+    link = one(resumed_run.links)  # type: ignore[arg-type]
+    assert (link.context.trace_id, link.context.span_id) == context_of(interrupted)
+    assert dict(link.attributes or {}) == {"agentfsm.link": "continues"}
+    states = [s.name for s in telemetry.children(resumed_run)]
+    assert states[:3] == ["agentfsm.propagating", "agentfsm.until_check", "agentfsm.deciding"]
+
+
+def test_a_paused_run_restored_from_the_store_links_to_the_run_it_continues(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    run = start_run(adder(), AgentState.of("add 1 and 2"), store, run_id="r1")
+    run.listeners.append(
+        lambda r, t: r.request_pause("draining") if t.trigger == "executed" else None
+    )
+    run.run_sync()
+    assert run.trace.terminal == "paused"
+    paused = one(telemetry.named("agentfsm.run"))
+    assert attributes(paused)["agentfsm.pause_reason"] == "draining"
+    assert attributes(paused)["agentfsm.run.id"] == Checkpointer.of(run).run_id == "r1"
+
+    # another worker: a fresh agent, the store reopened
+    state = resume_run_sync(adder(), "r1", SQLiteStore(tmp_path / "runs.db"))
+    assert state.status == "ok"
+    restored = one([s for s in telemetry.named("agentfsm.run") if s is not paused])
+    assert attributes(restored)["agentfsm.run.id"] == "r1"
+    link = one(restored.links)  # type: ignore[arg-type]
+    assert (link.context.trace_id, link.context.span_id) == context_of(paused)
+
+
+def test_a_run_resumed_in_another_process_links_to_the_killed_processes_run(
+    tmp_path: Path,
+) -> None:
+    db, log = tmp_path / "runs.db", tmp_path / "tools.log"
+
+    def worker(mode: str, spans: Path) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "tests._otel_worker", str(spans), mode, str(db), str(log)]
+        return subprocess.run([*argv, "r1"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    def read(spans: Path) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in spans.read_text().splitlines()]
+
+    killed = worker("kill-after-executed", tmp_path / "first.jsonl")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    first = read(tmp_path / "first.jsonl")
+    # the killed run's span never ended; its states' spans did and name it as their parent
+    assert "agentfsm.run" not in [s["name"] for s in first]
+    states = [s for s in first if s["name"].startswith("agentfsm.")]
+    assert [s["name"] for s in states] == [
+        "agentfsm.expanding",
+        "agentfsm.calling",
+        "agentfsm.interrupt_check",
+        "agentfsm.executing",
+    ]
+    killed_run = {(s["trace_id"], s["parent"]) for s in states}
+    assert len(killed_run) == 1
+
+    resumed = worker("resume", tmp_path / "second.jsonl")
+    assert resumed.returncode == 0, resumed.stderr
+    second = read(tmp_path / "second.jsonl")
+    [run] = [s for s in second if s["name"] == "agentfsm.run"]
+    assert run["attributes"]["agentfsm.run.id"] == "r1"
+    assert run["attributes"]["agentfsm.entry"] == "propagating"
+    assert run["attributes"]["agentfsm.terminal"] == "ok"
+    assert {tuple(link) for link in run["links"]} == killed_run
+
+
+def test_a_damaged_trace_context_in_a_saved_reply_is_no_link(telemetry: Telemetry) -> None:
+    damaged = attrs.evolve(call_tool("add", a=1, b=1), metadata={"traceparent": "00-zz-1-01"})
+    assert otel.previous_run_link([damaged]) is None
+    assert otel.previous_run_link([Message.user("hi")]) is None
+    chain = LLMChain(ScriptedModel([say("2")]), tools=[add]).add_messages(
+        [Message.user("1+1?"), damaged, Message.tool([])]
+    )
+    result = StandardMode().start(chain).run_sync()
+    assert type(result).__name__ == "Ok"
+    assert not one(telemetry.named("agentfsm.run")).links
+
+
+# ---------------------------------------------------------------- off
+
+
+def test_after_uninstrument_runs_make_no_spans(telemetry: Telemetry) -> None:
+    otel.uninstrument()
+    state = adder().execute_sync(AgentState.of("add 1 and 2"))
+    assert state.status == "ok"
+    assert telemetry.spans == []
+    assert all("traceparent" not in m.metadata for m in state.messages)
+
+
+def test_the_engine_never_imports_opentelemetry() -> None:
+    code = """if True:
+        import sys
+        import agentfsm.cli, agentfsm.store
+        from agentfsm import Agent, AgentState
+        from agentfsm.providers import ScriptedModel, say
+        state = Agent(ScriptedModel([say("hi")])).execute_sync(AgentState.of("hi"))
+        assert state.status == "ok", state
+        print(sorted(m for m in sys.modules if m.startswith(("opentelemetry", "agentfsm.otel"))))
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
