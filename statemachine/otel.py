@@ -67,6 +67,7 @@ def instrument(
     meter_provider: metrics.MeterProvider | None = None,
     *,
     capture_content: bool | None = None,
+    states: bool = True,
 ) -> None:
     """Trace and measure every run started from now on.
 
@@ -75,7 +76,9 @@ def instrument(
     received from the model and tools' arguments and results; it defaults to the
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` environment variable
     (``true``), and is off otherwise: conversations often hold what should not leave
-    the process. Calling it again replaces the previous settings.
+    the process. ``states=False`` leaves out the span per state (model and tool calls
+    are then children of the run span): the states cost most of the spans, see
+    ``benchmarks/otel.py``. Calling it again replaces the previous settings.
     """
     global _active
     if capture_content is None:
@@ -85,6 +88,7 @@ def instrument(
         trace.get_tracer(_SCOPE, tracer_provider=tracer_provider),
         metrics.get_meter(_SCOPE, meter_provider=meter_provider),
         capture_content,
+        states,
     )
     Run.observers.append(_active.observe)
 
@@ -140,9 +144,12 @@ def _format(context: SpanContext) -> str:
 class _Telemetry:
     """A tracer, the meters and the content switch: what one ``instrument()`` set up."""
 
-    def __init__(self, tracer: trace.Tracer, meter: metrics.Meter, capture: bool) -> None:
+    def __init__(
+        self, tracer: trace.Tracer, meter: metrics.Meter, capture: bool, states: bool
+    ) -> None:
         self.tracer = tracer
         self.capture = capture
+        self.states = states
         self.runs = meter.create_counter(
             "agentfsm.runs", unit="{run}", description="Runs that ended, by terminal."
         )
@@ -184,7 +191,7 @@ class _RunSpans:
     driven by hand, with pauses between steps, does not count the pauses.
     """
 
-    __slots__ = ("_context", "_run", "_state", "_state_context", "span", "telemetry")
+    __slots__ = ("_context", "_run", "_state", "_state_context", "span", "telemetry", "traceparent")
 
     def __init__(self, telemetry: _Telemetry, run: Run) -> None:
         self.telemetry = telemetry
@@ -197,6 +204,9 @@ class _RunSpans:
             links=(link,) if link is not None else None,
         )
         self._context = trace.set_span_in_context(self.span)
+        context = self.span.get_span_context()
+        #: What the run's replies carry, so a run that continues them links back here.
+        self.traceparent = _format(context) if context.is_valid else None
         self._state: trace.Span | None = None
         self._state_context = self._context
         run.chain = attrs.evolve(
@@ -206,14 +216,9 @@ class _RunSpans:
         )
         run.listeners.append(self)
 
-    @property
-    def traceparent(self) -> str | None:
-        context = self.span.get_span_context()
-        return _format(context) if context.is_valid else None
-
     def state_context(self) -> otel_context.Context:
         """The context of the current state's span, opened now if it is not open yet."""
-        if self._state is None:
+        if self._state is None and self.telemetry.states:
             state = self._run.state
             self._state = self.telemetry.tracer.start_span(
                 "agentfsm." + state, self._context, attributes={"agentfsm.state": state}
@@ -222,6 +227,12 @@ class _RunSpans:
         return self._state_context
 
     def __call__(self, run: Run, transition: Transition) -> None:
+        if self.telemetry.states:
+            self._end_state(run, transition)
+        if run.result is not None:
+            self._finish(run, transition.dest)
+
+    def _end_state(self, run: Run, transition: Transition) -> None:
         span, end = self._state, None
         attributes = {
             "agentfsm.trigger": transition.trigger,
@@ -244,8 +255,6 @@ class _RunSpans:
             span.set_attribute("error.type", result.error.type)
             span.set_status(Status(StatusCode.ERROR, result.error.message))
         span.end(end)
-        if result is not None:
-            self._finish(run, transition.dest)
 
     def _finish(self, run: Run, terminal: str) -> None:
         span = self.span
@@ -263,27 +272,52 @@ class _RunSpans:
         span.end()
         self.telemetry.runs.add(1, attributes)
 
-    # ------------------------------------------------------------ calls
 
-    async def model_call(
+def _run_id(run: Run) -> str:
+    """The id the run is saved under (its checkpointer's), or a fresh one."""
+    for listener in run.listeners:
+        run_id = getattr(listener, "run_id", None)
+        if isinstance(run_id, str):
+            return run_id
+    return uuid.uuid4().hex
+
+
+# ---------------------------------------------------------------- the calls
+
+
+class _TracedModel:
+    """The run's model: each call a ``chat`` span of the state making it."""
+
+    __slots__ = ("_attributes", "_model", "_name", "_spans")
+
+    def __init__(self, model: Any, spans: _RunSpans) -> None:
+        # A chain that a traced run already worked on carries a traced model: unwrap it.
+        self._model: Any = model._model if isinstance(model, _TracedModel) else model
+        self._spans = spans
+        provider, _, request_model = str(self._model.name).rpartition(":")
+        request_model = getattr(self._model, "model", None) or request_model
+        self._name = "chat " + request_model
+        self._attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": request_model}
+        if provider:
+            self._attributes["gen_ai.provider.name"] = provider
+
+    @property
+    def name(self) -> str:
+        return str(self._model.name)
+
+    async def complete(
         self,
-        model: Any,
         messages: Sequence[Message],
         tools: Sequence[Tool],
-        on_delta: Any,
+        *,
+        on_delta: Any = None,
     ) -> Message:
-        telemetry = self.telemetry
-        provider, _, request_model = model.name.rpartition(":")
-        request_model = getattr(model, "model", None) or request_model
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.request.model": request_model,
-        }
-        if provider:
-            attributes["gen_ai.provider.name"] = provider
+        spans = self._spans
+        telemetry = spans.telemetry
+        attributes = dict(self._attributes)
         span = telemetry.tracer.start_span(
-            "chat " + request_model,
-            self.state_context(),
+            self._name,
+            spans.state_context(),
             kind=SpanKind.CLIENT,
             attributes=attributes,
             record_exception=False,
@@ -293,7 +327,7 @@ class _RunSpans:
         token = otel_context.attach(trace.set_span_in_context(span))
         started = time.perf_counter()
         try:
-            reply: Message = await model.complete(messages, tools, on_delta=on_delta)
+            reply: Message = await self._model.complete(messages, tools, on_delta=on_delta)
         except BaseException as exc:
             if isinstance(exc, ChainError):
                 error_type, message = exc.type, exc.message
@@ -313,40 +347,70 @@ class _RunSpans:
             telemetry.model_duration.record(time.perf_counter() - started, attributes)
 
     def _received(self, span: trace.Span, attributes: dict[str, Any], reply: Message) -> Message:
-        """Describe the reply on the span, count its tokens, and stamp it with this run."""
+        """Describe the reply on the span, count its tokens, and stamp it with the run."""
+        telemetry = self._spans.telemetry
         metadata = reply.metadata
         answered = metadata.get("response_model") or metadata.get("model")
+        described: dict[str, Any] = {"gen_ai.response.finish_reasons": (_finish_reason(reply),)}
         if isinstance(answered, str):
-            span.set_attribute("gen_ai.response.model", answered)
-            attributes["gen_ai.response.model"] = answered
+            described["gen_ai.response.model"] = attributes["gen_ai.response.model"] = answered
         response_id = metadata.get("response_id")
         if isinstance(response_id, str):
-            span.set_attribute("gen_ai.response.id", response_id)
-        span.set_attribute("gen_ai.response.finish_reasons", (_finish_reason(reply),))
+            described["gen_ai.response.id"] = response_id
         usage = metadata.get("usage")
         if isinstance(usage, Mapping):
-            tokens = self.telemetry.tokens
             for kind in ("input", "output"):
                 count = usage.get(kind + "_tokens")
                 if isinstance(count, int):
-                    span.set_attribute(f"gen_ai.usage.{kind}_tokens", count)
-                    tokens.record(count, {**attributes, "gen_ai.token.type": kind})
-        if self.telemetry.capture:
-            span.set_attribute("gen_ai.output.messages", _json([_wire(reply)]))
-        traceparent = self.traceparent
+                    described[f"gen_ai.usage.{kind}_tokens"] = count
+                    telemetry.tokens.record(count, {**attributes, "gen_ai.token.type": kind})
+        if telemetry.capture:
+            described["gen_ai.output.messages"] = _json([_wire(reply)])
+        span.set_attributes(described)
+        traceparent = self._spans.traceparent
         if traceparent is None:
             return reply
-        return attrs.evolve(reply, metadata={**metadata, TRACEPARENT: traceparent})
+        return Message(
+            reply.role,
+            reply.content,
+            reply.tool_calls,
+            reply.tool_results,
+            reply.status,
+            {**metadata, TRACEPARENT: traceparent},
+        )
 
-    async def tool_call(self, tool: Tool, call: ToolCall, context: ToolContext) -> ToolResult:
-        telemetry = self.telemetry
-        attributes = {"gen_ai.tool.name": tool.name}
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def __repr__(self) -> str:
+        return f"<traced {self._model!r}>"
+
+
+def _finish_reason(reply: Message) -> str:
+    if reply.status == "length":
+        return "length"
+    if reply.status == "filtered":
+        return "content_filter"
+    return "tool_call" if reply.tool_calls else "stop"
+
+
+@attrs.frozen
+class _TracedTool(Tool):
+    """The run's tool: each call an ``execute_tool`` span of the state making it."""
+
+    spans: _RunSpans | None = attrs.field(default=None, kw_only=True, repr=False, eq=False)
+
+    async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
+        spans = self.spans
+        assert spans is not None
+        telemetry = spans.telemetry
+        attributes = {"gen_ai.tool.name": self.name}
         span = telemetry.tracer.start_span(
-            "execute_tool " + tool.name,
-            self.state_context(),
+            "execute_tool " + self.name,
+            spans.state_context(),
             attributes={
                 "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": tool.name,
+                "gen_ai.tool.name": self.name,
                 "gen_ai.tool.call.id": call.call_id,
                 "gen_ai.tool.type": "function",
             },
@@ -356,10 +420,11 @@ class _RunSpans:
         token = otel_context.attach(trace.set_span_in_context(span))
         started = time.perf_counter()
         try:
-            result = await Tool.invoke(tool, call, context)
+            result = await super().invoke(call, context)
         except BaseException as exc:  # cancellation: the tool did not finish
             span.set_attribute("error.type", type(exc).__qualname__)
             span.set_status(Status(StatusCode.ERROR, "the tool call did not finish"))
+            span.end()
             raise
         finally:
             otel_context.detach(token)
@@ -378,67 +443,6 @@ class _RunSpans:
         span.end()
         telemetry.tool_duration.record(time.perf_counter() - started, attributes)
         return result
-
-
-def _run_id(run: Run) -> str:
-    """The id the run is saved under (its checkpointer's), or a fresh one."""
-    for listener in run.listeners:
-        run_id = getattr(listener, "run_id", None)
-        if isinstance(run_id, str):
-            return run_id
-    return uuid.uuid4().hex
-
-
-def _finish_reason(reply: Message) -> str:
-    if reply.status == "length":
-        return "length"
-    if reply.status == "filtered":
-        return "content_filter"
-    return "tool_call" if reply.tool_calls else "stop"
-
-
-# ---------------------------------------------------------------- the wrappers
-
-
-class _TracedModel:
-    """The run's model, each call a span of the state making it."""
-
-    __slots__ = ("_model", "_spans")
-
-    def __init__(self, model: Any, spans: _RunSpans) -> None:
-        # A chain that a traced run already worked on carries a traced model: unwrap it.
-        self._model: Any = model._model if isinstance(model, _TracedModel) else model
-        self._spans = spans
-
-    @property
-    def name(self) -> str:
-        return str(self._model.name)
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[Tool],
-        *,
-        on_delta: Any = None,
-    ) -> Message:
-        return await self._spans.model_call(self._model, messages, tools, on_delta)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
-
-    def __repr__(self) -> str:
-        return f"<traced {self._model!r}>"
-
-
-@attrs.frozen
-class _TracedTool(Tool):
-    """A tool whose calls are spans of the state making them."""
-
-    spans: _RunSpans | None = attrs.field(default=None, kw_only=True, repr=False, eq=False)
-
-    async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
-        assert self.spans is not None
-        return await self.spans.tool_call(self, call, context)
 
 
 _TOOL_FIELDS: Final = tuple(f for f in attrs.fields(Tool) if f.init)

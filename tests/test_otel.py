@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -435,3 +436,29 @@ def test_the_engine_never_imports_opentelemetry() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_without_state_spans_calls_are_children_of_the_run(telemetry: Telemetry) -> None:
+    otel.instrument(telemetry.tracer_provider, telemetry.meter_provider, states=False)
+    adder().execute_sync(AgentState.of("add 1 and 2"))
+    root = one(telemetry.named("agentfsm.run"))
+    assert [s.name for s in telemetry.children(root)] == [
+        "chat small",
+        "execute_tool add",
+        "chat small",
+    ]
+    assert len(telemetry.spans) == 4
+    assert attributes(root)["agentfsm.terminal"] == "ok"
+
+
+def test_the_readme_example_prints_the_runs_spans() -> None:
+    readme = (ROOT / "README.md").read_text()
+    (code,) = re.findall(r"## OpenTelemetry\n.*?```python\n(.*?)```", readme, re.S)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr
+    names = re.findall(r'"name": "([^"]+)"', out.stdout)
+    assert names.count("agentfsm.run") == 1
+    assert names.count("chat scripted") == 2
+    assert names.count("execute_tool add") == 1
