@@ -20,6 +20,7 @@ durable engine's record). :func:`previous_run_link` reads it back.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -370,16 +371,15 @@ class _TracedModel:
         traceparent = self._spans.traceparent
         if traceparent is None:
             return reply
-        return Message(
-            reply.role,
-            reply.content,
-            reply.tool_calls,
-            reply.tool_results,
-            reply.status,
-            {**metadata, TRACEPARENT: traceparent},
-        )
+        return attrs.evolve(reply, metadata={**metadata, TRACEPARENT: traceparent})
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _TracedModel:
+        """A copy of the model, still traced as this run's (a span is not copied)."""
+        return _TracedModel(copy.deepcopy(self._model, memo), self._spans)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # copy and pickle probe for these before __init__ ran
+            raise AttributeError(name)
         return getattr(self._model, name)
 
     def __repr__(self) -> str:
@@ -399,6 +399,9 @@ class _TracedTool(Tool):
     """The run's tool: each call an ``execute_tool`` span of the state making it."""
 
     spans: _RunSpans | None = attrs.field(default=None, kw_only=True, repr=False, eq=False)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _TracedTool:
+        return self  # a frozen value; its run's spans are not to be copied
 
     async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
         spans = self.spans

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import signal
@@ -21,7 +22,17 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from agentfsm import Agent, AgentState, HumanInTheLoop, LLMChain, Message, StandardMode, otel, tool
+from agentfsm import (
+    Agent,
+    AgentState,
+    HumanInTheLoop,
+    LLMChain,
+    Message,
+    StandardMode,
+    otel,
+    serialization,
+    tool,
+)
 from agentfsm.providers import OpenAIChat, ScriptedModel, call_tool, fail, say
 from agentfsm.store import Checkpointer, SQLiteStore, resume_run_sync, start_run
 from agentfsm.testing import assert_path
@@ -462,3 +473,16 @@ def test_the_readme_example_prints_the_runs_spans() -> None:
     assert names.count("agentfsm.run") == 1
     assert names.count("chat scripted") == 2
     assert names.count("execute_tool add") == 1
+
+
+def test_a_traced_runs_chain_is_saved_and_copied_like_any_other(telemetry: Telemetry) -> None:
+    agent = adder()
+    run = agent.start(AgentState.of("add 1 and 2"))
+    run.run_sync()
+    document = serialization.dump(run.chain)
+    loaded = serialization.load(document, LLMChain, models={"acme:small": agent.model}, tools=[add])
+    assert loaded.llm is agent.model and loaded.tools == (add,)
+    assert [m.text for m in loaded.messages] == [m.text for m in run.chain.messages]
+    copied = copy.deepcopy(run.chain)
+    assert copied.llm.name == "acme:small"
+    assert [t.name for t in copied.tools] == ["add"]
