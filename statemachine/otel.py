@@ -47,7 +47,7 @@ from .run import Run
 from .tools import Tool, ToolContext
 from .trace import Transition
 
-__all__ = ["instrument", "previous_run_link", "uninstrument"]
+__all__ = ["instrument", "previous_run_link", "run_span", "uninstrument"]
 
 #: The reply metadata key holding the W3C trace context of the run that received it.
 TRACEPARENT: Final = "traceparent"
@@ -119,6 +119,15 @@ def previous_run_link(messages: Sequence[Message]) -> Link | None:
             if parent is None:
                 return None
             return Link(parent, {"agentfsm.link": "continues"})
+    return None
+
+
+def run_span(run: Run) -> trace.Span | None:
+    """The ``agentfsm.run`` span of a traced run, for the host to add its own attributes
+    (a tenant, a request id) or links; None when the run is not traced."""
+    for listener in run.listeners:
+        if isinstance(listener, _RunSpans):
+            return listener.span
     return None
 
 

@@ -486,3 +486,14 @@ def test_a_traced_runs_chain_is_saved_and_copied_like_any_other(telemetry: Telem
     copied = copy.deepcopy(run.chain)
     assert copied.llm.name == "acme:small"
     assert [t.name for t in copied.tools] == ["add"]
+
+
+def test_the_host_tags_a_runs_span(telemetry: Telemetry) -> None:
+    run = adder().start(AgentState.of("add 1 and 2"))
+    span = otel.run_span(run)
+    assert span is not None
+    span.set_attribute("tenant", "acme")
+    run.run_sync()
+    assert attributes(one(telemetry.named("agentfsm.run")))["tenant"] == "acme"
+    otel.uninstrument()
+    assert otel.run_span(adder().start(AgentState.of("x"))) is None
