@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
@@ -497,3 +498,21 @@ def test_the_host_tags_a_runs_span(telemetry: Telemetry) -> None:
     assert attributes(one(telemetry.named("agentfsm.run")))["tenant"] == "acme"
     otel.uninstrument()
     assert otel.run_span(adder().start(AgentState.of("x"))) is None
+
+
+async def test_concurrent_runs_on_one_model_keep_their_own_trees(telemetry: Telemetry) -> None:
+    def script(messages: Sequence[Message]) -> Message:
+        if messages[-1].role == "user":
+            return call_tool("add", a=len(messages[-1].text), b=0)
+        return say("done")
+
+    agent = Agent(ScriptedModel(script, delay=0.01), [add])
+    await asyncio.gather(agent.execute(AgentState.of("one")), agent.execute(AgentState.of("three")))
+    roots = telemetry.named("agentfsm.run")
+    assert len(roots) == 2
+    for root in roots:
+        states = telemetry.children(root)
+        assert len(states) == 14
+        calls = [c.name for s in states for c in telemetry.children(s)]
+        assert calls == ["chat scripted", "execute_tool add", "chat scripted"]
+    assert len(telemetry.spans) == 2 + 2 * (14 + 3)
