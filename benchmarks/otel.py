@@ -39,14 +39,10 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
+from overhead import _one  # the workload, as overhead.py measures it
 from rich.console import Console
 from rich.table import Table
-
-from agentfsm import LLMChain, Message, ToolCall, tool
-from agentfsm.modes.standard import StandardMode
-from agentfsm.providers import ScriptedModel
 
 SETTINGS = (
     "off",
@@ -58,25 +54,6 @@ SETTINGS = (
 )
 #: Spans "on, SDK" makes per model call of the workload (7 states, a chat, a tool).
 SPANS_PER_CALL = 9
-
-
-@tool
-async def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-def _script(k: int) -> ScriptedModel:
-    calls = [
-        Message.assistant(None, [ToolCall(f"c{i}", "add", {"a": i, "b": 1})]) for i in range(k)
-    ]
-    return ScriptedModel([*calls, Message.assistant("done")])
-
-
-async def _run(k: int) -> None:
-    chain = LLMChain(_script(k), tools=[add]).add_message(Message.user("go"))
-    result = await StandardMode().start(chain, max_runs=k + 2).run()
-    assert type(result).__name__ == "Ok", result
 
 
 def _settings() -> dict[str, tuple[Callable[[], None], Callable[[int], None] | None]]:
@@ -135,11 +112,12 @@ async def wall_clock(k: int, rounds: int) -> dict[str, list[float]]:
     for _ in range(rounds + 1):  # the first round warms every path up
         for name, (turn_on, extra) in settings.items():
             turn_on()
-            start = time.perf_counter()
-            await _run(k)
+            sample = await _one(k)
             if extra is not None:
+                start = time.perf_counter()
                 extra(k)
-            samples[name].append((time.perf_counter() - start) / (k + 1) * 1e6)
+                sample += (time.perf_counter() - start) / (k + 1) * 1e6
+            samples[name].append(sample)
     settings["off"][0]()
     return {name: values[1:] for name, values in samples.items()}
 
@@ -153,8 +131,8 @@ def _worker(setting: str, k: int) -> None:
     if setting != "off":  # "off" never imports OpenTelemetry
         turn_on, extra = _settings()[setting]
         turn_on()
-    asyncio.run(_run(1))
-    asyncio.run(_run(k))
+    asyncio.run(_one(1))
+    asyncio.run(_one(k))
     if extra is not None:
         extra(1)
         extra(k)
@@ -196,13 +174,13 @@ def instructions(k: int, small: int = 2) -> dict[str, float]:
 # ---------------------------------------------------------------- the table
 
 
-def _table(title: str, columns: Sequence[str], rows: list[list[Any]]) -> Table:
+def _print(title: str, columns: Sequence[str], rows: list[list[str]]) -> None:
     table = Table(title=title)
     for index, column in enumerate(columns):
         table.add_column(column, justify="left" if index == 0 else "right")
     for row in rows:
         table.add_row(*row)
-    return table
+    Console().print(table)
 
 
 def main() -> None:
@@ -214,41 +192,33 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         _worker(args.worker, args.k)
-        return
-    console = Console()
-    if args.instructions:
+    elif args.instructions:
         counts = instructions(args.k)
         off = counts["off"]
-        rows = [
-            [name, f"{count / 1e6:.3f}", f"{count - off:+,.0f}", f"{count / off:.3f}x"]
-            for name, count in counts.items()
-        ]
-        console.print(
-            _table(
-                f"agentfsm.otel: instructions per model call (callgrind, K={args.k})",
-                ["setting", "M instructions", "vs off", "/ off"],
-                rows,
-            )
+        _print(
+            f"agentfsm.otel: instructions per model call (callgrind, K={args.k})",
+            ["setting", "M instructions", "vs off", "/ off"],
+            [
+                [name, f"{count / 1e6:.3f}", f"{count - off:+,.0f}", f"{count / off:.3f}x"]
+                for name, count in counts.items()
+            ],
         )
-        return
-    samples = asyncio.run(wall_clock(args.k, args.rounds))
-    off = statistics.median(samples["off"])
-    rows = [
-        [
-            name,
-            f"{statistics.median(values):.1f}",
-            f"{min(values):.1f}",
-            f"{statistics.median(values) / off:.2f}x",
-        ]
-        for name, values in samples.items()
-    ]
-    console.print(
-        _table(
+    else:
+        samples = asyncio.run(wall_clock(args.k, args.rounds))
+        off = statistics.median(samples["off"])
+        _print(
             f"agentfsm.otel: µs per model call, K={args.k}, {args.rounds} interleaved samples",
             ["setting", "median", "best", "median / off"],
-            rows,
+            [
+                [
+                    name,
+                    f"{statistics.median(values):.1f}",
+                    f"{min(values):.1f}",
+                    f"{statistics.median(values) / off:.2f}x",
+                ]
+                for name, values in samples.items()
+            ],
         )
-    )
 
 
 if __name__ == "__main__":

@@ -201,7 +201,16 @@ class _RunSpans:
     driven by hand, with pauses between steps, does not count the pauses.
     """
 
-    __slots__ = ("_context", "_run", "_state", "_state_context", "span", "telemetry", "traceparent")
+    __slots__ = (
+        "_context",
+        "_run",
+        "_state",
+        "_state_context",
+        "_states",
+        "span",
+        "telemetry",
+        "traceparent",
+    )
 
     def __init__(self, telemetry: _Telemetry, run: Run) -> None:
         self.telemetry = telemetry
@@ -217,6 +226,9 @@ class _RunSpans:
         context = self.span.get_span_context()
         #: What the run's replies carry, so a run that continues them links back here.
         self.traceparent = _format(context) if context.is_valid else None
+        # A run the sampler left out (or a no-op provider) gets no state spans: they
+        # would be dropped, and they are most of the cost.
+        self._states = telemetry.states and self.span.is_recording()
         self._state: trace.Span | None = None
         self._state_context = self._context
         run.chain = attrs.evolve(
@@ -228,7 +240,7 @@ class _RunSpans:
 
     def state_context(self) -> otel_context.Context:
         """The context of the current state's span, opened now if it is not open yet."""
-        if self._state is None and self.telemetry.states:
+        if self._state is None and self._states:
             state = self._run.state
             self._state = self.telemetry.tracer.start_span(
                 "agentfsm." + state, self._context, attributes={"agentfsm.state": state}
@@ -237,7 +249,7 @@ class _RunSpans:
         return self._state_context
 
     def __call__(self, run: Run, transition: Transition) -> None:
-        if self.telemetry.states:
+        if self._states:
             self._end_state(run, transition)
         if run.result is not None:
             self._finish(run, transition.dest)

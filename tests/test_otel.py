@@ -21,6 +21,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
 from agentfsm import (
@@ -516,3 +517,18 @@ async def test_concurrent_runs_on_one_model_keep_their_own_trees(telemetry: Tele
         calls = [c.name for s in states for c in telemetry.children(s)]
         assert calls == ["chat scripted", "execute_tool add", "chat scripted"]
     assert len(telemetry.spans) == 2 + 2 * (14 + 3)
+
+
+def test_a_run_the_sampler_leaves_out_is_still_counted() -> None:
+    t = Telemetry()
+    t.tracer_provider = TracerProvider(sampler=ALWAYS_OFF)
+    t.tracer_provider.add_span_processor(SimpleSpanProcessor(t.exporter))
+    otel.instrument(t.tracer_provider, t.meter_provider)
+    try:
+        state = adder().execute_sync(AgentState.of("add 1 and 2"))
+    finally:
+        otel.uninstrument()
+    assert state.status == "ok"
+    assert t.spans == []
+    assert [p.value for _, p in t.points("agentfsm.runs")] == [1]
+    assert [p.count for _, p in t.points("agentfsm.tool.duration")] == [1]
