@@ -30,11 +30,11 @@ from agentfsm import (
     HumanInTheLoop,
     LLMChain,
     Message,
-    StandardMode,
     otel,
     serialization,
     tool,
 )
+from agentfsm.modes import StandardMode
 from agentfsm.providers import OpenAIChat, ScriptedModel, call_tool, fail, say
 from agentfsm.store import Checkpointer, SQLiteStore, resume_run_sync, start_run
 from agentfsm.testing import assert_path
