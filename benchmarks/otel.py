@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import re
 import statistics
@@ -132,6 +133,8 @@ def _worker(setting: str, k: int) -> None:
         turn_on, extra = _settings()[setting]
         turn_on()
     asyncio.run(_one(1))
+    gc.collect()
+    gc.disable()  # a collection falling in one run and not in the other is not the cost
     asyncio.run(_one(k))
     if extra is not None:
         extra(1)

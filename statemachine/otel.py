@@ -1,7 +1,7 @@
 """OpenTelemetry spans and metrics for runs, so they show next to the request that started them.
 
 ``instrument()`` turns it on for every run of a machine (an :class:`~agentfsm.Agent`'s,
-a :class:`~agentfsm.StandardMode`'s) started afterwards; ``uninstrument()`` turns it off.
+a :class:`~agentfsm.modes.StandardMode`'s) started afterwards; ``uninstrument()`` turns it off.
 Each run gets an ``agentfsm.run`` span, a child span per state it visits, and spans for
 its model and tool calls named and described by OpenTelemetry's GenAI semantic
 conventions. Message contents are recorded only when asked for (``capture_content``).
@@ -53,6 +53,7 @@ __all__ = ["instrument", "previous_run_link", "run_span", "uninstrument"]
 TRACEPARENT: Final = "traceparent"
 _CAPTURE_VARIABLE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _SCOPE: Final = "agentfsm"
+_PROVIDER_MODEL: Final = re.compile(r"([a-z][a-z0-9_.-]*):([^:\s]+)")
 _TRACEPARENT_FORMAT: Final = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
 # The GenAI semantic conventions' advice for histogram buckets.
@@ -316,8 +317,11 @@ class _TracedModel:
         # A chain that a traced run already worked on carries a traced model: unwrap it.
         self._model: Any = model._model if isinstance(model, _TracedModel) else model
         self._spans = spans
-        provider, _, request_model = str(self._model.name).rpartition(":")
-        request_model = getattr(self._model, "model", None) or request_model
+        # Provider models are named "provider:model"; any other name is the model's own.
+        named = _PROVIDER_MODEL.fullmatch(str(self._model.name))
+        provider, request_model = named.groups() if named else (None, str(self._model.name))
+        own = getattr(self._model, "model", None)
+        request_model = own if isinstance(own, str) else request_model
         self._name = "chat " + request_model
         self._attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": request_model}
         if provider:

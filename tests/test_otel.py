@@ -35,7 +35,7 @@ from agentfsm import (
     tool,
 )
 from agentfsm.modes import StandardMode
-from agentfsm.providers import OpenAIChat, ScriptedModel, call_tool, fail, say
+from agentfsm.providers import FallbackModel, OpenAIChat, ScriptedModel, call_tool, fail, say
 from agentfsm.store import Checkpointer, SQLiteStore, resume_run_sync, start_run
 from agentfsm.testing import assert_path
 from tests.providers.fake_server import FakeServer, Reply
@@ -532,3 +532,14 @@ def test_a_run_the_sampler_leaves_out_is_still_counted() -> None:
     assert t.spans == []
     assert [p.value for _, p in t.points("agentfsm.runs")] == [1]
     assert [p.count for _, p in t.points("agentfsm.tool.duration")] == [1]
+
+
+def test_a_fallback_models_call_names_the_model_that_answered(telemetry: Telemetry) -> None:
+    model = FallbackModel(
+        ScriptedModel([fail("server_error")], model_name="acme:big"),
+        ScriptedModel([say("hi")], model_name="acme:small"),
+    )
+    assert Agent(model).execute_sync(AgentState.of("hi")).status == "ok"
+    chat = one(telemetry.named("chat fallback(acme:big, acme:small)"))
+    assert "gen_ai.provider.name" not in attributes(chat)
+    assert attributes(chat)["gen_ai.response.model"] == "acme:small"
