@@ -36,7 +36,7 @@ from agentfsm import (
 )
 from agentfsm.modes import StandardMode
 from agentfsm.providers import FallbackModel, OpenAIChat, ScriptedModel, call_tool, fail, say
-from agentfsm.store import Checkpointer, SQLiteStore, resume_run_sync, start_run
+from agentfsm.store import Checkpointer, SQLiteStore, start_run
 from agentfsm.testing import assert_path
 from tests.providers.fake_server import FakeServer, Reply
 from tests.support import LOOP, add, boom
@@ -302,7 +302,7 @@ async def test_a_model_call_refused_over_http_is_an_error_span_of_the_provider(
     server.push(
         Reply(400, {"error": {"message": "no such model", "type": "invalid_request_error"}})
     )
-    model = OpenAIChat("gpt-test", api_key="sk-test", base_url=server.url, max_retries=0)
+    model = OpenAIChat("gpt-test", api_key="sk-test", base_url=server.url)
     try:
         state = await Agent(model).execute(AgentState.of("hi"))
     finally:
@@ -366,7 +366,7 @@ def test_a_paused_run_restored_from_the_store_links_to_the_run_it_continues(
     assert attributes(paused)["agentfsm.run.id"] == Checkpointer.of(run).run_id == "r1"
 
     # another worker: a fresh agent, the store reopened
-    state = resume_run_sync(adder(), "r1", SQLiteStore(tmp_path / "runs.db"))
+    state = adder().resume_run_sync("r1", SQLiteStore(tmp_path / "runs.db"))
     assert state.status == "ok"
     restored = one([s for s in telemetry.named("agentfsm.run") if s is not paused])
     assert attributes(restored)["agentfsm.run.id"] == "r1"
