@@ -12,6 +12,7 @@ from ._registry import fire_on_error
 from ._sync import run_sync
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
+from .invariants import check_decisions_fit
 from .machine import STANDARD, MachineTable
 from .messages import Message
 from .modes.standard import StandardMode
@@ -284,6 +285,7 @@ class Agent:
                 "No interrupt data found in state. "
                 "Cannot process decisions without interrupt context."
             )
+        check_decisions_fit(state.messages, data, self.middleware)
         for middleware in self.middleware:
             hook = getattr(middleware, "handle_resume", None)
             answered = None if hook is None else await hook(self, state, answer)
