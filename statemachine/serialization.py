@@ -176,14 +176,14 @@ converter.register_unstructure_hook(ChainError, _error_out)
 converter.register_structure_hook(ChainError, _error_in)
 
 
-def parse_json(text: str | bytes | bytearray, what: str = "The document") -> Any:
+def parse_json(text: str | bytes | bytearray) -> Any:
     """JSON text as data; anything but JSON (or JSON nested too deeply) is a FormatError."""
     try:
         return json.loads(text)
     except RecursionError:
-        raise FormatError(f"{what} is nested too deeply to read") from None
+        raise FormatError("Not readable: the JSON is nested too deeply") from None
     except (ValueError, TypeError) as exc:  # JSONDecodeError, bad UTF-8, not text
-        raise FormatError(f"{what} is not JSON: {exc}") from exc
+        raise FormatError(f"Not JSON: {exc}") from exc
 
 
 def check_format(data: Any) -> None:

@@ -12,6 +12,9 @@ model can read and act on.
 from __future__ import annotations
 
 import asyncio
+import collections.abc
+import dataclasses
+import datetime
 import difflib
 import enum
 import inspect
@@ -20,9 +23,11 @@ import re
 import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, overload
+from typing import Any, Final, Literal, overload
 
 import attrs
+import cattrs
+from cattrs.errors import AttributeValidationNote, ClassValidationError
 
 from .messages import Content, ContentPart, ToolCall, ToolResult
 
@@ -55,6 +60,12 @@ class ToolOutput:
 
 
 # ---------------------------------------------------------------- schema
+#
+# The schema the model sees and the check its arguments pass are made from
+# the same type hints: plain JSON types are checked in place (the common,
+# fast case); anything structured (containers with item types, attrs classes,
+# dataclasses, TypedDicts, enums, datetimes, unions) is structured by cattrs
+# into the Python value the tool declared, refusing what the schema refuses.
 
 
 _JSON_TYPES: dict[type, str] = {
@@ -66,54 +77,198 @@ _JSON_TYPES: dict[type, str] = {
     list: "array",
     tuple: "array",
 }
+_PLAIN = (str, int, float, bool)
+_FORMATS: dict[type, str] = {
+    datetime.datetime: "date-time",
+    datetime.date: "date",
+    datetime.time: "time",
+}
+_NONE = type(None)
 
 
-def _schema_for(hint: Any) -> dict[str, Any]:
-    """The JSON schema of one annotation; unknown types accept anything."""
+class _Unsupported(TypeError):
+    """A hint with no JSON form; ``from_function`` names the tool and parameter."""
+
+
+def _strip(hint: Any) -> Any:
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint
+
+
+def _is_plain(hint: Any) -> bool:
+    """A hint the in-place check covers exactly: a JSON scalar, a Literal, or Any (or None)."""
+    hint = _strip(hint)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [_strip(a) for a in typing.get_args(hint) if a is not _NONE]
+        return len(options) == 1 and options[0] in _PLAIN
+    return (
+        hint in _PLAIN
+        or hint is Any
+        or hint is _NONE
+        or hint is inspect.Parameter.empty
+        or origin is Literal
+    )
+
+
+def _literal_schema(values: Sequence[Any]) -> dict[str, Any]:
+    kinds = {_JSON_TYPES.get(type(v)) for v in values}
+    schema: dict[str, Any] = {"enum": list(values)}
+    if len(kinds) == 1 and None not in kinds:
+        schema["type"] = kinds.pop()
+    return schema
+
+
+def _fields_schema(
+    hints: Mapping[str, Any], required: Sequence[str], defaults: Mapping[str, Any], seen: Any
+) -> dict[str, Any]:
+    properties = {}
+    for name, hint in hints.items():
+        schema = _schema_for(hint, seen)
+        if name in defaults and _is_json(defaults[name]):
+            schema["default"] = defaults[name]
+        properties[name] = schema
+    out: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        out["required"] = list(required)
+    out["additionalProperties"] = False
+    return out
+
+
+_FACTORY: Final[type] = type(attrs.Factory(list))
+
+
+def _typeddict_keys(cls: type) -> tuple[dict[str, Any], set[str]]:
+    """A TypedDict's value types and required keys, read from its (possibly string) hints."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    required = set()
+    for key, hint in hints.items():
+        marker = typing.get_origin(hint)
+        total = getattr(cls, "__total__", True)
+        if marker is typing.Required or (marker is not typing.NotRequired and total):
+            required.add(key)
+        if marker in (typing.Required, typing.NotRequired):
+            hints[key] = typing.get_args(hint)[0]
+    return hints, required
+
+
+def _class_schema(cls: type, seen: tuple[type, ...]) -> dict[str, Any] | None:
+    """The object schema of an attrs class, dataclass or TypedDict; None for other classes."""
+    if cls in seen:
+        raise _Unsupported(f"{cls.__name__} refers to itself; recursive types have no schema")
+    seen = (*seen, cls)
+    if attrs.has(cls):
+        fields = [f for f in attrs.fields(cls) if f.init]
+        hints = typing.get_type_hints(cls, include_extras=True)
+        schema = _fields_schema(
+            {f.name: hints.get(f.name, Any) for f in fields},
+            [f.name for f in fields if f.default is attrs.NOTHING],
+            {f.name: f.default for f in fields if not isinstance(f.default, _FACTORY)},
+            seen,
+        )
+    elif dataclasses.is_dataclass(cls):
+        dfields = [f for f in dataclasses.fields(cls) if f.init]
+        hints = typing.get_type_hints(cls, include_extras=True)
+        schema = _fields_schema(
+            {f.name: hints.get(f.name, Any) for f in dfields},
+            [
+                f.name
+                for f in dfields
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            ],
+            {f.name: f.default for f in dfields if f.default is not dataclasses.MISSING},
+            seen,
+        )
+    elif typing.is_typeddict(cls):
+        hints, required = _typeddict_keys(cls)
+        schema = _fields_schema(hints, sorted(required, key=list(hints).index), {}, seen)
+    else:
+        return None
+    doc = cls.__dict__.get("__doc__")
+    if doc and not doc.startswith(cls.__name__ + "("):  # not the generated signature
+        schema["description"] = inspect.cleandoc(doc).split("\n\n")[0]
+    return schema
+
+
+def _schema_for(hint: Any, seen: tuple[type, ...] = ()) -> dict[str, Any]:
+    """The JSON schema of one annotation; a type with no JSON form raises ``_Unsupported``."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is typing.Annotated:
-        schema = _schema_for(args[0])
+        schema = _schema_for(args[0], seen)
         for meta in args[1:]:
             if isinstance(meta, str):
                 schema["description"] = meta
         return schema
     if hint is Any or hint is inspect.Parameter.empty:
         return {}
+    if hint is _NONE or hint is None:
+        return {"type": "null"}
     if origin in (typing.Union, types.UnionType):
-        options = [a for a in args if a is not type(None)]
+        options = [a for a in args if a is not _NONE]
         schema = (
-            _schema_for(options[0])
+            _schema_for(options[0], seen)
             if len(options) == 1
-            else {"anyOf": [_schema_for(a) for a in options]}
+            else {"anyOf": [_schema_for(a, seen) for a in options]}
         )
-        if len(options) < len(args) and "type" in schema:
-            schema["type"] = [schema["type"], "null"]
+        if len(options) < len(args):
+            if isinstance(schema.get("type"), str) and "enum" not in schema:
+                schema["type"] = [schema["type"], "null"]
+            else:
+                schema = {"anyOf": [*schema.get("anyOf", [schema]), {"type": "null"}]}
         return schema
     if origin is Literal:
-        values = list(args)
-        kinds = {_JSON_TYPES.get(type(v)) for v in values}
-        schema = {"enum": values}
-        if len(kinds) == 1 and None not in kinds:
-            schema["type"] = kinds.pop()
-        return schema
+        return _literal_schema(args)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return {"enum": [m.value for m in hint]}
+        return _literal_schema([m.value for m in hint])
+    if hint in _FORMATS:
+        return {"type": "string", "format": _FORMATS[hint]}
     base = origin or hint
-    if isinstance(base, type):
-        if issubclass(base, bool):
-            return {"type": "boolean"}
-        for py, js in _JSON_TYPES.items():
-            if issubclass(base, py):
-                schema = {"type": js}
-                if js == "array" and args:
-                    schema["items"] = _schema_for(args[0])
-                return schema
-        if base in (Sequence, typing.Sequence) or _is_abc(base, Sequence):
-            return {"type": "array", **({"items": _schema_for(args[0])} if args else {})}
-        if _is_abc(base, Mapping):
-            return {"type": "object"}
-    return {}
+    if not isinstance(base, type):
+        raise _Unsupported(f"{hint!r} has no JSON schema")
+    if issubclass(base, bool):
+        return {"type": "boolean"}
+    if base in _PLAIN:
+        return {"type": _JSON_TYPES[base]}
+    if issubclass(base, tuple) and args and args[-1] is not Ellipsis:
+        items = [_schema_for(a, seen) for a in args]
+        return {
+            "type": "array",
+            "prefixItems": items,
+            "minItems": len(items),
+            "maxItems": len(items),
+        }
+    if base in (set, frozenset) or _is_abc(base, collections.abc.Set):
+        return {
+            "type": "array",
+            "uniqueItems": True,
+            **({"items": _schema_for(args[0], seen)} if args else {}),
+        }
+    if base in (list, tuple) or base is Sequence or base is collections.abc.MutableSequence:
+        return {"type": "array", **({"items": _schema_for(args[0], seen)} if args else {})}
+    if base is dict or base in (Mapping, collections.abc.MutableMapping):
+        if args and _strip(args[0]) is not str:
+            raise _Unsupported(f"{hint!r} has keys that are not strings; JSON object keys are")
+        return {
+            "type": "object",
+            **({"additionalProperties": _schema_for(args[1], seen)} if args else {}),
+        }
+    found = _class_schema(base, seen)
+    if found is None:
+        raise _Unsupported(
+            f"{getattr(base, '__qualname__', base)} has no JSON schema; use a JSON type, an "
+            "attrs class, a dataclass, a TypedDict, an Enum, a Literal or a datetime"
+        )
+    return found
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _is_abc(base: type, abc: type) -> bool:
@@ -121,6 +276,157 @@ def _is_abc(base: type, abc: type) -> bool:
         return issubclass(base, abc)
     except TypeError:
         return False
+
+
+# ---------------------------------------------------------------- structuring
+
+
+class _Mismatch(ValueError):
+    """A value the schema refuses; its text follows the path: ``must be integer, got "2"``."""
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _strict(kinds: tuple[type, ...], name: str, cast: Callable[[Any], Any] | None = None) -> Any:
+    def structure(value: Any, _: Any) -> Any:
+        if type(value) not in kinds:
+            raise _Mismatch(f"must be {name}, got {_shown(value)}")
+        return value if cast is None else cast(value)
+
+    return structure
+
+
+def _iso(kind: type, name: str) -> Any:
+    def structure(value: Any, _: Any) -> Any:
+        if type(value) is str:
+            try:
+                return kind.fromisoformat(value)  # type: ignore[attr-defined]
+            except ValueError:
+                pass
+        raise _Mismatch(f"must be an ISO 8601 {name} string, got {_shown(value)}")
+
+    return structure
+
+
+def _choice(values: Sequence[Any], out: Sequence[Any]) -> Any:
+    def structure(value: Any, _: Any) -> Any:
+        for given, result in zip(values, out, strict=True):
+            if value == given and type(value) is type(given):
+                return result
+        raise _Mismatch(
+            f"must be one of {', '.join(_shown(v) for v in values)}, got {_shown(value)}"
+        )
+
+    return structure
+
+
+def _union(hint: Any) -> Any:
+    options = typing.get_args(hint)
+    described = _describe(_schema_for(hint))
+
+    def structure(value: Any, _: Any) -> Any:
+        if value is None and _NONE in options:
+            return None
+        real = [o for o in options if o is not _NONE]
+        if len(real) == 1:
+            return _converter.structure(value, real[0])
+        for option in real:
+            try:
+                return _converter.structure(value, option)
+            except Exception:
+                continue
+        raise _Mismatch(f"must be {described}, got {_shown(value)}")
+
+    return structure
+
+
+def _typeddict(cls: type) -> Any:
+    """TypedDicts structured as their schema says (string hints and NotRequired included)."""
+    hints, required = _typeddict_keys(cls)
+
+    def structure(value: Any, _: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _Mismatch(f"must be object, got {_shown(value)}")
+        extra = [k for k in value if k not in hints]
+        if extra:
+            raise cattrs.ForbiddenExtraKeysError("", cls, set(extra))
+        out, errors = {}, []
+        for key, hint in hints.items():
+            try:
+                if key not in value:
+                    if key in required:
+                        raise KeyError(key)
+                    continue
+                out[key] = _converter.structure(value[key], hint)
+            except Exception as exc:
+                exc.__notes__ = [AttributeValidationNote(f"Structuring {key}", key, hint)]
+                errors.append(exc)
+        if errors:
+            raise ClassValidationError(f"While structuring {cls.__name__}", errors, cls)
+        return out
+
+    return structure
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
+    conv.register_structure_hook(str, _strict((str,), "string"))
+    conv.register_structure_hook(int, _strict((int,), "integer"))
+    conv.register_structure_hook(float, _strict((int, float), "number", float))
+    conv.register_structure_hook(bool, _strict((bool,), "boolean"))
+    conv.register_structure_hook(_NONE, _strict((_NONE,), "null"))
+    for kind, name in _FORMATS.items():
+        conv.register_structure_hook(kind, _iso(kind, name))
+    conv.register_structure_hook_factory(
+        lambda t: typing.get_origin(t) is Literal,  # type: ignore[comparison-overlap]
+        lambda t: _choice(typing.get_args(t), typing.get_args(t)),
+    )
+    conv.register_structure_hook_factory(
+        lambda t: isinstance(t, type) and issubclass(t, enum.Enum),
+        lambda t: _choice([m.value for m in t], list(t)),
+    )
+    conv.register_structure_hook_factory(
+        lambda t: typing.get_origin(t) in (typing.Union, types.UnionType),  # type: ignore[comparison-overlap]
+        _union,
+    )
+    conv.register_structure_hook_factory(typing.is_typeddict, _typeddict)
+    return conv
+
+
+_converter = _make_converter()
+
+
+def _format_error(exc: BaseException, _: Any) -> str:
+    if isinstance(exc, _Mismatch):
+        return str(exc)
+    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+        return f"has unknown field(s) {sorted(exc.extra_fields)}"
+    if isinstance(exc, KeyError):
+        return "is missing (required)"
+    if isinstance(exc, TypeError) and "iterable" in str(exc):
+        return "must be an array"
+    return f"is invalid ({type(exc).__name__}: {exc})"
+
+
+def _structure_problems(name: str, value: Any, hint: Any) -> tuple[Any, list[str]]:
+    """``value`` structured as ``hint``, or the problems, each naming its path."""
+    try:
+        return _converter.structure(value, hint), []
+    except RecursionError:
+        return None, [f"parameter {name!r} is nested too deeply"]
+    except Exception as exc:
+        lines = cattrs.transform_error(exc, path=name, format_exception=_format_error)
+        problems = []
+        for line in lines:
+            text, _, path = line.rpartition(" @ ")
+            problems.append(f"parameter {path!r} {text}")
+        return None, problems
 
 
 _ARGS_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$", re.MULTILINE)
@@ -194,7 +500,13 @@ def _checker(schema: Mapping[str, Any]) -> Callable[[Any], bool]:
 def _describe(schema: Mapping[str, Any]) -> str:
     if "enum" in schema:
         return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
+    if "anyOf" in schema:
+        return " or ".join(_describe(option) for option in schema["anyOf"])
     kind = schema.get("type", "any")
+    if "format" in schema:
+        return f"a {schema['format']} string"
+    if kind == "object" and "properties" in schema:
+        return "an object with " + ", ".join(schema["properties"])
     return " or ".join(kind) if isinstance(kind, list) else str(kind)
 
 
@@ -224,6 +536,8 @@ class Tool:
     display_text: str | None = None
     context_param: str | None = None
     is_async: bool = attrs.field(default=False)
+    #: Parameters cattrs structures before the call (containers, classes, enums, datetimes...).
+    structured: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
     _required: frozenset[str] = attrs.field(init=False, eq=False, repr=False)
     _properties: Mapping[str, Mapping[str, Any]] = attrs.field(init=False, eq=False, repr=False)
     _open: bool = attrs.field(init=False, eq=False, repr=False)
@@ -249,29 +563,46 @@ class Tool:
         display_text: str | None = None,
     ) -> Tool:
         """Read name, description and schema off a typed function."""
-        hints = typing.get_type_hints(function, include_extras=True)
+        label = name or getattr(function, "__name__", repr(function))
+        try:
+            hints = typing.get_type_hints(function, include_extras=True)
+            signature = inspect.signature(function)
+        except (TypeError, ValueError, NameError) as exc:
+            raise TypeError(f"Cannot make a tool of {label}: {exc}") from exc
         doc, param_docs = _parse_docstring(function.__doc__)
         properties: dict[str, Any] = {}
         required: list[str] = []
+        structured: dict[str, Any] = {}
         context_param = None
-        for param in inspect.signature(function).parameters.values():
+        for param in signature.parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+                kind = (
+                    f"*{param.name}"
+                    if param.kind is param.VAR_POSITIONAL
+                    else f"**{param.name}"
+                    if param.kind is param.VAR_KEYWORD
+                    else f"the positional-only parameter {param.name!r}"
+                )
+                raise TypeError(
+                    f"Tool {label!r} takes {kind}: the model calls a tool with a JSON object "
+                    "of named arguments, so every parameter must be a plain named one"
+                )
             hint = hints.get(param.name, Any)
             if _is_context(hint):
                 context_param = param.name
                 continue
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                continue
-            schema = _schema_for(hint)
+            try:
+                schema = _schema_for(hint)
+            except _Unsupported as exc:
+                raise TypeError(f"Tool {label!r}, parameter {param.name!r}: {exc}") from None
+            if not _is_plain(hint):
+                structured[param.name] = _strip(hint)
             if param.name in param_docs and "description" not in schema:
                 schema["description"] = param_docs[param.name]
             if param.default is inspect.Parameter.empty:
                 required.append(param.name)
-            else:
-                try:
-                    json.dumps(param.default)
-                    schema["default"] = param.default
-                except TypeError:
-                    pass
+            elif _is_json(param.default):
+                schema["default"] = param.default
             properties[param.name] = schema
         parameters: dict[str, Any] = {"type": "object", "properties": properties}
         if required:
@@ -285,10 +616,11 @@ class Tool:
             display_text=display_text,
             context_param=context_param,
             is_async=inspect.iscoroutinefunction(function),
+            structured=structured,
         )
 
     def _fits(self, arguments: Mapping[str, Any]) -> bool:
-        """The quick yes of the common case; a no is explained by ``argument_error``."""
+        """The quick yes of the common case; a no is explained by ``_bind``."""
         checks = self._checks
         for key, value in arguments.items():
             check = checks.get(key)
@@ -301,8 +633,13 @@ class Tool:
 
     def argument_error(self, arguments: Mapping[str, Any]) -> str | None:
         """Why ``arguments`` do not fit the schema, in words the model can act on."""
-        if self._fits(arguments):
-            return None
+        return self._bind(arguments)[1]
+
+    def _bind(self, arguments: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """The keyword arguments of the call (structured values in place), or why not."""
+        structured = self.structured
+        if self._fits(arguments) and not structured:
+            return dict(arguments), None
         given = set(arguments)
         missing = sorted(self._required - given)
         unknown = [] if self._open else sorted(given - self._properties.keys())
@@ -313,15 +650,19 @@ class Tool:
             guess = difflib.get_close_matches(key, list(self._properties), n=1)
             hint = f" (did you mean {guess[0]!r}?)" if guess else ""
             problems.append(f"unknown parameter {key!r}{hint}")
+        kwargs = dict(arguments)
         for key, value in arguments.items():
             schema = self._properties.get(key)
-            if schema is not None and not _type_ok(value, schema):
+            if key in structured:
+                kwargs[key], found = _structure_problems(key, value, structured[key])
+                problems.extend(found)
+            elif schema is not None and not _type_ok(value, schema):
                 problems.append(
-                    f"parameter {key!r} must be {_describe(schema)}, got {json.dumps(value)}"
+                    f"parameter {key!r} must be {_describe(schema)}, got {_shown(value)}"
                 )
         if not problems:
-            return None
-        return (
+            return kwargs, None
+        return kwargs, (
             f"Invalid arguments for tool {self.name!r}: " + "; ".join(problems) + ". "
             f"Required: {sorted(self._required)}. Accepted: {list(self._properties)}."
         )
@@ -337,10 +678,9 @@ class Tool:
                 f"Invalid JSON in arguments for tool {self.name!r}: "
                 f"{call.invalid_arguments}. Send the arguments as a JSON object.",
             )
-        problem = self.argument_error(call.arguments)
+        kwargs, problem = self._bind(call.arguments)
         if problem is not None:
             return _error(call, problem)
-        kwargs = dict(call.arguments)
         if self.context_param is not None:
             kwargs[self.context_param] = context
         try:
@@ -396,9 +736,71 @@ def _to_result(call: ToolCall, value: Any) -> ToolResult:
     if isinstance(value, list | tuple) and value and all(isinstance(v, ContentPart) for v in value):
         return ToolResult(call.call_id, call.name, tuple(value))
     try:
-        return ToolResult(call.call_id, call.name, json.dumps(value, default=str))
+        data = _json_value(value, "$", 0)
+        text = data if isinstance(data, str) else json.dumps(data)
+    except _NoJSON as exc:
+        return _error(call, f"ERROR: tool {call.name!r} returned {exc}")
     except (TypeError, ValueError) as exc:
-        return _error(call, f"ERROR: tool returned a value that is not JSON: {exc}")
+        return _error(call, f"ERROR: tool {call.name!r} returned a value that is not JSON: {exc}")
+    return ToolResult(call.call_id, call.name, text)
+
+
+class _NoJSON(ValueError):
+    """A tool's return value with no defined JSON form."""
+
+
+_MAX_DEPTH = 100
+_NO_JSON_HINT = (
+    "; return a str, a JSON value, an attrs class or dataclass instance, or a ToolOutput"
+)
+
+
+def _json_value(value: Any, path: str, depth: int) -> Any:
+    """What a tool returned, as JSON data: the one conversion, documented in the README.
+
+    Sets become sorted lists (in iteration order when unsortable), bytes UTF-8
+    text, enums their value, dates and times ISO 8601 strings, attrs and
+    dataclass instances objects of their fields. Anything else is refused,
+    naming where it sits, so no ``repr`` reaches the model.
+    """
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if depth > _MAX_DEPTH:
+        raise _NoJSON(f"a value nested deeper than {_MAX_DEPTH} levels (at {path})")
+    depth += 1
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str | int | float | bool):
+                raise _NoJSON(f"an object key of type {type(key).__name__} (at {path})")
+            out[key] = _json_value(item, f"{path}[{key!r}]", depth)
+        return out
+    if isinstance(value, list | tuple):
+        return [_json_value(v, f"{path}[{i}]", depth) for i, v in enumerate(value)]
+    if isinstance(value, set | frozenset):
+        try:
+            items = sorted(value)
+        except TypeError:
+            items = list(value)
+        return [_json_value(v, f"{path}[{i}]", depth) for i, v in enumerate(items)]
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise _NoJSON(f"bytes that are not UTF-8 text (at {path}){_NO_JSON_HINT}") from None
+    if isinstance(value, enum.Enum):
+        return _json_value(value.value, path, depth)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if attrs.has(type(value)):
+        fields = {f.name: getattr(value, f.name) for f in attrs.fields(type(value))}
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    else:
+        raise _NoJSON(
+            f"a value with no JSON form ({type(value).__name__} at {path}){_NO_JSON_HINT}"
+        )
+    return {k: _json_value(v, f"{path}.{k}", depth) for k, v in fields.items()}
 
 
 @overload
