@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import contextlib
+import contextvars
 import dataclasses
 import datetime
 import difflib
@@ -20,6 +22,7 @@ import enum
 import inspect
 import json
 import re
+import threading
 import types
 import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -41,6 +44,9 @@ class ToolContext:
     state: Mapping[str, Any]
     custom_context: Mapping[str, Any]
     tool_call_id: str
+    #: For a sync tool with a ``timeout``: set once the call ran out of time. Python
+    #: cannot stop the tool's thread; check it before a side effect to skip it.
+    timed_out: threading.Event | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -542,6 +548,7 @@ class Tool:
     _properties: Mapping[str, Mapping[str, Any]] = attrs.field(init=False, eq=False, repr=False)
     _open: bool = attrs.field(init=False, eq=False, repr=False)
     _checks: Mapping[str, Callable[[Any], bool]] = attrs.field(init=False, eq=False, repr=False)
+    _stragglers: _Stragglers = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         props = dict(self.parameters.get("properties") or {})
@@ -549,6 +556,7 @@ class Tool:
         object.__setattr__(self, "_required", frozenset(self.parameters.get("required") or ()))
         object.__setattr__(self, "_open", self.parameters.get("additionalProperties") is True)
         object.__setattr__(self, "_checks", {k: _checker(v) for k, v in props.items()})
+        object.__setattr__(self, "_stragglers", _Stragglers())
         if not self.is_async and inspect.iscoroutinefunction(self.function):
             object.__setattr__(self, "is_async", True)
 
@@ -681,6 +689,15 @@ class Tool:
         kwargs, problem = self._bind(call.arguments)
         if problem is not None:
             return _error(call, problem)
+        in_thread = not self.is_async and self.timeout is not None
+        if in_thread:
+            if self._stragglers.count >= MAX_STRAGGLERS:
+                return _error(
+                    call,
+                    f"ERROR: tool {self.name!r} was not started: {MAX_STRAGGLERS} earlier calls "
+                    "are still running past their timeout. Try again later or do without it.",
+                )
+            context = attrs.evolve(context, timed_out=threading.Event())
         if self.context_param is not None:
             kwargs[self.context_param] = context
         try:
@@ -689,23 +706,96 @@ class Tool:
                 if self.timeout is not None:
                     awaitable = asyncio.wait_for(awaitable, self.timeout)
                 value = await awaitable
-            elif self.timeout is not None:
-                value = await asyncio.wait_for(
-                    asyncio.to_thread(self.function, **kwargs), self.timeout
-                )
+            elif in_thread:
+                value = await self._in_thread(kwargs, context)
             else:
                 value = self.function(**kwargs)
         except TimeoutError as exc:
             if self.timeout is not None and not str(exc):
+                late = (
+                    " It runs in a thread Python cannot stop, so it may still finish and "
+                    "its effects may still happen; its result will be discarded."
+                    if in_thread
+                    else ""
+                )
                 return _error(
                     call,
                     f"ERROR: TimeoutError: tool {self.name!r} did not finish "
-                    f"within {self.timeout:g}s",
+                    f"within {self.timeout:g}s.{late}",
                 )
             return _error(call, f"ERROR: {type(exc).__name__}: {exc}")
         except Exception as exc:
             return _error(call, f"ERROR: {type(exc).__name__}: {exc}")
         return _to_result(call, value)
+
+    async def _in_thread(self, kwargs: dict[str, Any], context: ToolContext) -> Any:
+        """Run a sync tool in a thread of its own, waiting at most ``timeout``.
+
+        Its own daemon thread, not the loop's shared executor: a tool that
+        never returns must not starve other work (DNS lookups, other tools)
+        nor keep the process alive at exit. On timeout ``context.timed_out``
+        is set for a tool that checks it before its side effect.
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        stragglers = self._stragglers
+        copied = contextvars.copy_context()
+
+        def settle(error: BaseException | None, value: Any) -> None:
+            if done.done():
+                return
+            if error is None:
+                done.set_result(value)
+            else:
+                done.set_exception(error)
+
+        timed_out = context.timed_out
+        assert timed_out is not None
+        ended = [False]
+
+        def work() -> None:
+            error: BaseException | None = None
+            value = None
+            try:
+                value = copied.run(self.function, **kwargs)
+            except BaseException as exc:  # handed to the waiting call, which reports it
+                error = exc
+            finally:
+                stragglers.end(ended, timed_out)
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(settle, error, value)
+
+        threading.Thread(target=work, name=f"agentfsm tool {self.name}", daemon=True).start()
+        try:
+            return await asyncio.wait_for(asyncio.shield(done), self.timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            stragglers.abandon(ended, timed_out)
+            raise
+
+
+class _Stragglers:
+    """Threads of timed-out calls of one tool that still run: bounded by ``MAX_STRAGGLERS``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def abandon(self, ended: list[bool], timed_out: threading.Event) -> None:
+        """The caller stopped waiting: a thread still running counts until it ends."""
+        with self._lock:
+            timed_out.set()
+            if not ended[0]:
+                self.count += 1
+
+    def end(self, ended: list[bool], timed_out: threading.Event) -> None:
+        with self._lock:
+            ended[0] = True
+            if timed_out.is_set():
+                self.count -= 1
+
+
+#: Calls of one sync tool that may still run past their timeout before new calls are refused.
+MAX_STRAGGLERS: Final = 8
 
 
 def _error(call: ToolCall, message: str) -> ToolResult:

@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import enum
 import re
+import threading
 import time
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
@@ -24,7 +25,7 @@ from agentfsm import (
 )
 from agentfsm.providers import ScriptedModel
 from agentfsm.steps import execute_tool_calls, run_tool_calls
-from agentfsm.tools import Tool
+from agentfsm.tools import MAX_STRAGGLERS, Tool
 from tests.support import add, boom
 
 
@@ -167,10 +168,87 @@ async def test_tool_timeout_becomes_an_error_result() -> None:
         time.sleep(0.3)
         return "late"
 
-    for t in (hang, hang_sync):
-        result = await _one(t)
-        assert result.is_error
-        assert result.content == f"ERROR: TimeoutError: tool '{t.name}' did not finish within 0.05s"
+    result = await _one(hang)
+    assert result.is_error
+    assert result.content == "ERROR: TimeoutError: tool 'hang' did not finish within 0.05s."
+    result = await _one(hang_sync)
+    assert result.is_error
+    assert result.content == (
+        "ERROR: TimeoutError: tool 'hang_sync' did not finish within 0.05s. It runs in a thread "
+        "Python cannot stop, so it may still finish and its effects may still happen; its "
+        "result will be discarded."
+    )
+
+
+async def test_a_sync_tool_past_its_timeout_is_told_and_may_skip_its_side_effect() -> None:
+    """Python cannot kill a thread: the late side effect happens unless the tool checks."""
+    effects: list[str] = []
+    release = threading.Event()
+
+    @tool(timeout=0.05)
+    def careless(ctx: ToolContext) -> str:
+        """Writes after a long wait, whatever happened meanwhile."""
+        release.wait(5)
+        effects.append("careless wrote")
+        return "written"
+
+    @tool(timeout=0.05)
+    def careful(ctx: ToolContext) -> str:
+        """Checks the context before writing."""
+        release.wait(5)
+        assert ctx.timed_out is not None
+        if ctx.timed_out.is_set():
+            effects.append("careful skipped")
+            return "skipped"
+        effects.append("careful wrote")
+        return "written"
+
+    results = await run_tool_calls(
+        _chain(careless, careful), [ToolCall("1", "careless", {}), ToolCall("2", "careful", {})]
+    )
+    assert [r.is_error for r in results] == [True, True]
+    assert all("its effects may still happen" in str(r.content) for r in results)
+    assert effects == []
+    release.set()
+    for _ in range(500):
+        if len(effects) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert sorted(effects) == ["careful skipped", "careless wrote"]
+
+
+async def test_hung_sync_tools_neither_starve_the_loop_nor_pile_up() -> None:
+    release = threading.Event()
+
+    @tool(timeout=0.02)
+    def stuck() -> str:
+        """Never returns until released."""
+        release.wait(10)
+        return "late"
+
+    chain = _chain(stuck)
+    try:
+        first = [
+            (await run_tool_calls(chain, [ToolCall(str(i), "stuck", {})]))[0] for i in range(12)
+        ]
+        assert sum("did not finish" in str(r.content) for r in first) == MAX_STRAGGLERS
+        refused = [r for r in first if "was not started" in str(r.content)]
+        assert len(refused) == 12 - MAX_STRAGGLERS
+        assert str(refused[0].content) == (
+            f"ERROR: tool 'stuck' was not started: {MAX_STRAGGLERS} earlier calls are still "
+            "running past their timeout. Try again later or do without it."
+        )
+        # The loop's shared executor (DNS lookups, to_thread) is not held by them.
+        loop = asyncio.get_running_loop()
+        assert await asyncio.wait_for(loop.run_in_executor(None, lambda: 42), 2) == 42
+    finally:
+        release.set()
+    for _ in range(500):
+        (again,) = await run_tool_calls(chain, [ToolCall("x", "stuck", {})])
+        if "was not started" not in str(again.content):
+            break
+        await asyncio.sleep(0.01)
+    assert again.content == "late"
 
 
 async def test_tool_context_sees_state_and_call_id() -> None:
