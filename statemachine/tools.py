@@ -654,6 +654,9 @@ class Tool:
         problems = []
         if missing:
             problems.append(f"missing required parameter(s) {missing}")
+        if len(unknown) > _MAX_LISTED:
+            problems.append(f"{len(unknown) - _MAX_LISTED} more unknown parameters")
+            unknown = unknown[:_MAX_LISTED]
         for key in unknown:
             guess = difflib.get_close_matches(key, list(self._properties), n=1)
             hint = f" (did you mean {guess[0]!r}?)" if guess else ""
@@ -684,7 +687,7 @@ class Tool:
             return _error(
                 call,
                 f"Invalid JSON in arguments for tool {self.name!r}: "
-                f"{call.invalid_arguments}. Send the arguments as a JSON object.",
+                f"{_clipped(call.invalid_arguments)}. Send the arguments as a JSON object.",
             )
         kwargs, problem = self._bind(call.arguments)
         if problem is not None:
@@ -796,6 +799,17 @@ class _Stragglers:
 
 #: Calls of one sync tool that may still run past their timeout before new calls are refused.
 MAX_STRAGGLERS: Final = 8
+
+
+#: Unknown parameters named one by one (each with a did-you-mean) in an error result.
+_MAX_LISTED: Final = 10
+
+
+def _clipped(text: str, limit: int = 500) -> str:
+    """At most ``limit`` characters of a model's text echoed back to it."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]} ...[{len(text) - limit} characters]... {text[-limit // 2 :]}"
 
 
 def _error(call: ToolCall, message: str) -> ToolResult:

@@ -118,6 +118,25 @@ class SavedRun:
         return sum(len(t) for t in self.traces)
 
 
+def _saved_options(value: Any) -> dict[str, Any]:
+    """A segment's saved options, checked: a checkpoint is data, not code."""
+    options = dict(value or {}) if isinstance(value, Mapping | None) else None
+    if options is None or not set(options) <= set(SAVED_OPTIONS):
+        raise FormatError(f"Saved options {value!r} are not {list(SAVED_OPTIONS)}")
+    names = options.get("until_tool", [])
+    runs = options.get("max_runs", 1)
+    if (
+        not isinstance(names, list)
+        or not all(isinstance(n, str) for n in names)
+        or not isinstance(options.get("require_tool_success", False), bool)
+        or isinstance(runs, bool)
+        or not isinstance(runs, int)
+        or runs < 1
+    ):
+        raise FormatError(f"Saved options {value!r} are malformed")
+    return options
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -171,6 +190,7 @@ def load_run(
         agent_state = None
         if stored.agent_state is not None:
             agent_state = converter.structure(parse_json(stored.agent_state), AgentState)
+        options = _saved_options(header.get("options"))
     except (FormatError, UnknownToolError, UnknownMachineError):
         raise
     except Exception as exc:
@@ -188,7 +208,7 @@ def load_run(
         state=last.terminal or last.entry,
         chain=chain,
         traces=tuple(traces),
-        options=dict(header.get("options") or {}),
+        options=options,
         result=result,
         agent_state=agent_state,
         messages=tuple(unpacker.messages),
