@@ -39,6 +39,8 @@ from agentfsm.providers import (
     say,
 )
 from agentfsm.providers._model import tool_call
+from agentfsm.serialization import loads
+from agentfsm.store import SQLiteStore, load_run, start_run
 from tests.providers.fake_server import FakeServer, Reply
 from tests.support import add, boom, submit
 
@@ -463,8 +465,6 @@ class Refusal:
 
 
 def _saved_interrupt(tmp: pathlib.Path) -> tuple[Any, Any]:
-    from agentfsm.store import SQLiteStore, start_run
-
     store = SQLiteStore(tmp / "runs.db")
     agent = Agent(
         ScriptedModel([call_tool("gated", path="/etc/passwd")]),
@@ -475,49 +475,42 @@ def _saved_interrupt(tmp: pathlib.Path) -> tuple[Any, Any]:
     return store, agent
 
 
-def _edit(store: Any, sql: str) -> None:
+def _edit(store: Any, *statements: str) -> None:
     con = sqlite3.connect(store.path)
-    con.execute(sql)
+    for sql in statements:
+        con.execute(sql)
     con.commit()
     con.close()
 
 
 def _skip_the_approval(tmp: pathlib.Path) -> Any:
-    from agentfsm.store import resume_run_sync
-
     store, agent = _saved_interrupt(tmp)
     _edit(
         store,
         "UPDATE transitions SET doc = json_set(doc, '$.trigger', 'clear', '$.dest', 'executing')"
         " WHERE seq = 2",
+        "UPDATE runs SET result = NULL",
     )
-    _edit(store, "UPDATE runs SET result = NULL")
-    return resume_run_sync(agent, "r", store)
+    return agent.resume_run_sync("r", store)
 
 
 def _forged_decision(tmp: pathlib.Path) -> Any:
-    from agentfsm.store import resume_run_sync
-
     store, agent = _saved_interrupt(tmp)
     _edit(
         store,
         "UPDATE runs SET agent_state = json_set(agent_state, "
         "'$.interrupt_data.action_requests[0].arguments.path', 'notes.txt')",
     )
-    return resume_run_sync(agent, "r", store, decisions=[{"type": "approve"}])
+    return agent.resume_run_sync("r", store, [{"type": "approve"}])
 
 
 def _made_up_state(tmp: pathlib.Path) -> Any:
-    from agentfsm.store import load_run
-
     store, _ = _saved_interrupt(tmp)
     _edit(store, "UPDATE transitions SET doc = json_set(doc, '$.dest', 'owned') WHERE seq = 2")
     return load_run(store, "r", tools=[gated])
 
 
 def _deep_document(tmp: pathlib.Path) -> Any:
-    from agentfsm.serialization import loads
-
     return loads("[" * 100_000, AgentState)
 
 
