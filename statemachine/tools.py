@@ -19,6 +19,7 @@ import dataclasses
 import datetime
 import difflib
 import enum
+import functools
 import inspect
 import json
 import re
@@ -341,10 +342,10 @@ def _union(hint: Any) -> Any:
             return None
         real = [o for o in options if o is not _NONE]
         if len(real) == 1:
-            return _converter.structure(value, real[0])
+            return _converter().structure(value, real[0])
         for option in real:
             try:
-                return _converter.structure(value, option)
+                return _converter().structure(value, option)
             except Exception:
                 continue
         raise _Mismatch(f"must be {described}, got {_shown(value)}")
@@ -369,7 +370,7 @@ def _typeddict(cls: type) -> Any:
                     if key in required:
                         raise KeyError(key)
                     continue
-                out[key] = _converter.structure(value[key], hint)
+                out[key] = _converter().structure(value[key], hint)
             except Exception as exc:
                 exc.__notes__ = [AttributeValidationNote(f"Structuring {key}", key, hint)]
                 errors.append(exc)
@@ -380,7 +381,9 @@ def _typeddict(cls: type) -> Any:
     return structure
 
 
-def _make_converter() -> cattrs.Converter:
+@functools.cache
+def _converter() -> cattrs.Converter:
+    """The one strict converter of tool arguments, built on first use (import stays cheap)."""
     conv = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
     conv.register_structure_hook(str, _strict((str,), "string"))
     conv.register_structure_hook(int, _strict((int,), "integer"))
@@ -405,9 +408,6 @@ def _make_converter() -> cattrs.Converter:
     return conv
 
 
-_converter = _make_converter()
-
-
 def _format_error(exc: BaseException, _: Any) -> str:
     if isinstance(exc, _Mismatch):
         return str(exc)
@@ -423,7 +423,7 @@ def _format_error(exc: BaseException, _: Any) -> str:
 def _structure_problems(name: str, value: Any, hint: Any) -> tuple[Any, list[str]]:
     """``value`` structured as ``hint``, or the problems, each naming its path."""
     try:
-        return _converter.structure(value, hint), []
+        return _converter().structure(value, hint), []
     except RecursionError:
         return None, [f"parameter {name!r} is nested too deeply"]
     except Exception as exc:
