@@ -12,9 +12,18 @@ from ._registry import fire_on_error
 from ._sync import run_sync
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
+from .invariants import check_decisions_fit
 from .machine import STANDARD, MachineTable
 from .messages import Message
 from .modes.standard import StandardMode
+from .options import (
+    check_callbacks,
+    check_max_runs,
+    check_model,
+    check_optional,
+    check_sequence,
+    check_tools,
+)
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
 from .state import AgentState
@@ -91,17 +100,14 @@ class Agent:
         token_budget: int | None = None,
         machine: MachineTable = STANDARD,
     ) -> None:
-        self.model = model
-        self.tools = tuple(tools)
-        self.middleware = tuple(middleware)
-        self.system_prompt = system_prompt
-        self.max_runs = max_runs
+        self.model = check_model(model)
+        self.tools = check_tools(tools)
+        self.middleware = check_sequence("middleware", middleware)
+        self.system_prompt = check_optional("system_prompt", system_prompt, str)
+        self.max_runs = None if max_runs is None else check_max_runs(max_runs)
         self.token_budget = _token_budget(token_budget)
-        self.callbacks = tuple(callbacks)
+        self.callbacks = check_callbacks(callbacks)
         self.mode = StandardMode(machine)
-        names = [t.name for t in self.tools]
-        if len(set(names)) != len(names):
-            raise ValueError(f"Tool names must be unique, got: {names}")
 
     # ------------------------------------------------------------ running
 
@@ -179,9 +185,8 @@ class Agent:
         if missing:
             raise ValueError(f"{key}: tool(s) {missing} not found. Available: {available}")
         runs = max_runs if max_runs is not None else self.max_runs
-        runs = 50 if runs is None else runs
-        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-            raise ValueError(f"max_runs must be a positive integer, got: {runs!r}")
+        runs = 50 if runs is None else check_max_runs(runs)
+        check_optional("should_pause", should_pause, Callable)
         return {
             "middleware": self.middleware,
             "should_pause": should_pause,
@@ -284,6 +289,7 @@ class Agent:
                 "No interrupt data found in state. "
                 "Cannot process decisions without interrupt context."
             )
+        check_decisions_fit(state.messages, data, self.middleware)
         for middleware in self.middleware:
             hook = getattr(middleware, "handle_resume", None)
             answered = None if hook is None else await hook(self, state, answer)

@@ -165,10 +165,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from .console import summary, trace_table
+    from .serialization import parse_json
 
     path = pathlib.Path(args.trace)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
         traces = load_runs(data)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None

@@ -74,6 +74,7 @@ __all__ = [
     "load",
     "load_trace",
     "loads",
+    "parse_json",
     "unbound_tool",
 ]
 
@@ -173,6 +174,16 @@ def _error_in(data: Any, _: Any) -> ChainError:
 converter: Final = make_converter(omit_if_default=True)
 converter.register_unstructure_hook(ChainError, _error_out)
 converter.register_structure_hook(ChainError, _error_in)
+
+
+def parse_json(text: str | bytes | bytearray) -> Any:
+    """JSON text as data; anything but JSON (or JSON nested too deeply) is a FormatError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise FormatError("Not readable: the JSON is nested too deeply") from None
+    except (ValueError, TypeError) as exc:  # JSONDecodeError, bad UTF-8, not text
+        raise FormatError(f"Not JSON: {exc}") from exc
 
 
 def check_format(data: Any) -> None:
@@ -596,6 +607,8 @@ def load(
         raise FormatError(
             f"Malformed {kind} document: " + "; ".join(cattrs.transform_error(exc))
         ) from exc
+    except RecursionError:
+        raise FormatError(f"Malformed {kind} document: nested too deeply to read") from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
         raise FormatError(f"Malformed {kind} document: {what}") from exc
@@ -631,10 +644,7 @@ def loads(
     strict: bool = True,
 ) -> _T | Any:
     """The value of JSON text :func:`dumps` wrote (see :func:`load`)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FormatError(f"Not JSON: {exc}") from exc
+    data = parse_json(text)
     return load(data, type, models=models, tools=tools, callbacks=callbacks, strict=strict)
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "expand_tool_results",
     "get_run_count",
     "normalize_pause",
+    "pending_calls",
     "pipe",
     "propagate_state",
     "deep_merge",
@@ -187,8 +188,8 @@ def check_response_complete(result: PipelineResult, opts: Opts = None) -> Pipeli
 # ------------------------------------------------------------------ tools
 
 
-def _pending_calls(chain: LLMChain) -> tuple[ToolCall, ...]:
-    last = chain.last_message
+def pending_calls(last: Message | None) -> tuple[ToolCall, ...]:
+    """The calls ``executing`` runs: those of ``last``, a complete reply asking for tools."""
     if last is None or last.role != "assistant" or last.status != "complete":
         return ()
     return last.tool_calls
@@ -255,7 +256,7 @@ def add_tool_message(chain: LLMChain, results: Sequence[ToolResult]) -> LLMChain
 
 async def execute_tool_calls(chain: LLMChain) -> LLMChain:
     """Run the last reply's tool calls and add their tool message; no calls, no change."""
-    calls = _pending_calls(chain)
+    calls = pending_calls(chain.last_message)
     if not calls:
         return chain
     return add_tool_message(chain, await run_tool_calls(chain, calls))

@@ -12,18 +12,34 @@ model can read and act on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import dataclasses
+import datetime
 import difflib
 import enum
 import inspect
 import json
 import re
-import types
+import threading
 import typing
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, overload
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, overload
 
 import attrs
 
+from ._arguments import (
+    Unsupported,
+    checker,
+    describe,
+    is_json,
+    is_plain,
+    schema_for,
+    shown,
+    strip_annotated,
+    structure,
+    type_ok,
+)
 from .messages import Content, ContentPart, ToolCall, ToolResult
 
 __all__ = ["Tool", "ToolContext", "ToolOutput", "tool"]
@@ -36,6 +52,9 @@ class ToolContext:
     state: Mapping[str, Any]
     custom_context: Mapping[str, Any]
     tool_call_id: str
+    #: For a sync tool with a ``timeout``: set once the call ran out of time. Python
+    #: cannot stop the tool's thread; check it before a side effect to skip it.
+    timed_out: threading.Event | None = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -52,75 +71,6 @@ class ToolOutput:
     state_updates: Mapping[str, Any] | None = None
     interrupt: Mapping[str, Any] | None = None
     is_error: bool = False
-
-
-# ---------------------------------------------------------------- schema
-
-
-_JSON_TYPES: dict[type, str] = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    dict: "object",
-    list: "array",
-    tuple: "array",
-}
-
-
-def _schema_for(hint: Any) -> dict[str, Any]:
-    """The JSON schema of one annotation; unknown types accept anything."""
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin is typing.Annotated:
-        schema = _schema_for(args[0])
-        for meta in args[1:]:
-            if isinstance(meta, str):
-                schema["description"] = meta
-        return schema
-    if hint is Any or hint is inspect.Parameter.empty:
-        return {}
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in args if a is not type(None)]
-        schema = (
-            _schema_for(options[0])
-            if len(options) == 1
-            else {"anyOf": [_schema_for(a) for a in options]}
-        )
-        if len(options) < len(args) and "type" in schema:
-            schema["type"] = [schema["type"], "null"]
-        return schema
-    if origin is Literal:
-        values = list(args)
-        kinds = {_JSON_TYPES.get(type(v)) for v in values}
-        schema = {"enum": values}
-        if len(kinds) == 1 and None not in kinds:
-            schema["type"] = kinds.pop()
-        return schema
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return {"enum": [m.value for m in hint]}
-    base = origin or hint
-    if isinstance(base, type):
-        if issubclass(base, bool):
-            return {"type": "boolean"}
-        for py, js in _JSON_TYPES.items():
-            if issubclass(base, py):
-                schema = {"type": js}
-                if js == "array" and args:
-                    schema["items"] = _schema_for(args[0])
-                return schema
-        if base in (Sequence, typing.Sequence) or _is_abc(base, Sequence):
-            return {"type": "array", **({"items": _schema_for(args[0])} if args else {})}
-        if _is_abc(base, Mapping):
-            return {"type": "object"}
-    return {}
-
-
-def _is_abc(base: type, abc: type) -> bool:
-    try:
-        return issubclass(base, abc)
-    except TypeError:
-        return False
 
 
 _ARGS_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$", re.MULTILINE)
@@ -143,59 +93,6 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
         elif line.strip() and not line.startswith((" ", "\t")):
             break
     return doc[: match.start()].strip(), params
-
-
-# ---------------------------------------------------------------- validation
-
-
-def _type_ok(value: Any, schema: Mapping[str, Any]) -> bool:
-    kind = schema.get("type")
-    if "enum" in schema and value not in schema["enum"]:
-        return False
-    if kind is None:
-        return True
-    kinds = kind if isinstance(kind, list) else [kind]
-    return any(_is_kind(value, k) for k in kinds)
-
-
-_KIND_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list, tuple),
-    "object": (dict,),
-    "null": (type(None),),
-}
-
-
-def _is_kind(value: Any, kind: str) -> bool:
-    """``value`` is of JSON ``kind`` (a bool is not a number); unknown kinds accept anything."""
-    types_ = _KIND_TYPES.get(kind)
-    if types_ is None:
-        return True
-    if isinstance(value, bool) and kind in ("integer", "number"):
-        return False
-    return isinstance(value, types_)
-
-
-def _checker(schema: Mapping[str, Any]) -> Callable[[Any], bool]:
-    """A fast test of one value against a property's schema (``_type_ok`` as a closure)."""
-    kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind] if kind else []
-    if "enum" in schema or not all(k in _KIND_TYPES for k in kinds):
-        return lambda value: _type_ok(value, schema)
-    if not kinds:
-        return lambda value: True
-    allowed = frozenset(t for k in kinds for t in _KIND_TYPES[k])
-    return lambda value: type(value) in allowed
-
-
-def _describe(schema: Mapping[str, Any]) -> str:
-    if "enum" in schema:
-        return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
-    kind = schema.get("type", "any")
-    return " or ".join(kind) if isinstance(kind, list) else str(kind)
 
 
 # ---------------------------------------------------------------- Tool
@@ -224,17 +121,21 @@ class Tool:
     display_text: str | None = None
     context_param: str | None = None
     is_async: bool = attrs.field(default=False)
+    #: Parameters cattrs structures before the call (containers, classes, enums, datetimes...).
+    structured: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
     _required: frozenset[str] = attrs.field(init=False, eq=False, repr=False)
     _properties: Mapping[str, Mapping[str, Any]] = attrs.field(init=False, eq=False, repr=False)
     _open: bool = attrs.field(init=False, eq=False, repr=False)
     _checks: Mapping[str, Callable[[Any], bool]] = attrs.field(init=False, eq=False, repr=False)
+    _stragglers: _Stragglers = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         props = dict(self.parameters.get("properties") or {})
         object.__setattr__(self, "_properties", props)
         object.__setattr__(self, "_required", frozenset(self.parameters.get("required") or ()))
         object.__setattr__(self, "_open", self.parameters.get("additionalProperties") is True)
-        object.__setattr__(self, "_checks", {k: _checker(v) for k, v in props.items()})
+        object.__setattr__(self, "_checks", {k: checker(v) for k, v in props.items()})
+        object.__setattr__(self, "_stragglers", _Stragglers())
         if not self.is_async and inspect.iscoroutinefunction(self.function):
             object.__setattr__(self, "is_async", True)
 
@@ -249,29 +150,46 @@ class Tool:
         display_text: str | None = None,
     ) -> Tool:
         """Read name, description and schema off a typed function."""
-        hints = typing.get_type_hints(function, include_extras=True)
+        label = name or getattr(function, "__name__", repr(function))
+        try:
+            hints = typing.get_type_hints(function, include_extras=True)
+            signature = inspect.signature(function)
+        except (TypeError, ValueError, NameError) as exc:
+            raise TypeError(f"Cannot make a tool of {label}: {exc}") from exc
         doc, param_docs = _parse_docstring(function.__doc__)
         properties: dict[str, Any] = {}
         required: list[str] = []
+        structured: dict[str, Any] = {}
         context_param = None
-        for param in inspect.signature(function).parameters.values():
+        for param in signature.parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+                kind = (
+                    f"*{param.name}"
+                    if param.kind is param.VAR_POSITIONAL
+                    else f"**{param.name}"
+                    if param.kind is param.VAR_KEYWORD
+                    else f"the positional-only parameter {param.name!r}"
+                )
+                raise TypeError(
+                    f"Tool {label!r} takes {kind}: the model calls a tool with a JSON object "
+                    "of named arguments, so every parameter must be a plain named one"
+                )
             hint = hints.get(param.name, Any)
             if _is_context(hint):
                 context_param = param.name
                 continue
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                continue
-            schema = _schema_for(hint)
+            try:
+                schema = schema_for(hint)
+            except Unsupported as exc:
+                raise TypeError(f"Tool {label!r}, parameter {param.name!r}: {exc}") from None
+            if not is_plain(hint):
+                structured[param.name] = strip_annotated(hint)
             if param.name in param_docs and "description" not in schema:
                 schema["description"] = param_docs[param.name]
             if param.default is inspect.Parameter.empty:
                 required.append(param.name)
-            else:
-                try:
-                    json.dumps(param.default)
-                    schema["default"] = param.default
-                except TypeError:
-                    pass
+            elif is_json(param.default):
+                schema["default"] = param.default
             properties[param.name] = schema
         parameters: dict[str, Any] = {"type": "object", "properties": properties}
         if required:
@@ -285,10 +203,11 @@ class Tool:
             display_text=display_text,
             context_param=context_param,
             is_async=inspect.iscoroutinefunction(function),
+            structured=structured,
         )
 
     def _fits(self, arguments: Mapping[str, Any]) -> bool:
-        """The quick yes of the common case; a no is explained by ``argument_error``."""
+        """The quick yes of the common case; a no is explained by ``_bind``."""
         checks = self._checks
         for key, value in arguments.items():
             check = checks.get(key)
@@ -301,27 +220,37 @@ class Tool:
 
     def argument_error(self, arguments: Mapping[str, Any]) -> str | None:
         """Why ``arguments`` do not fit the schema, in words the model can act on."""
-        if self._fits(arguments):
-            return None
+        return self._bind(arguments)[1]
+
+    def _bind(self, arguments: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """The keyword arguments of the call (structured values in place), or why not."""
+        structured = self.structured
+        if self._fits(arguments) and not structured:
+            return dict(arguments), None
         given = set(arguments)
         missing = sorted(self._required - given)
         unknown = [] if self._open else sorted(given - self._properties.keys())
         problems = []
         if missing:
             problems.append(f"missing required parameter(s) {missing}")
+        if len(unknown) > _MAX_LISTED:
+            problems.append(f"{len(unknown) - _MAX_LISTED} more unknown parameters")
+            unknown = unknown[:_MAX_LISTED]
         for key in unknown:
             guess = difflib.get_close_matches(key, list(self._properties), n=1)
             hint = f" (did you mean {guess[0]!r}?)" if guess else ""
             problems.append(f"unknown parameter {key!r}{hint}")
+        kwargs = dict(arguments)
         for key, value in arguments.items():
             schema = self._properties.get(key)
-            if schema is not None and not _type_ok(value, schema):
-                problems.append(
-                    f"parameter {key!r} must be {_describe(schema)}, got {json.dumps(value)}"
-                )
+            if key in structured:
+                kwargs[key], found = structure(key, value, structured[key])
+                problems.extend(found)
+            elif schema is not None and not type_ok(value, schema):
+                problems.append(f"parameter {key!r} must be {describe(schema)}, got {shown(value)}")
         if not problems:
-            return None
-        return (
+            return kwargs, None
+        return kwargs, (
             f"Invalid arguments for tool {self.name!r}: " + "; ".join(problems) + ". "
             f"Required: {sorted(self._required)}. Accepted: {list(self._properties)}."
         )
@@ -335,12 +264,20 @@ class Tool:
             return _error(
                 call,
                 f"Invalid JSON in arguments for tool {self.name!r}: "
-                f"{call.invalid_arguments}. Send the arguments as a JSON object.",
+                f"{_clipped(call.invalid_arguments)}. Send the arguments as a JSON object.",
             )
-        problem = self.argument_error(call.arguments)
+        kwargs, problem = self._bind(call.arguments)
         if problem is not None:
             return _error(call, problem)
-        kwargs = dict(call.arguments)
+        in_thread = not self.is_async and self.timeout is not None
+        if in_thread:
+            if self._stragglers.count >= MAX_STRAGGLERS:
+                return _error(
+                    call,
+                    f"ERROR: tool {self.name!r} was not started: {MAX_STRAGGLERS} earlier calls "
+                    "are still running past their timeout. Try again later or do without it.",
+                )
+            context = attrs.evolve(context, timed_out=threading.Event())
         if self.context_param is not None:
             kwargs[self.context_param] = context
         try:
@@ -349,23 +286,107 @@ class Tool:
                 if self.timeout is not None:
                     awaitable = asyncio.wait_for(awaitable, self.timeout)
                 value = await awaitable
-            elif self.timeout is not None:
-                value = await asyncio.wait_for(
-                    asyncio.to_thread(self.function, **kwargs), self.timeout
-                )
+            elif in_thread:
+                value = await self._in_thread(kwargs, context)
             else:
                 value = self.function(**kwargs)
         except TimeoutError as exc:
             if self.timeout is not None and not str(exc):
+                late = (
+                    " It runs in a thread Python cannot stop, so it may still finish and "
+                    "its effects may still happen; its result will be discarded."
+                    if in_thread
+                    else ""
+                )
                 return _error(
                     call,
                     f"ERROR: TimeoutError: tool {self.name!r} did not finish "
-                    f"within {self.timeout:g}s",
+                    f"within {self.timeout:g}s.{late}",
                 )
             return _error(call, f"ERROR: {type(exc).__name__}: {exc}")
         except Exception as exc:
             return _error(call, f"ERROR: {type(exc).__name__}: {exc}")
         return _to_result(call, value)
+
+    async def _in_thread(self, kwargs: dict[str, Any], context: ToolContext) -> Any:
+        """Run a sync tool in a thread of its own, waiting at most ``timeout``.
+
+        Its own daemon thread, not the loop's shared executor: a tool that
+        never returns must not starve other work (DNS lookups, other tools)
+        nor keep the process alive at exit. On timeout ``context.timed_out``
+        is set for a tool that checks it before its side effect.
+        """
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        stragglers = self._stragglers
+        copied = contextvars.copy_context()
+
+        def settle(error: BaseException | None, value: Any) -> None:
+            if done.done():
+                return
+            if error is None:
+                done.set_result(value)
+            else:
+                done.set_exception(error)
+
+        timed_out = context.timed_out
+        assert timed_out is not None
+        ended = [False]
+
+        def work() -> None:
+            error: BaseException | None = None
+            value = None
+            try:
+                value = copied.run(self.function, **kwargs)
+            except BaseException as exc:  # handed to the waiting call, which reports it
+                error = exc
+            finally:
+                stragglers.end(ended, timed_out)
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(settle, error, value)
+
+        threading.Thread(target=work, name=f"agentfsm tool {self.name}", daemon=True).start()
+        try:
+            return await asyncio.wait_for(asyncio.shield(done), self.timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            stragglers.abandon(ended, timed_out)
+            raise
+
+
+class _Stragglers:
+    """Threads of timed-out calls of one tool that still run: bounded by ``MAX_STRAGGLERS``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def abandon(self, ended: list[bool], timed_out: threading.Event) -> None:
+        """The caller stopped waiting: a thread still running counts until it ends."""
+        with self._lock:
+            timed_out.set()
+            if not ended[0]:
+                self.count += 1
+
+    def end(self, ended: list[bool], timed_out: threading.Event) -> None:
+        with self._lock:
+            ended[0] = True
+            if timed_out.is_set():
+                self.count -= 1
+
+
+#: Calls of one sync tool that may still run past their timeout before new calls are refused.
+MAX_STRAGGLERS: Final = 8
+
+
+#: Unknown parameters named one by one (each with a did-you-mean) in an error result.
+_MAX_LISTED: Final = 10
+
+
+def _clipped(text: str, limit: int = 500) -> str:
+    """At most ``limit`` characters of a model's text echoed back to it."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]} ...[{len(text) - limit} characters]... {text[-limit // 2 :]}"
 
 
 def _error(call: ToolCall, message: str) -> ToolResult:
@@ -396,9 +417,71 @@ def _to_result(call: ToolCall, value: Any) -> ToolResult:
     if isinstance(value, list | tuple) and value and all(isinstance(v, ContentPart) for v in value):
         return ToolResult(call.call_id, call.name, tuple(value))
     try:
-        return ToolResult(call.call_id, call.name, json.dumps(value, default=str))
+        data = _json_value(value, "$", 0)
+        text = data if isinstance(data, str) else json.dumps(data)
+    except _NoJSON as exc:
+        return _error(call, f"ERROR: tool {call.name!r} returned {exc}")
     except (TypeError, ValueError) as exc:
-        return _error(call, f"ERROR: tool returned a value that is not JSON: {exc}")
+        return _error(call, f"ERROR: tool {call.name!r} returned a value that is not JSON: {exc}")
+    return ToolResult(call.call_id, call.name, text)
+
+
+class _NoJSON(ValueError):
+    """A tool's return value with no defined JSON form."""
+
+
+_MAX_DEPTH = 100
+_NO_JSON_HINT = (
+    "; return a str, a JSON value, an attrs class or dataclass instance, or a ToolOutput"
+)
+
+
+def _json_value(value: Any, path: str, depth: int) -> Any:
+    """What a tool returned, as JSON data: the one conversion, documented in the README.
+
+    Sets become sorted lists (in iteration order when unsortable), bytes UTF-8
+    text, enums their value, dates and times ISO 8601 strings, attrs and
+    dataclass instances objects of their fields. Anything else is refused,
+    naming where it sits, so no ``repr`` reaches the model.
+    """
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if depth > _MAX_DEPTH:
+        raise _NoJSON(f"a value nested deeper than {_MAX_DEPTH} levels (at {path})")
+    depth += 1
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if not isinstance(key, str | int | float | bool):
+                raise _NoJSON(f"an object key of type {type(key).__name__} (at {path})")
+            out[key] = _json_value(item, f"{path}[{key!r}]", depth)
+        return out
+    if isinstance(value, list | tuple):
+        return [_json_value(v, f"{path}[{i}]", depth) for i, v in enumerate(value)]
+    if isinstance(value, set | frozenset):
+        try:
+            items = sorted(value)
+        except TypeError:
+            items = list(value)
+        return [_json_value(v, f"{path}[{i}]", depth) for i, v in enumerate(items)]
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise _NoJSON(f"bytes that are not UTF-8 text (at {path}){_NO_JSON_HINT}") from None
+    if isinstance(value, enum.Enum):
+        return _json_value(value.value, path, depth)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if attrs.has(type(value)):
+        fields = {f.name: getattr(value, f.name) for f in attrs.fields(type(value))}
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    else:
+        raise _NoJSON(
+            f"a value with no JSON form ({type(value).__name__} at {path}){_NO_JSON_HINT}"
+        )
+    return {k: _json_value(v, f"{path}.{k}", depth) for k, v in fields.items()}
 
 
 @overload

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import re
+import sqlite3
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +38,9 @@ from agentfsm.providers import (
     fail,
     say,
 )
+from agentfsm.providers._model import tool_call
+from agentfsm.serialization import loads
+from agentfsm.store import SQLiteStore, load_run, start_run
 from tests.providers.fake_server import FakeServer, Reply
 from tests.support import add, boom, submit
 
@@ -47,10 +52,39 @@ async def hangs() -> str:
     return "late"
 
 
+GATED_RUNS: list[str] = []
+
+
 @tool
 def gated(path: str) -> str:
     """Needs approval."""
+    GATED_RUNS.append(path)
     return path
+
+
+@tool(timeout=0.05)
+def hangs_sync() -> str:
+    """Blocks its thread past the timeout."""
+    time.sleep(0.3)
+    return "late"
+
+
+@attrs.frozen
+class Line:
+    sku: str
+    qty: int
+
+
+@tool
+def order(lines: list[Line]) -> str:
+    """Order lines of goods."""
+    return f"{len(lines)} line(s)"
+
+
+@tool
+def opaque() -> object:
+    """Returns an object with no JSON form."""
+    return object()
 
 
 def _error(message: str) -> dict[str, Any]:
@@ -155,6 +189,31 @@ CASES = [
         lambda _: _reply_then_ok(call_tool("hangs")),
         "ok",
         tool_text="ERROR: TimeoutError: tool 'hangs' did not finish within 0.05s",
+    ),
+    Case(
+        "nested tool arguments of the wrong type",
+        lambda _: _reply_then_ok(call_tool("order", lines=[{"sku": "a", "qty": "2"}])),
+        "ok",
+        tool_text="Invalid arguments for tool 'order': parameter 'lines[0].qty' must be integer",
+    ),
+    Case(
+        "deeply nested tool-call JSON",
+        lambda _: _reply_then_ok(Message.assistant(None, [tool_call("c", "add", "[" * 50_000)])),
+        "ok",
+        tool_text="Invalid JSON in arguments for tool 'add'",
+    ),
+    Case(
+        "a sync tool hanging past its timeout",
+        lambda _: _reply_then_ok(call_tool("hangs_sync")),
+        "ok",
+        tool_text="ERROR: TimeoutError: tool 'hangs_sync' did not finish within 0.05s. It runs "
+        "in a thread Python cannot stop, so it may still finish and its effects may still happen",
+    ),
+    Case(
+        "a tool returning a value with no JSON form",
+        lambda _: _reply_then_ok(call_tool("opaque")),
+        "ok",
+        tool_text="ERROR: tool 'opaque' returned a value with no JSON form (object at $)",
     ),
     Case(
         "model returning an empty message",
@@ -296,7 +355,7 @@ async def test_fault_ends_in_its_terminal(case: Case) -> None:
     model = case.model(server)
     agent = Agent(
         model,
-        [add, boom, submit, hangs, gated],
+        [add, boom, submit, hangs, gated, hangs_sync, order, opaque],
         middleware=[HumanInTheLoop({"gated": True})],
     )
     start = AgentState.of("go")
@@ -393,6 +452,135 @@ async def test_a_thousand_runs_share_one_machine() -> None:
     assert len(STANDARD.machine.models) == models_before
 
 
+@attrs.frozen
+class Refusal:
+    """A case where nothing runs: the error raised, and what it says."""
+
+    name: str
+    #: The exception's class name as the README writes it, or the status the run ends in.
+    outcome: str
+    #: In the exception's message, or in the ended run's interrupt data.
+    message: str
+    attempt: Callable[[pathlib.Path], Any]
+
+
+def _saved_interrupt(tmp: pathlib.Path) -> tuple[Any, Any]:
+    store = SQLiteStore(tmp / "runs.db")
+    agent = Agent(
+        ScriptedModel([call_tool("gated", path="/etc/passwd")]),
+        [gated],
+        middleware=[HumanInTheLoop({"gated": True})],
+    )
+    start_run(agent, AgentState.of("go"), store, run_id="r").run_sync()
+    return store, agent
+
+
+def _edit(store: Any, *statements: str) -> None:
+    con = sqlite3.connect(store.path)
+    for sql in statements:
+        con.execute(sql)
+    con.commit()
+    con.close()
+
+
+def _skip_the_approval(tmp: pathlib.Path) -> Any:
+    store, agent = _saved_interrupt(tmp)
+    _edit(
+        store,
+        "UPDATE transitions SET doc = json_set(doc, '$.trigger', 'clear', '$.dest', 'executing')"
+        " WHERE seq = 2",
+        "UPDATE runs SET result = NULL",
+    )
+    return agent.resume_run_sync("r", store)
+
+
+def _forged_decision(tmp: pathlib.Path) -> Any:
+    store, agent = _saved_interrupt(tmp)
+    _edit(
+        store,
+        "UPDATE runs SET agent_state = json_set(agent_state, "
+        "'$.interrupt_data.action_requests[0].arguments.path', 'notes.txt')",
+    )
+    return agent.resume_run_sync("r", store, [{"type": "approve"}])
+
+
+def _made_up_state(tmp: pathlib.Path) -> Any:
+    store, _ = _saved_interrupt(tmp)
+    _edit(store, "UPDATE transitions SET doc = json_set(doc, '$.dest', 'owned') WHERE seq = 2")
+    return load_run(store, "r", tools=[gated])
+
+
+def _deep_document(tmp: pathlib.Path) -> Any:
+    return loads("[" * 100_000, AgentState)
+
+
+def _bad_agent(tmp: pathlib.Path) -> Any:
+    return Agent(ScriptedModel([]), [print])  # type: ignore[list-item]
+
+
+def _bad_tool(tmp: pathlib.Path) -> Any:
+    def anything(*args: int) -> str:
+        return ""
+
+    return tool(anything)
+
+
+REFUSALS = [
+    Refusal(
+        "a checkpoint edited to skip an approval",
+        "interrupted",  # the approval is asked again
+        "'tool_name': 'gated'",
+        _skip_the_approval,
+    ),
+    Refusal(
+        "HITL decisions for calls that are not the pending ones",
+        "InvariantError",
+        "is not a pending call of the conversation as it stands",
+        _forged_decision,
+    ),
+    Refusal(
+        "a saved run naming a state the machine lacks",
+        "FormatError",
+        "is not a move of the standard machine",
+        _made_up_state,
+    ),
+    Refusal(
+        "deeply nested JSON in a saved document",
+        "FormatError",
+        "nested too deeply",
+        _deep_document,
+    ),
+    Refusal(
+        "invalid Agent arguments",
+        "TypeError",
+        "tools[0] must be a Tool, got <built-in function print>",
+        _bad_agent,
+    ),
+    Refusal(
+        "a tool the model cannot call",
+        "TypeError",
+        "Tool 'anything' takes *args",
+        _bad_tool,
+    ),
+]
+
+
+@pytest.mark.parametrize("refusal", REFUSALS, ids=[r.name for r in REFUSALS])
+def test_refusal_names_the_problem_and_runs_nothing(
+    refusal: Refusal, tmp_path: pathlib.Path
+) -> None:
+    gated_before = len(GATED_RUNS)
+    if refusal.outcome[0].isupper():
+        with pytest.raises(Exception, match=re.escape(refusal.message)) as raised:
+            refusal.attempt(tmp_path)
+        assert type(raised.value).__name__ == refusal.outcome
+    else:
+        state = refusal.attempt(tmp_path)
+        assert state.status == refusal.outcome
+        assert refusal.message in str(state.interrupt_data)
+    assert len(GATED_RUNS) == gated_before  # the approval-gated tool never ran
+
+
 def test_readme_lists_every_row() -> None:
     readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
     section = readme.split("## What happens when things go wrong", 1)[-1]
@@ -400,6 +588,9 @@ def test_readme_lists_every_row() -> None:
         assert case.name in section, f"README does not mention {case.name!r}"
         if case.error_type:
             assert f"`{case.error_type}`" in section
+    for refusal in REFUSALS:
+        assert refusal.name in section, f"README does not mention {refusal.name!r}"
+        assert f"`{refusal.outcome}`" in section
 
 
 def test_a_checkpoint_store_that_fails_on_write_pauses_the_run(tmp_path: pathlib.Path) -> None:

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ..chain import Callbacks, LLMChain
-from ..machine import machine_named
+from ..invariants import check_resumable, check_traces
+from ..machine import UnknownMachineError, machine_named
 from ..messages import Message
 from ..results import Failed, Interrupted, Ok, Paused, Terminal
 from ..run import Run
@@ -56,6 +57,7 @@ from ..serialization import (
     Unpacker,
     check_format,
     converter,
+    parse_json,
 )
 from ..state import AgentState
 from ..tools import Tool
@@ -116,6 +118,25 @@ class SavedRun:
         return sum(len(t) for t in self.traces)
 
 
+def _saved_options(value: Any) -> dict[str, Any]:
+    """A segment's saved options, checked: a checkpoint is data, not code."""
+    options = dict(value or {}) if isinstance(value, Mapping | None) else None
+    if options is None or not set(options) <= set(SAVED_OPTIONS):
+        raise FormatError(f"Saved options {value!r} are not {list(SAVED_OPTIONS)}")
+    names = options.get("until_tool", [])
+    runs = options.get("max_runs", 1)
+    if (
+        not isinstance(names, list)
+        or not all(isinstance(n, str) for n in names)
+        or not isinstance(options.get("require_tool_success", False), bool)
+        or isinstance(runs, bool)
+        or not isinstance(runs, int)
+        or runs < 1
+    ):
+        raise FormatError(f"Saved options {value!r} are malformed")
+    return options
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -129,26 +150,31 @@ def load_run(
     callbacks: Sequence[Callbacks] = (),
     strict: bool = True,
 ) -> SavedRun:
-    """The saved run ``run_id``, bound as :func:`agentfsm.serialization.load` binds."""
+    """The saved run ``run_id``, bound as :func:`agentfsm.serialization.load` binds.
+
+    Each segment must be a path of the machine it names (:class:`FormatError`
+    if not, :class:`~agentfsm.machine.UnknownMachineError` for a machine not
+    declared in this process).
+    """
     stored = store.read(run_id)
     binder = Binder(models, tools, callbacks, strict)
     try:
         unpacker = Unpacker(
-            [json.loads(m) for m in stored.messages],
-            [json.loads(c) for c in stored.contexts],
+            [parse_json(m) for m in stored.messages],
+            [parse_json(c) for c in stored.contexts],
             binder,
         )
         traces: list[Trace] = []
         header: Mapping[str, Any] = {}
         first: LLMChain | None = None
         for header_text, transitions in zip(stored.headers, stored.transitions, strict=True):
-            header = json.loads(header_text)
+            header = parse_json(header_text)
             check_format(header)
             first = unpacker.chain(header["chain"])
             traces.append(
                 Trace(
                     entry=str(header["entry"]),
-                    transitions=[unpacker.transition(json.loads(t)) for t in transitions],
+                    transitions=[unpacker.transition(parse_json(t)) for t in transitions],
                     machine=str(header["machine"]),
                 )
             )
@@ -156,14 +182,16 @@ def load_run(
             raise FormatError(f"Run {run_id!r} has no segment: the store is damaged")
         result: Terminal | None = None
         if stored.result is not None:
-            decoded = unpacker.result(json.loads(stored.result))
+            decoded = unpacker.result(parse_json(stored.result))
             if not isinstance(decoded, Ok | Paused | Interrupted | Failed):
                 raise FormatError(f"Run {run_id!r} has a result that is not terminal")
             result = decoded
+        check_traces(traces, machine_named(traces[-1].machine), ended=result is not None)
         agent_state = None
         if stored.agent_state is not None:
-            agent_state = converter.structure(json.loads(stored.agent_state), AgentState)
-    except (FormatError, UnknownToolError):
+            agent_state = converter.structure(parse_json(stored.agent_state), AgentState)
+        options = _saved_options(header.get("options"))
+    except (FormatError, UnknownToolError, UnknownMachineError):
         raise
     except Exception as exc:
         raise FormatError(f"Run {run_id!r} cannot be read: {type(exc).__name__}: {exc}") from exc
@@ -180,7 +208,7 @@ def load_run(
         state=last.terminal or last.entry,
         chain=chain,
         traces=tuple(traces),
-        options=dict(header.get("options") or {}),
+        options=options,
         result=result,
         agent_state=agent_state,
         messages=tuple(unpacker.messages),
@@ -336,13 +364,15 @@ def checkpoint(
     run_id: str | None = None,
     options: Mapping[str, Any] | None = None,
     saved: SavedRun | None = None,
+    new_segment: bool = False,
 ) -> Checkpointer:
     """Save ``run`` to ``store`` now and at every transition from here on.
 
     A new run gets ``run_id`` (a fresh id by default). With ``saved``, the run
     continues that saved run: in its last segment when it had not ended (the
     run restored at ``saved.state``), in a new segment when it had.
-    ``options`` are the serializable ones (``until_tool``,
+    ``new_segment`` starts a new segment for a run that had not ended (one
+    restored afresh at its entry). ``options`` are the serializable ones (``until_tool``,
     ``require_tool_success``, ``max_runs``), kept for the resume.
     """
     kept = {k: v for k, v in dict(options or {}).items() if k in SAVED_OPTIONS}
@@ -362,7 +392,7 @@ def checkpoint(
         packer = Packer(saved.messages, saved.contexts)
         marks = (len(saved.messages), len(saved.contexts))
         prior = sum(len(t) for t in saved.traces[:-1])
-        if saved.done:
+        if saved.done or new_segment:
             checkpointer = Checkpointer(
                 run,
                 store,
@@ -505,6 +535,7 @@ async def restore_run(
     if saved.result is not None and not isinstance(saved.result, Paused):
         raise ResumeError(f"Run {run_id!r} ended {saved.status}: there is nothing to resume")
     chain = _rebind(saved.chain, agent, strict)
+    ask_again = check_resumable(saved.traces, saved.done, chain, agent.mode.table, agent.middleware)
     options: dict[str, Any] = {
         "middleware": agent.middleware,
         "should_pause": should_pause,
@@ -512,7 +543,7 @@ async def restore_run(
     }
     if extra_steps:
         options["extra_steps"] = extra_steps
-    if saved.result is None:
+    if saved.result is None and not ask_again:
         trace = saved.trace
         run = agent.mode.restore(
             chain,
@@ -528,7 +559,7 @@ async def restore_run(
     assert isinstance(run, agent.run_class)
     run.agent = agent
     run.token_budget = agent.token_budget
-    checkpoint(run, store, options=saved.options, saved=saved)
+    checkpoint(run, store, options=saved.options, saved=saved, new_segment=ask_again)
     return run
 
 

@@ -1,0 +1,179 @@
+"""Resume-time checks: a saved run is data, so it is checked against the machine before it runs.
+
+A checkpoint or a kept :class:`~agentfsm.state.AgentState` may have been
+damaged or edited. Nothing in one may make a tool run that the machine would
+not have run, above all an approval-gated call without a human's decision:
+
+* :func:`check_trace` -- a saved trace is a path of the machine it names.
+* :func:`approval_gap` -- the gated calls a run restored at a state would run
+  without passing the approval check. The standard machine never leaves
+  ``interrupt_check`` with a gated call pending (approved calls run in
+  ``Agent.resume``, outside the machine), so a run saved at ``executing`` with
+  one is not a run the machine produced; the restore path asks again instead.
+* :func:`check_decisions_fit` -- the approval requests a human answers are the
+  calls that will run: recomputed from the conversation, not trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .machine import MachineTable
+from .messages import Message, ToolCall
+from .middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
+from .serialization import FormatError
+from .steps import pending_calls
+from .trace import Trace
+
+if TYPE_CHECKING:
+    from .chain import LLMChain
+
+__all__ = [
+    "InvariantError",
+    "approval_gap",
+    "check_decisions_fit",
+    "check_resumable",
+    "check_trace",
+    "check_traces",
+]
+
+
+class InvariantError(ValueError):
+    """A state whose conversation contradicts its approval requests: nothing was run."""
+
+
+def check_trace(trace: Trace, table: MachineTable, *, ended: bool | None = None) -> None:
+    """Refuse a trace that is not a path of ``table`` (:class:`FormatError`).
+
+    ``ended`` says whether the run has a result: a run with one ends at a
+    terminal, a run without one at a working state.
+    """
+    if trace.machine != table.name:
+        raise FormatError(
+            f"The saved run is of machine {trace.machine!r}, not {table.name!r}: "
+            "it cannot be resumed on this agent."
+        )
+    if trace.entry not in table.entries.values():
+        raise FormatError(
+            f"The saved run enters the {table.name} machine at {trace.entry!r}, which is "
+            f"not an entry (entries: {sorted(set(table.entries.values()))})."
+        )
+    state = trace.entry
+    for index, step in enumerate(trace.transitions):
+        dest = table.successors.get(step.source, {}).get(step.trigger)
+        if step.source != state or dest is None or dest != step.dest:
+            raise FormatError(
+                f"Transition {index} of the saved run, {step.source} --{step.trigger}--> "
+                f"{step.dest}, is not a move of the {table.name} machine from {state!r}: "
+                "the checkpoint is damaged or was edited."
+            )
+        state = dest
+    if ended is not None and (state in table.terminals) != ended:
+        raise FormatError(
+            f"The saved run stops at {state!r} but "
+            + ("has a result" if ended else "has no result")
+            + ": the checkpoint is damaged or was edited."
+        )
+
+
+def check_traces(traces: Sequence[Trace], table: MachineTable, *, ended: bool) -> None:
+    """:func:`check_trace` for a saved run's segments; only the last one may be unfinished."""
+    if not traces:
+        raise FormatError("The saved run has no segment: the store is damaged")
+    for index, trace in enumerate(traces):
+        check_trace(trace, table, ended=ended if index == len(traces) - 1 else None)
+
+
+def check_resumable(
+    traces: Sequence[Trace],
+    ended: bool,
+    chain: LLMChain,
+    table: MachineTable,
+    middleware: Sequence[Any],
+) -> bool:
+    """Check a saved run before it is restored; True when it must ask for approval again.
+
+    Every segment must be a path of ``table`` (the last one ending at a
+    terminal exactly when the run has a result), else :class:`FormatError`.
+    A run that would run a gated call unasked is re-entered at its entry
+    instead, where ``interrupt_check`` asks for approval.
+    """
+    check_traces(traces, table, ended=ended)
+    last = traces[-1]
+    state = last.terminal or last.entry
+    return not ended and bool(
+        approval_gap(chain.last_message, chain.exchanged_messages, state, middleware)
+    )
+
+
+def _gates(middleware: Sequence[Any]) -> list[HumanInTheLoop]:
+    return [m for m in middleware if isinstance(m, HumanInTheLoop)]
+
+
+def approval_gap(
+    last: Message | None, exchanged: Sequence[Message], state: str, middleware: Sequence[Any]
+) -> list[ToolCall]:
+    """Gated calls a run restored at ``state`` would execute with no approval asked.
+
+    ``last`` is the chain's last message (what ``executing`` runs),
+    ``exchanged`` the run's messages (what ``interrupt_check`` looks at).
+    """
+    gates = _gates(middleware)
+    if not gates or state not in ("interrupt_check", "executing"):
+        return []
+    calls = pending_calls(last)
+    if state == "interrupt_check":
+        seen = unanswered_calls(exchanged)
+        if any(g.gated(seen) for g in gates):
+            return []  # the check interrupts: nothing of that batch runs
+    return [c for c in calls if any(g.gated([c]) for g in gates)]
+
+
+def check_decisions_fit(
+    messages: Sequence[Message], interrupt_data: Mapping[str, Any], middleware: Sequence[Any]
+) -> None:
+    """Refuse decisions for requests that are not the pending calls (:class:`InvariantError`).
+
+    Every action request must show a pending call as it is (id, tool,
+    arguments), and every pending call the agent's :class:`HumanInTheLoop`
+    gates must have a request: a decision approves what the human saw.
+    """
+    if "hitl_tool_call_ids" not in interrupt_data:
+        return  # not an approval: its own middleware checks its answer
+    calls = {c.call_id: c for c in unanswered_calls(messages)}
+    requests = interrupt_data.get("action_requests") or ()
+    ids = interrupt_data.get("hitl_tool_call_ids") or ()
+    asked: set[str] = set()
+    for index, request in enumerate(requests):
+        if not isinstance(request, Mapping):
+            raise InvariantError(f"Action request {index} is not a map")
+        call = calls.get(str(request.get("tool_call_id")))
+        if (
+            call is None
+            or request.get("tool_name") != call.name
+            or request.get("arguments") != dict(call.arguments)
+        ):
+            raise InvariantError(
+                f"Action request {index} ({request.get('tool_name')!r}, call "
+                f"{request.get('tool_call_id')!r}) is not a pending call of the conversation as "
+                "it stands: the state was edited or belongs to another conversation. Nothing "
+                "was run; execute the state again to ask for approval anew."
+            )
+        asked.add(call.call_id)
+    if set(map(str, ids)) != asked:
+        raise InvariantError(
+            f"The interrupt's tool call ids {list(ids)} are not its action requests' "
+            f"{sorted(asked)}. Nothing was run; execute the state again to ask anew."
+        )
+    gates = _gates(middleware)
+    unasked = [
+        c.name
+        for c in calls.values()
+        if c.call_id not in asked and any(g.gated([c]) for g in gates)
+    ]
+    if unasked:
+        raise InvariantError(
+            f"Pending call(s) of {unasked} need approval but the interrupt asks for none. "
+            "Nothing was run; execute the state again to ask for approval anew."
+        )

@@ -1,0 +1,206 @@
+"""Random input where the outside world writes: tool-call arguments, documents, store rows.
+
+No crash other than a typed error: a tool call always ends in one result, a
+document or a saved run either loads or raises ``FormatError`` (or
+``UnknownToolError`` for a tool name the caller did not pass).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentfsm import Agent, AgentState, HumanInTheLoop, Trace, tool
+from agentfsm.invariants import InvariantError
+from agentfsm.machine import UnknownMachineError
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.providers._model import tool_call
+from agentfsm.serialization import FormatError, UnknownToolError, dumps, loads
+from agentfsm.steps import run_tool_calls
+from agentfsm.store import ResumeError, SQLiteStore, load_run, restore_run, start_run
+from tests.support import add, chain_of, remember
+
+FUZZ = settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+@attrs.frozen
+class Item:
+    name: str
+    qty: int = 1
+
+
+@tool
+def order(items: list[Item], note: str | None = None) -> str:
+    """Order items."""
+    return f"{len(items)} item(s)"
+
+
+TOOLS = [add, remember, order]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+#: Text that is often almost JSON: real JSON, cut or bit-flipped JSON, deep nesting, noise.
+texts = st.one_of(
+    st.text(),
+    st.binary().map(lambda b: b.decode("utf-8", "replace")),
+    json_values.map(json.dumps),
+    st.dictionaries(st.sampled_from(["a", "b", "items", "note", "key", "value", "zz"]), json_values)
+    .map(json.dumps)
+    .flatmap(lambda s: st.integers(0, len(s)).map(lambda n: s[:n]) | st.just(s)),
+    st.integers(1, 100_000).map(lambda n: "[" * n),
+    st.integers(1, 3_000).map(lambda n: '{"items": ' + "[" * n + "]" * n + "}"),
+)
+
+
+@FUZZ
+@given(name=st.sampled_from(["add", "remember", "order", "nope"]), raw=texts)
+async def test_any_tool_call_arguments_end_in_one_result(name: str, raw: str) -> None:
+    call = tool_call("c1", name, raw)
+    chain = chain_of(ScriptedModel([]), *TOOLS)
+    (result,) = await run_tool_calls(chain, [call])
+    assert result.tool_call_id == "c1"
+    assert isinstance(result.content, str) and " at 0x" not in result.content
+
+
+@FUZZ
+@given(arguments=st.dictionaries(st.text(max_size=8), json_values, max_size=4))
+async def test_any_decoded_arguments_end_in_one_result(arguments: dict[str, Any]) -> None:
+    chain = chain_of(ScriptedModel([]), *TOOLS)
+    results = await run_tool_calls(
+        chain, [tool_call(str(i), t.name, arguments) for i, t in enumerate(TOOLS)]
+    )
+    assert [r.tool_call_id for r in results] == ["0", "1", "2"]
+
+
+# ---------------------------------------------------------------- documents
+
+
+def _trace_document() -> str:
+    agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
+    run = agent.start(AgentState.of("go"))
+    run.run_sync()
+    return dumps(run.trace)
+
+
+TRACE = _trace_document()
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield path
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _paths(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _paths(item, (*path, index))
+
+
+def _replace(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {**value, head: _replace(value[head], rest, new)}
+    return [_replace(v, rest, new) if i == head else v for i, v in enumerate(value)]
+
+
+def mutated(document: str) -> st.SearchStrategy[str]:
+    """``document`` with one node replaced by any JSON value."""
+    data = json.loads(document)
+    paths = list(_paths(data))
+    return st.tuples(st.sampled_from(paths), json_values).map(
+        lambda pn: json.dumps(_replace(data, pn[0], pn[1]))
+    )
+
+
+@FUZZ
+@given(text=st.one_of(texts, mutated(TRACE)))
+def test_any_document_loads_or_is_a_format_error(text: str) -> None:
+    for kind in (Trace, AgentState):
+        with contextlib.suppress(FormatError, UnknownToolError):
+            loads(text, kind, tools=[add])
+        with contextlib.suppress(FormatError):
+            loads(text.encode("utf-8", "surrogatepass"), kind, tools=[add], strict=False)
+
+
+# ---------------------------------------------------------------- store rows
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run interrupted for approval, saved: every kind of row is there."""
+    db = tmp_path_factory.mktemp("fuzz") / "runs.db"
+    agent = Agent(
+        ScriptedModel([call_tool("add", a=1, b=2), call_tool("remember", key="k", value=1)]),
+        [add, remember],
+        middleware=[HumanInTheLoop({"remember": True})],
+    )
+    with SQLiteStore(db) as store:
+        start_run(agent, AgentState.of("go"), store, run_id="r").run_sync()
+    return db
+
+
+ROWS = [
+    ("messages", "doc", "idx"),
+    ("contexts", "doc", "idx"),
+    ("transitions", "doc", "seq"),
+    ("segments", "header", "segment"),
+    ("runs", "result", None),
+    ("runs", "agent_state", None),
+]
+
+
+@st.composite
+def row_edits(draw: st.DrawFn, db: Path) -> tuple[str, str, str, str]:
+    """An UPDATE of one row of a saved run (the table, the column, the WHERE, the new text)."""
+    table, column, key = draw(st.sampled_from(ROWS))
+    con = sqlite3.connect(db)
+    if key is None:
+        rows = [(None, con.execute(f"SELECT {column} FROM runs").fetchone()[0])]
+    else:
+        rows = con.execute(f"SELECT {key}, {column} FROM {table}").fetchall()
+    con.close()
+    index, original = draw(st.sampled_from(rows))
+    text = draw(st.one_of(texts, mutated(original)))
+    return table, column, "" if key is None else f" WHERE {key} = {index}", text
+
+
+@FUZZ
+@given(data=st.data())
+async def test_any_store_row_loads_or_is_a_format_error(saved: Path, data: st.DataObject) -> None:
+    table, column, where, text = data.draw(row_edits(saved))
+    copy = saved.with_name(f"edited-{table}.db")
+    copy.write_bytes(saved.read_bytes())
+    con = sqlite3.connect(copy)
+    con.execute(f"UPDATE {table} SET {column} = ?{where}", (text,))
+    con.commit()
+    con.close()
+    agent = Agent(
+        ScriptedModel([say("done")]),
+        [add, remember],
+        middleware=[HumanInTheLoop({"remember": True})],
+    )
+    refused = (FormatError, ResumeError, UnknownToolError, UnknownMachineError, InvariantError)
+    with SQLiteStore(copy) as store:
+        with contextlib.suppress(FormatError, UnknownToolError, UnknownMachineError):
+            load_run(store, "r", tools=[add, remember])
+        with contextlib.suppress(*refused):
+            await restore_run(agent, "r", store)
+        # An answer that does not fit the (edited) interrupt is a ValueError by contract.
+        with contextlib.suppress(*refused, ValueError):
+            await restore_run(agent, "r", store, [{"type": "reject"}])
+    copy.unlink()

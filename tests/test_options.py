@@ -1,0 +1,127 @@
+"""What the user passes in: a wrong option is named before anything runs; slow callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from agentfsm import Agent, AgentState, HumanInTheLoop, LLMChain, Message
+from agentfsm.callbacks import off_loop
+from agentfsm.providers import ScriptedModel, call_tool, say
+from tests.support import add
+
+MODEL = ScriptedModel([say("x")])
+
+BAD_AGENTS: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"model": None}, TypeError, "model must be a ChatModel"),
+    ({"model": "gpt-4o"}, TypeError, "model must be a ChatModel"),
+    ({"tools": [print]}, TypeError, "tools[0] must be a Tool, got <built-in function print>"),
+    ({"tools": add}, TypeError, "tools must be a list of tools, got the single tool 'add'"),
+    ({"tools": [add, add]}, ValueError, "Tool names must be unique"),
+    ({"max_runs": "x"}, ValueError, "max_runs must be a positive integer, got: 'x'"),
+    ({"max_runs": 0}, ValueError, "max_runs must be a positive integer, got: 0"),
+    ({"middleware": HumanInTheLoop({})}, TypeError, "middleware must be a list"),
+    ({"system_prompt": 42}, TypeError, "system_prompt must be str (or None), got 42"),
+    ({"callbacks": [{"on_lm_error": print}]}, ValueError, "unknown callback name(s)"),
+    ({"callbacks": [{"on_llm_error": "log"}]}, TypeError, "['on_llm_error'] must be callable"),
+    ({"callbacks": {"on_llm_error": print}}, TypeError, "callbacks must be a list"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"), BAD_AGENTS, ids=[m for _, _, m in BAD_AGENTS]
+)
+def test_a_bad_agent_argument_is_named_at_construction(
+    kwargs: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    arguments: dict[str, Any] = {"model": MODEL, **kwargs}
+    with pytest.raises(error, match=re.escape(message)):
+        Agent(**arguments)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"should_pause": "yes"}, "should_pause must be callable (or None), got 'yes'"),
+        ({"should_pause": True}, "should_pause must be callable"),
+        ({"max_runs": "3"}, "max_runs must be a positive integer"),
+    ],
+)
+def test_a_bad_run_option_is_named_before_the_model_is_called(
+    options: dict[str, Any], message: str
+) -> None:
+    model = ScriptedModel([say("x")])
+    agent = Agent(model, [add])
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+        agent.start(AgentState.of("go"), **options)
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+        agent.execute_sync(AgentState.of("go"), **options)
+    assert model.calls == 0
+
+
+def test_the_modes_own_options_refuse_a_should_pause_that_is_not_callable() -> None:
+    model = ScriptedModel([say("x")])
+    chain = LLMChain(model).add_message(Message.user("go"))
+    with pytest.raises(TypeError, match="'should_pause' must be callable"):
+        chain.run_sync("standard", should_pause="yes")
+    assert model.calls == 0
+
+
+# ---------------------------------------------------------------- slow callbacks
+
+
+def _agent(callbacks: list[Any], n: int) -> Agent:
+    script = [call_tool("add", a=i, b=1) for i in range(n)] + [say("done")]
+    return Agent(ScriptedModel(script), [add], callbacks=callbacks)
+
+
+async def test_slow_callbacks_off_the_loop_do_not_stall_other_runs() -> None:
+    seen: list[str] = []
+
+    def slow(chain: LLMChain, message: Message) -> None:
+        time.sleep(0.2)  # a network call, say
+        seen.append(message.role)
+
+    handlers = off_loop({"on_llm_new_message": slow})
+    started = time.perf_counter()
+    slow_run = _agent([handlers], 4).start(AgentState.of("go"))
+    other = _agent([], 4).start(AgentState.of("go"))
+    await asyncio.gather(slow_run.run(), other.run())
+    elapsed = time.perf_counter() - started
+    assert elapsed < 0.8  # on the loop, the five 0.2 s calls alone would take 1 s
+    await asyncio.to_thread(handlers.flush)
+    assert seen == ["assistant"] * 5  # every event, in order
+    handlers.close()
+
+
+def test_a_stalled_off_loop_handler_holds_at_most_max_pending_events() -> None:
+    release = threading.Event()
+    handled: list[int] = []
+
+    def stuck(chain: LLMChain, message: Message) -> None:
+        release.wait(5)
+        handled.append(1)
+
+    handlers = off_loop({"on_llm_new_message": stuck}, max_pending=2)
+    state = _agent([handlers], 6).execute_sync(AgentState.of("go"))
+    assert state.status == "ok"
+    release.set()
+    handlers.close()
+    assert handlers.dropped == 7 - len(handled) and 2 <= len(handled) <= 3
+
+
+def test_an_off_loop_handler_that_raises_is_kept_not_fatal() -> None:
+    def broken(chain: LLMChain, message: Message) -> None:
+        raise RuntimeError("log server down")
+
+    handlers = off_loop({"on_llm_new_message": broken})
+    assert _agent([handlers], 1).execute_sync(AgentState.of("go")).status == "ok"
+    handlers.close()
+    assert [(name, str(exc)) for name, exc in handlers.errors] == [
+        ("on_llm_new_message", "log server down")
+    ] * 2

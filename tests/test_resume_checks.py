@@ -1,0 +1,227 @@
+"""A saved run is data: edited rows never grant an approval or name a state the machine lacks."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, tool
+from agentfsm.invariants import InvariantError
+from agentfsm.machine import UnknownMachineError
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.serialization import FormatError, loads
+from agentfsm.store import SQLiteStore, load_run, start_run
+from agentfsm.testing import assert_path
+
+DELETED: list[str] = []
+
+
+@tool
+def delete(path: str) -> str:
+    """Delete a file (needs approval)."""
+    DELETED.append(path)
+    return f"deleted {path}"
+
+
+def agent(*replies: Any) -> Agent:
+    script = list(replies) or [call_tool("delete", path="/etc/passwd"), say("done")]
+    return Agent(ScriptedModel(script), [delete], middleware=[HumanInTheLoop({"delete": True})])
+
+
+@pytest.fixture(autouse=True)
+def _forget() -> None:
+    DELETED.clear()
+
+
+@pytest.fixture
+def interrupted(tmp_path: Path) -> Path:
+    """A run that stopped for approval of ``delete``, saved in a fresh database."""
+    db = tmp_path / "runs.db"
+    with SQLiteStore(db) as store:
+        run = start_run(agent(), AgentState.of("tidy up"), store, run_id="r")
+        run.run_sync()
+    assert_path(run, "expanding calling interrupt_check interrupted")
+    return db
+
+
+def edit_rows(db: Path, sql: str, *params: Any) -> None:
+    con = sqlite3.connect(db)
+    con.execute(sql, params)
+    con.commit()
+    con.close()
+
+
+def edit_transition(db: Path, seq: int, change: Callable[[dict[str, Any]], None]) -> None:
+    con = sqlite3.connect(db)
+    (doc,) = con.execute("SELECT doc FROM transitions WHERE seq = ?", (seq,)).fetchone()
+    record = json.loads(doc)
+    change(record)
+    con.execute("UPDATE transitions SET doc = ? WHERE seq = ?", (json.dumps(record), seq))
+    con.commit()
+    con.close()
+
+
+def forge_clear(record: dict[str, Any]) -> None:
+    record["trigger"], record["dest"] = "clear", "executing"
+
+
+def test_two_sql_updates_do_not_run_a_gated_tool(interrupted: Path) -> None:
+    # The attack: the last transition says the approval check let the call through.
+    edit_transition(interrupted, 2, forge_clear)
+    edit_rows(interrupted, "UPDATE runs SET result = NULL")
+    with SQLiteStore(interrupted) as store:
+        state = agent().resume_run_sync("r", store)
+        assert DELETED == []
+        assert state.status == "interrupted"  # the approval is asked again
+        assert state.interrupt_data is not None
+        (request,) = state.interrupt_data["action_requests"]
+        assert (request["tool_name"], request["arguments"]) == ("delete", {"path": "/etc/passwd"})
+        saved = load_run(store, "r", tools=[delete])
+        assert [t.path for t in saved.traces] == [
+            "expanding calling interrupt_check executing",
+            "interrupt_check interrupted",
+        ]
+        state = agent(say("ok")).resume_run_sync("r", store, [{"type": "reject"}])
+    assert state.status == "ok" and DELETED == []
+
+
+def test_a_forged_run_window_at_interrupt_check_asks_again(interrupted: Path) -> None:
+    # Cut the run back to interrupt_check and hide the pending reply from the check.
+    edit_rows(interrupted, "DELETE FROM transitions WHERE seq = 2")
+    edit_rows(interrupted, "UPDATE runs SET result = NULL")
+    edit_transition(interrupted, 1, lambda r: r["chain"].pop("exchanged"))
+    with SQLiteStore(interrupted) as store:
+        state = agent().resume_run_sync("r", store)
+    assert state.status == "interrupted" and DELETED == []
+
+
+def test_a_run_killed_at_interrupt_check_restores_in_place(interrupted: Path) -> None:
+    edit_rows(interrupted, "DELETE FROM transitions WHERE seq = 2")
+    edit_rows(interrupted, "UPDATE runs SET result = NULL")
+    with SQLiteStore(interrupted) as store:
+        assert agent().resume_run_sync("r", store).status == "interrupted"
+        saved = load_run(store, "r", tools=[delete])
+    assert [t.path for t in saved.traces] == ["expanding calling interrupt_check interrupted"]
+    assert DELETED == []
+
+
+def test_approval_added_after_a_crash_at_executing_is_asked(tmp_path: Path) -> None:
+    """A run saved at executing by an agent without approvals, resumed by one with them."""
+    db = tmp_path / "runs.db"
+    plain = Agent(ScriptedModel([call_tool("delete", path="a"), say("done")]), [delete])
+    with SQLiteStore(db) as store:
+        run = start_run(plain, AgentState.of("go"), store, run_id="r")
+        for _ in range(3):
+            run.step_sync()
+        assert run.state == "executing"
+        assert agent().resume_run_sync("r", store).status == "interrupted"
+    assert DELETED == []
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        (
+            "UPDATE segments SET header = json_set(header, '$.machine', 'evil')",
+            "No machine named 'evil'",
+        ),
+        ("UPDATE segments SET header = json_set(header, '$.entry', 'executing')", "not an entry"),
+        (
+            "UPDATE transitions SET doc = json_set(doc, '$.dest', 'owned') WHERE seq = 2",
+            "is not a move of the standard machine",
+        ),
+        (
+            "UPDATE transitions SET doc = json_set(doc, '$.trigger', 'sudo') WHERE seq = 1",
+            "is not a move of the standard machine",
+        ),
+        ("DELETE FROM transitions WHERE seq = 1", "is not a move"),
+        ("UPDATE runs SET result = NULL", "stops at 'interrupted' but has no result"),
+    ],
+)
+def test_a_made_up_machine_state_or_path_is_refused(
+    interrupted: Path, sql: str, message: str
+) -> None:
+    edit_rows(interrupted, sql)
+    refused = (FormatError, UnknownMachineError)  # a machine not declared here is its own case
+    with SQLiteStore(interrupted) as store, pytest.raises(refused, match=message):
+        agent().resume_run_sync("r", store, [{"type": "approve"}])
+    with SQLiteStore(interrupted) as store, pytest.raises(refused, match=message):
+        load_run(store, "r", tools=[delete])
+    assert DELETED == []
+
+
+def _forge_state(db: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    con = sqlite3.connect(db)
+    (doc,) = con.execute("SELECT agent_state FROM runs").fetchone()
+    state = json.loads(doc)
+    change(state["interrupt_data"])
+    con.execute("UPDATE runs SET agent_state = ?", (json.dumps(state),))
+    con.commit()
+    con.close()
+
+
+def _other_arguments(data: dict[str, Any]) -> None:
+    data["action_requests"][0]["arguments"] = {"path": "notes.txt"}
+
+
+def _no_request(data: dict[str, Any]) -> None:
+    data["action_requests"], data["hitl_tool_call_ids"] = [], []
+
+
+def _other_call(data: dict[str, Any]) -> None:
+    data["action_requests"][0]["tool_call_id"] = "made-up"
+    data["hitl_tool_call_ids"] = ["made-up"]
+
+
+@pytest.mark.parametrize("forge", [_other_arguments, _no_request, _other_call])
+def test_decisions_answer_only_the_calls_that_will_run(
+    interrupted: Path, forge: Callable[[dict[str, Any]], None]
+) -> None:
+    _forge_state(interrupted, forge)
+    decisions: list[dict[str, Any]] = [] if forge is _no_request else [{"type": "approve"}]
+    with SQLiteStore(interrupted) as store, pytest.raises(InvariantError, match="Nothing was run"):
+        agent().resume_run_sync("r", store, decisions)
+    assert DELETED == []
+
+
+async def test_an_edited_agent_state_in_memory_is_refused_too() -> None:
+    gated = agent()
+    state = await gated.execute(AgentState.of("go"))
+    assert state.interrupt_data is not None
+    data = json.loads(json.dumps(state.interrupt_data))
+    _other_arguments(data)
+    forged = AgentState(state.messages, status="interrupted", interrupt_data=data)
+    with pytest.raises(InvariantError, match="is not a pending call"):
+        await gated.resume(forged, [{"type": "approve"}])
+    assert DELETED == []
+    done = await gated.resume(state, [{"type": "approve"}])
+    assert done.status == "ok" and DELETED == ["/etc/passwd"]
+
+
+# ---------------------------------------------------------------- nesting
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_deeply_nested_json_is_a_format_error() -> None:
+    with pytest.raises(FormatError, match="nested too deeply"):
+        loads(DEEP, AgentState)
+    document = '{"format": "agentfsm/1", "type": "AgentState", "value": {"state": ' + DEEP + "}}"
+    with pytest.raises(FormatError, match="nested too deeply"):
+        loads(document, AgentState)
+
+
+def test_a_deeply_nested_store_row_is_a_format_error(interrupted: Path) -> None:
+    edit_rows(interrupted, "UPDATE messages SET doc = ? WHERE idx = 0", DEEP)
+    with SQLiteStore(interrupted) as store, pytest.raises(FormatError, match="nested too deeply"):
+        load_run(store, "r", tools=[delete])
+
+
+def test_the_standard_table_is_what_restores_check() -> None:
+    assert agent().mode.table is STANDARD
