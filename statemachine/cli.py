@@ -24,7 +24,7 @@ from rich.json import JSON
 from rich.panel import Panel
 from rich.prompt import Confirm
 
-from . import _runs_cli, diagrams
+from . import _runs_cli, diagram_files, diagrams
 from .agent import Agent, AgentRun
 from .errors import ChainError
 from .machine import STANDARD
@@ -194,14 +194,10 @@ def _cmd_diagrams(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is not a directory")
-    files = diagrams.diagram_files(STANDARD)
+    files = diagram_files.diagram_files(STANDARD)
     no_svg = "machine.svg" not in files
     if args.check:
-        stale = [
-            name
-            for name, text in files.items()
-            if not (out / name).is_file() or (out / name).read_text(encoding="utf-8") != text
-        ]
+        stale = diagram_files.stale_files(out, files)
         if no_svg:
             print("machine.svg not checked: Graphviz (dot) is not installed")
         if stale:
@@ -213,14 +209,9 @@ def _cmd_diagrams(args: argparse.Namespace) -> int:
             return 1
         print(f"diagrams in {out} are up to date ({len(files)} files checked)")
         return 0
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        target = out / name
-        if target.is_file() and target.read_text(encoding="utf-8") == text:
-            print(f"unchanged {target}")
-            continue
-        target.write_text(text, encoding="utf-8")
-        print(f"wrote {target}")
+    written = diagram_files.write_files(out, files)
+    for name in files:
+        print(f"{'wrote' if out / name in written else 'unchanged'} {out / name}")
     if no_svg:
         print("machine.svg not written: Graphviz (dot) is not installed")
     return 0

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from rich.console import Console
 
-from agentfsm import STANDARD, AgentState, LLMChain, Message, Trace, Transition
+from agentfsm import STANDARD, AgentState, LLMChain, Message, Trace, Transition, diagram_files
 from agentfsm import diagrams as d
 from agentfsm._demo import DEMO_PROMPT, demo_agent
 from agentfsm.console import RunView, summary, trace_table, watch
@@ -159,7 +159,7 @@ def test_golden(name: str, draw: Callable[[], str]) -> None:
 
 
 def test_committed_diagrams_are_what_the_table_draws() -> None:
-    for name, text in d.diagram_files(svg=False).items():
+    for name, text in diagram_files.diagram_files(svg=False).items():
         committed = (ROOT / "diagrams" / name).read_text(encoding="utf-8")
         assert committed == text, f"diagrams/{name} is stale; run: agentfsm diagrams"
     assert (ROOT / "diagrams" / "machine.svg").is_file()
@@ -183,7 +183,7 @@ def test_svg_is_byte_stable() -> None:
 def test_no_svg_without_graphviz(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(d.shutil, "which", lambda _: None)
     assert d.render_svg("digraph {}") is None
-    assert "machine.svg" not in d.diagram_files()
+    assert "machine.svg" not in diagram_files.diagram_files()
 
 
 # ---------------------------------------------------------------- one run on the machine
