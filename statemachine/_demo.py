@@ -12,6 +12,8 @@ delay per call so a live view has something to show.
 from __future__ import annotations
 
 import datetime
+import os
+import pathlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -20,12 +22,12 @@ from agentfsm.providers.scripted import ScriptedModel, call_tool, call_tools, sa
 from .agent import Agent
 from .messages import Message
 from .middleware.human_in_the_loop import HumanInTheLoop
-from .tools import ToolOutput, tool
+from .tools import Tool, ToolOutput, tool
 
 if TYPE_CHECKING:
     from agentfsm.providers.base import ChatModel
 
-__all__ = ["DEMO_PROMPT", "NOTES", "calculator_agent", "demo_agent"]
+__all__ = ["DEMO_PROMPT", "NOTES", "calculator_agent", "demo_agent", "file_writer"]
 
 DEMO_PROMPT = "Summarise my notes on state machines into summary.md."
 
@@ -72,17 +74,34 @@ def read_note(title: str) -> str:
     return NOTES[title]
 
 
-@tool(display_text="Write a file")
-def write_file(path: str, content: str) -> ToolOutput:
-    """Write a file (kept in the agent's state: the demo touches no disk).
+def file_writer(folder: str | os.PathLike[str] = ".") -> Tool:
+    """The demo's ``write_file`` tool: writes a new file into ``folder``, never elsewhere.
 
-    Args:
-        path: the file's name
-        content: the text to write
+    It needs approval, so it does what it says: the file is on disk afterwards.
+    A name with a folder in it, or one that exists already, is refused.
     """
-    return ToolOutput(
-        f"Wrote {len(content)} characters to {path}.", state_updates={"files": {path: content}}
-    )
+    root = pathlib.Path(folder)
+
+    @tool(display_text="Write a file")
+    def write_file(path: str, content: str) -> ToolOutput:
+        """Write a new text file.
+
+        Args:
+            path: the file's name (no folders)
+            content: the text to write
+        """
+        name = pathlib.PurePath(path).name
+        if not name or name != path or name in (".", ".."):
+            raise ValueError(f"{path!r} is not a plain file name")
+        target = root / name
+        with target.open("x", encoding="utf-8") as file:  # "x": never overwrite
+            file.write(content)
+        return ToolOutput(
+            f"Wrote {len(content)} characters to {target}.",
+            state_updates={"files": {name: len(content)}},
+        )
+
+    return write_file
 
 
 def _script(messages: Sequence[Message]) -> Message:
@@ -99,22 +118,28 @@ def _script(messages: Sequence[Message]) -> Message:
     if replies == 2:
         return call_tool("write_file", path="summary.md", content=SUMMARY)
     last = messages[-1]
-    rejected = last.role == "tool" and any(
-        "rejected by a human reviewer" in r.text for r in last.tool_results
-    )
-    if rejected:
+    (result,) = last.tool_results if last.role == "tool" else (None,)
+    if result is not None and "rejected by a human reviewer" in result.text:
         return say(
             "Understood, I did not write summary.md. Here is the summary instead:\n\n" + SUMMARY
         )
+    if result is None or result.is_error:
+        why = result.text if result is not None else "no result"
+        return say(f"I could not write summary.md ({why}). Here is the summary:\n\n" + SUMMARY)
     return say("I wrote summary.md with a two-point summary of your notes on state machines.")
 
 
-def demo_agent(*, delay: float = 0.08, stream: bool = True) -> Agent:
-    """The demo agent; ``delay`` seconds per model call, replies streamed word by word."""
+def demo_agent(
+    *, delay: float = 0.08, stream: bool = True, folder: str | os.PathLike[str] = "."
+) -> Agent:
+    """The demo agent; ``delay`` seconds per model call, replies streamed word by word.
+
+    Its ``write_file`` (approval needed) writes into ``folder``.
+    """
     model = ScriptedModel(_script, model_name="scripted-demo", stream=stream, delay=delay)
     return Agent(
         model,
-        [search_notes, read_note, write_file],
+        [search_notes, read_note, file_writer(folder)],
         middleware=[HumanInTheLoop({"write_file": {"allowed_decisions": ["approve", "reject"]}})],
         system_prompt="You are a careful note-taking assistant.",
     )

@@ -2,7 +2,10 @@
 
 ``resume`` needs the agent the run was made with (its model and tools are code,
 not data): the demo agent by default, or any ``--agent module:attribute`` that
-is an :class:`~agentfsm.agent.Agent` or a function returning one.
+is an :class:`~agentfsm.agent.Agent` or a function returning one, importable
+from the current folder. ``list`` and ``show`` open the store read-only: they
+never change the file, and one that is not an agentfsm store is refused.
+Everything printed from the store goes through :func:`~agentfsm._printable.printable`.
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ import datetime
 import importlib
 import json
 import os
+import shlex
+import sqlite3
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from ._printable import printable
 from .agent import Agent
 from .messages import Message
 from .serialization import FormatError, UnknownToolError, dump_trace
@@ -28,7 +34,15 @@ from .store import (
 )
 from .trace import Transition
 
-__all__ = ["DEFAULT_AGENT", "DEFAULT_DB", "add_parser", "handle", "load_agent"]
+__all__ = [
+    "DEFAULT_AGENT",
+    "DEFAULT_DB",
+    "add_parser",
+    "default_db",
+    "handle",
+    "load_agent",
+    "open_store",
+]
 
 #: The store used when ``--db`` is not given (the environment's AGENTFSM_DB wins).
 DEFAULT_DB = "agentfsm.db"
@@ -36,8 +50,27 @@ DEFAULT_DB = "agentfsm.db"
 DEFAULT_AGENT = "agentfsm._demo:demo_agent"
 
 
-class _UsageError(Exception):
+class UsageError(Exception):
     """A mistake on the command line: said on stderr, exit status 2."""
+
+
+def default_db() -> str:
+    """The store used when ``--db`` is not given: ``$AGENTFSM_DB``, else ``agentfsm.db``."""
+    return os.environ.get("AGENTFSM_DB") or DEFAULT_DB
+
+
+def add_db_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--db PATH`` option every command that reads or writes a store takes."""
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help=f"the SQLite store (default: $AGENTFSM_DB or {DEFAULT_DB})",
+    )
+
+
+def _say(out: TextIO, text: str) -> None:
+    print(printable(text), file=out)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -46,12 +79,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     The parsed namespace carries ``handler=handle``: call ``args.handler(args)``.
     """
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--db",
-        metavar="PATH",
-        default=os.environ.get("AGENTFSM_DB", DEFAULT_DB),
-        help=f"the SQLite store (default: $AGENTFSM_DB or {DEFAULT_DB})",
-    )
+    add_db_option(common)
     runs: argparse.ArgumentParser = subparsers.add_parser(
         "runs",
         help="list, show and resume saved runs",
@@ -86,20 +114,35 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run the parsed ``runs`` command; the exit status."""
     out = out or sys.stdout
+    db = args.db or default_db()
     try:
         if args.runs_command == "list":
-            return _list(_open(args.db), out)
+            return _list(open_store(db), out)
         if args.runs_command == "show":
-            return _show(_open(args.db), args.run_id, args.json, out)
-        return _resume(_open(args.db), args.run_id, args.agent, args.decisions, out)
-    except (_UsageError, RunNotFoundError, ResumeError, FormatError, UnknownToolError) as exc:
-        print(f"agentfsm runs: {exc}", file=sys.stderr)
+            return _show(db, args.run_id, args.json, out)
+        return _resume(db, args.run_id, args.agent, args.decisions, out)
+    except (UsageError, RunNotFoundError, ResumeError, FormatError, UnknownToolError) as exc:
+        _say(sys.stderr, f"agentfsm runs: {exc}")
+        return 2
+    except sqlite3.DatabaseError as exc:
+        _say(sys.stderr, f"agentfsm runs: {db}: the store cannot be read: {exc}")
         return 2
 
 
-def _open(path: str) -> SQLiteStore:
+def open_store(path: str, *, read_only: bool = True) -> SQLiteStore:
+    """The store at ``path``, read-only unless asked; a clear error when there is none.
+
+    Opening it for writing checks it read-only first, so a file that is not an
+    agentfsm store is refused before anything is written to it.
+    """
     if not os.path.exists(path):
-        raise _UsageError(f"no store at {path!r} (pass --db PATH or set AGENTFSM_DB)")
+        raise UsageError(f"no store at {path!r} (pass --db PATH or set AGENTFSM_DB)")
+    if os.path.isdir(path):
+        raise UsageError(f"--db {path!r} is a directory, not a store")
+    store = SQLiteStore(path, read_only=True)
+    if read_only:
+        return store
+    store.close()
     return SQLiteStore(path)
 
 
@@ -107,19 +150,22 @@ def load_agent(spec: str) -> Agent:
     """The agent named by ``module:attribute``: an Agent, or a function returning one."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise _UsageError(f"--agent takes MODULE:ATTRIBUTE, got {spec!r}")
+        raise UsageError(f"--agent takes MODULE:ATTRIBUTE, got {spec!r}")
+    # As ``python -m`` does: a module in the current folder is importable.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise _UsageError(f"cannot import {module_name!r} for --agent: {exc}") from exc
+        raise UsageError(f"cannot import {module_name!r} for --agent: {exc}") from exc
     for part in attribute.split("."):
         if not hasattr(value, part):
-            raise _UsageError(f"{module_name!r} has no attribute {attribute!r} for --agent")
+            raise UsageError(f"{module_name!r} has no attribute {attribute!r} for --agent")
         value = getattr(value, part)
     if not isinstance(value, Agent) and callable(value):
         value = value()
     if not isinstance(value, Agent):
-        raise _UsageError(f"--agent {spec} is a {type(value).__name__}, not an Agent")
+        raise UsageError(f"--agent {spec} is a {type(value).__name__}, not an Agent")
     return value
 
 
@@ -138,17 +184,24 @@ def _short(text: str | None, width: int = 60) -> str:
 def _list(store: SQLiteStore, out: TextIO) -> int:
     runs = store.runs()
     if not runs:
-        print(f"No saved runs in {store.path}.", file=out)
+        _say(out, f"No saved runs in {store.path}.")
         return 0
     rows = [("RUN ID", "STATUS", "STATE", "STEPS", "UPDATED", "SUMMARY")]
     rows += [
-        (r.run_id, r.status, r.state, str(r.steps), _when(r.updated), _short(r.summary))
+        (
+            printable(r.run_id),
+            printable(r.status),
+            printable(r.state),
+            str(r.steps),
+            _when(r.updated),
+            _short(printable(r.summary or "")),
+        )
         for r in runs
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
         cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[5]]).rstrip(), file=out)
+        _say(out, "  ".join([*cells, row[5]]).rstrip())
     return 0
 
 
@@ -171,8 +224,8 @@ def _message_line(message: Message) -> str:
     return f"  {message.role:>9}: {body}"
 
 
-def _show(store: SQLiteStore, run_id: str, as_json: bool, out: TextIO) -> int:
-    saved = load_run(store, run_id, strict=False)
+def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
+    saved = load_run(open_store(db), run_id, strict=False)
     if as_json:
         doc = {
             "run_id": saved.run_id,
@@ -181,36 +234,36 @@ def _show(store: SQLiteStore, run_id: str, as_json: bool, out: TextIO) -> int:
             "options": dict(saved.options),
             "traces": [dump_trace(t) for t in saved.traces],
         }
-        print(json.dumps(doc, indent=2, ensure_ascii=False), file=out)
+        _say(out, json.dumps(doc, indent=2, ensure_ascii=False))
         return 0
-    print(
+    _say(
+        out,
         f"run {saved.run_id}: {saved.status} at {saved.state}, {saved.steps} steps, "
         f"{len(saved.traces)} segment(s)",
-        file=out,
     )
     if saved.options:
-        print(f"options: {json.dumps(dict(saved.options))}", file=out)
-    summary = _summary(saved)
+        _say(out, f"options: {json.dumps(dict(saved.options))}")
+    summary = _summary(saved, db)
     if summary:
-        print(summary, file=out)
+        _say(out, summary)
     for number, trace in enumerate(saved.traces):
-        print(f"segment {number} (entered at {trace.entry}):", file=out)
+        _say(out, f"segment {number} (entered at {trace.entry}):")
         for index, transition in enumerate(trace):
-            print(_transition_line(index, transition), file=out)
-    print("messages:", file=out)
+            _say(out, _transition_line(index, transition))
+    _say(out, "messages:")
     for message in saved.chain.messages:
-        print(_message_line(message), file=out)
+        _say(out, _message_line(message))
     return 0
 
 
-def _summary(saved: SavedRun) -> str | None:
+def _summary(saved: SavedRun, db: str) -> str | None:
     state = saved.agent_state
     if state is not None and state.error is not None:
         return f"error: {state.error}"
     if state is not None and state.pause_reason is not None:
         return f"paused: {state.pause_reason}"
     if state is not None and state.interrupt_data:
-        return f"interrupted: {json.dumps(dict(state.interrupt_data), default=str)}"
+        return "interrupted: " + resume_hint(saved.run_id, state.interrupt_data, db)
     return None
 
 
@@ -220,44 +273,85 @@ def _decisions(text: str | None) -> Sequence[Mapping[str, Any]] | None:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _UsageError(f"--decisions is not JSON: {exc}") from exc
+        raise UsageError(f"--decisions is not JSON: {exc}") from exc
     if not isinstance(value, list):
-        raise _UsageError("--decisions takes a JSON list, one decision per approval request")
+        raise UsageError("--decisions takes a JSON list, one decision per approval request")
     return value
 
 
-def _resume(
-    store: SQLiteStore, run_id: str, agent_spec: str, decisions_text: str | None, out: TextIO
-) -> int:
-    agent = load_agent(agent_spec)
+def resume_hint(run_id: str, interrupt_data: Mapping[str, Any] | None, db: str) -> str:
+    """The command that answers an interrupted run's approval requests."""
+    data = interrupt_data or {}
+    requests = [r for r in data.get("action_requests") or () if isinstance(r, Mapping)]
+    names = ", ".join(str(r.get("tool_name")) for r in requests) or "its interrupt"
+    configs = data.get("review_configs")
+    allowed: set[str] = set()
+    for request in requests:
+        config = configs.get(request.get("tool_name")) if isinstance(configs, Mapping) else None
+        if isinstance(config, Mapping) and isinstance(config.get("allowed_decisions"), list):
+            allowed.update(str(d) for d in config["allowed_decisions"])
+    example = json.dumps([{"type": "approve"}] * max(len(requests), 1))
+    db_option = "" if db == default_db() else f" --db {shlex.quote(db)}"
+    return (
+        f"waiting for a decision on {names}; answer with: agentfsm runs resume "
+        f"{shlex.quote(run_id)}{db_option} --decisions {shlex.quote(example)}"
+        + (f" (one per request, type {' or '.join(sorted(allowed))})" if allowed else "")
+    )
+
+
+def _check_resumable(saved: SavedRun, decisions: object, agent: Agent, spec: str, db: str) -> None:
+    """Refuse, in the command line's own words, what the store would refuse in Python's."""
+    run_id = saved.run_id
+    if saved.status in ("ok", "error"):
+        raise UsageError(f"run {run_id} ended {saved.status}: there is nothing to resume")
+    if saved.status == "interrupted" and decisions is None:
+        state = saved.agent_state
+        data = state.interrupt_data if state is not None else None
+        raise UsageError(f"run {run_id} is interrupted, {resume_hint(run_id, data, db)}")
+    if saved.status != "interrupted" and decisions is not None:
+        raise UsageError(
+            f"--decisions answers an interrupted run; run {run_id} is {saved.status}: "
+            "resume it without --decisions"
+        )
+    have = {t.name for t in agent.tools}
+    missing = sorted({n for n in saved.chain.tool_names if n not in have})
+    if missing:
+        raise UsageError(
+            f"the agent of --agent {spec} lacks tools run {run_id} used: {', '.join(missing)}; "
+            "pass the --agent the run was made with"
+        )
+
+
+def _resume(db: str, run_id: str, agent_spec: str, decisions_text: str | None, out: TextIO) -> int:
     decisions = _decisions(decisions_text)
+    agent = load_agent(agent_spec)
+    store = open_store(db, read_only=False)
     before = load_run(store, run_id, strict=False)
-    resuming = f"resuming run {run_id} ({before.status} at {before.state})"
+    _check_resumable(before, decisions, agent, agent_spec, db)
+    _say(out, f"resuming run {run_id} ({before.status} at {before.state})")
     try:
-        print(resuming, file=out)
-        state = agent.resume_run_sync(run_id, store, decisions)
+        agent.resume_run_sync(run_id, store, decisions)
     except ValueError as exc:  # decisions that do not fit the interrupt
         if isinstance(exc, ResumeError | FormatError):
             raise
-        raise _UsageError(str(exc)) from exc
+        raise UsageError(str(exc)) from exc
     after = load_run(store, run_id, strict=False)
+    state = after.agent_state
     trace = after.trace
     start = len(before.trace) if len(after.traces) == len(before.traces) else 0
     if len(after.traces) > len(before.traces):
-        print(f"segment {len(after.traces) - 1} (entered at {trace.entry}):", file=out)
+        _say(out, f"segment {len(after.traces) - 1} (entered at {trace.entry}):")
     for index, transition in enumerate(trace.transitions[start:], start):
-        print(_transition_line(index, transition), file=out)
-    print(f"run {run_id}: {state.status} at {after.state}", file=out)
+        _say(out, _transition_line(index, transition))
+    _say(out, f"run {run_id}: {after.status} at {after.state}")
+    if state is None:
+        return 0
     if state.error is not None:
-        print(f"error: {state.error}", file=out)
+        _say(out, f"error: {state.error}")
     elif state.pause_reason is not None:
-        print(f"paused: {state.pause_reason}", file=out)
+        _say(out, f"paused: {state.pause_reason}")
     elif state.status == "interrupted":
-        print(
-            "interrupted: resume it with --decisions "
-            + json.dumps(dict(state.interrupt_data or {}), default=str),
-            file=out,
-        )
+        _say(out, "interrupted: " + resume_hint(run_id, state.interrupt_data, db))
     elif state.messages:
-        print(f"answer: {_short(state.messages[-1].text, 200)}", file=out)
+        _say(out, f"answer: {_short(state.messages[-1].text, 200)}")
     return 1 if state.status == "error" else 0

@@ -1,11 +1,13 @@
-"""The ``agentfsm`` command: ``demo``, ``show``, ``diagrams`` and ``run``.
+"""The ``agentfsm`` command: ``demo``, ``show``, ``view``, ``diagrams``, ``run`` and ``runs``.
 
 ``agentfsm demo`` runs a scripted agent with a live view, asks for approval
-when it interrupts, and writes the run's diagram and trace; ``agentfsm show``
-draws a saved trace; ``agentfsm diagrams`` regenerates the committed diagrams
-of the machine, or with ``--check`` says which are stale; ``agentfsm run``
-runs a small agent on a real provider. Bad arguments exit 2 with a one-line
-message; a run that ends in error exits 1.
+when it interrupts, saves the run to a store and writes its diagram and trace;
+``agentfsm show`` draws a saved trace; ``agentfsm view`` writes a saved run or
+trace as one self-contained HTML page; ``agentfsm diagrams`` regenerates the
+committed diagrams of the machine, or with ``--check`` says which are stale;
+``agentfsm run`` runs a small agent on a real provider. Bad arguments exit 2
+with a one-line message; a run that ends in error exits 1. Text from a run
+reaches the terminal only through :mod:`agentfsm._printable`.
 """
 
 from __future__ import annotations
@@ -13,30 +15,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import pathlib
+import re
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, cast
 
-from rich.console import Console
-from rich.json import JSON
+from rich.console import Console, RenderableType
 from rich.panel import Panel
 from rich.prompt import Confirm
+from rich.table import Table
+from rich.text import Text
 
 from . import _runs_cli, diagram_files, diagrams
+from ._printable import printable, shown
+from ._runs_cli import UsageError
 from .agent import Agent, AgentRun
 from .errors import ChainError
 from .machine import STANDARD
 from .results import Failed
+from .serialization import FormatError
 from .state import AgentState
+from .store import RunNotFoundError, SQLiteStore, checkpoint, load_run, start_run
 from .trace import Trace
 
 __all__ = ["main"]
-
-
-class UsageError(Exception):
-    """A bad argument found after parsing: exit 2 with this message."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,54 +86,96 @@ def load_runs(data: Any) -> list[Trace]:
 # ---------------------------------------------------------------- demo
 
 
+def _arguments(arguments: object) -> RenderableType:
+    """Every argument in full, wrapped, strings as written: one approves what one reads."""
+    if not isinstance(arguments, Mapping) or not arguments:
+        return shown(json.dumps(arguments, default=str))
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for key, value in arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
+        grid.add_row(shown(key), shown(text))
+    return grid
+
+
 def _decide(
     request: Mapping[str, Any], decision: str | None, console: Console
 ) -> Mapping[str, Any]:
-    """One approval decision: from the flag, or asked at the terminal."""
-    name = request.get("tool_name", "?")
+    """One approval decision: from the flag, or asked at the terminal.
+
+    Asked outside any event loop, so the first Ctrl-C stops the command.
+    """
+    name = str(request.get("tool_name", "?"))
     console.print(
         Panel(
-            JSON.from_data(request.get("arguments", {})),
-            title=f"approval needed: {request.get('display_text') or name} ({name})",
+            _arguments(request.get("arguments", {})),
+            title=shown(f"approval needed: {request.get('display_text') or name} ({name})"),
             title_align="left",
             border_style="yellow",
         )
     )
     if decision is None:
         try:
-            approved = Confirm.ask(f"Approve {name}?", console=console)
+            approved = Confirm.ask(shown(f"Approve {name}?"), console=console)
         except EOFError:
-            raise UsageError("no answer on stdin; pass --approve or --reject") from None
+            raise UsageError("no answer on stdin; pass --approve, --reject or --later") from None
         decision = "approve" if approved else "reject"
-    console.print(f"decision: [bold]{decision}[/bold] {name}")
+    console.print(Text.assemble("decision: ", (decision, "bold"), " ", shown(name)))
     return {"type": decision}
 
 
-def _unique(base: pathlib.Path, suffixes: Sequence[str]) -> pathlib.Path:
-    """``base``, or ``base-2``, ``-3``... so that no file of the set exists yet."""
+def _unique(base: pathlib.Path, suffixes: Sequence[str], taken: set[str]) -> pathlib.Path:
+    """``base``, or ``base-2``, ``-3``... so that no file of the set exists yet and the
+    name is no run id in ``taken``."""
     candidate, n = base, 1
-    while any(candidate.with_name(candidate.name + s).exists() for s in suffixes):
+    while candidate.name in taken or any(
+        candidate.with_name(candidate.name + s).exists() for s in suffixes
+    ):
         n += 1
         candidate = base.with_name(f"{base.name}-{n}")
     return candidate
 
 
-async def _demo_runs(
-    agent: Agent, decision: str | None, console: Console
+async def _resumed(
+    agent: Agent,
+    store: SQLiteStore,
+    run_id: str,
+    state: AgentState,
+    decisions: Sequence[Mapping[str, Any]],
+    console: Console,
+    title: str,
+) -> AgentRun:
+    """Run the approved calls, then the rest of the run, checkpointed in a new segment."""
+    from .console import summary, watch
+
+    saved = load_run(
+        store, run_id, models={agent.model.name: agent.model}, tools=agent.tools, strict=False
+    )
+    run = await agent.start_resume(state, decisions)
+    checkpoint(run, store, options=saved.options, saved=saved)
+    await watch(run, console, title=title, show_summary=False)
+    ran = sum(d["type"] in ("approve", "edit") for d in decisions)
+    console.print(summary(run.trace, run.result, table=run.table, tools_before=ran))
+    return run
+
+
+def _demo_runs(
+    agent: Agent, store: SQLiteStore, run_id: str, decision: str | None, console: Console
 ) -> tuple[list[Trace], AgentState]:
     from ._demo import DEMO_PROMPT
     from .console import watch
 
-    console.rule(f"[bold]agentfsm demo[/bold]: {DEMO_PROMPT}")
-    run: AgentRun = agent.start(AgentState.of(DEMO_PROMPT))
-    await watch(run, console, title="run 1")
+    console.rule(Text.assemble(("agentfsm demo", "bold"), f": {DEMO_PROMPT}"))
+    run: AgentRun = start_run(agent, AgentState.of(DEMO_PROMPT), store, run_id=run_id)
+    asyncio.run(watch(run, console, title="run 1"))
     traces = [run.trace]
     state = run.agent_state
-    while state.status == "interrupted" and state.interrupt_data:
+    while state.status == "interrupted" and state.interrupt_data and decision != "later":
         requests = state.interrupt_data.get("action_requests") or ()
         decisions = [_decide(r, decision, console) for r in requests]
-        run = await agent.start_resume(state, decisions)
-        await watch(run, console, title=f"run {len(traces) + 1} (resumed)")
+        title = f"run {len(traces) + 1} (resumed)"
+        run = asyncio.run(_resumed(agent, store, run_id, state, decisions, console, title))
         traces.append(run.trace)
         state = run.agent_state
     return traces, state
@@ -139,17 +187,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is not a directory")
-    decision = "approve" if args.approve else "reject" if args.reject else None
+    decision = (
+        "approve" if args.approve else "reject" if args.reject else "later" if args.later else None
+    )
     if decision is None and not sys.stdin.isatty():
         raise UsageError(
             "the demo asks for approval at the terminal, and stdin is not one; "
-            "pass --approve or --reject"
+            "pass --approve, --reject or --later"
         )
+    db = args.db or _runs_cli.default_db()
+    store = _store(db, create=True)
+    out.mkdir(parents=True, exist_ok=True)
+    taken = {r.run_id for r in store.runs()}
+    base = _unique(out / f"agentfsm-demo-{time.strftime('%Y%m%d-%H%M%S')}", (".md", ".json"), taken)
     console = Console()
     # The answer streams into the live view; it is not printed again.
-    traces, state = asyncio.run(_demo_runs(demo_agent(), decision, console))
-    out.mkdir(parents=True, exist_ok=True)
-    base = _unique(out / f"agentfsm-demo-{time.strftime('%Y%m%d-%H%M%S')}", (".md", ".json"))
+    with store:
+        traces, state = _demo_runs(demo_agent(folder=out), store, base.name, decision, console)
     markdown = base.with_name(base.name + ".md")
     trace_json = base.with_name(base.name + ".json")
     markdown.write_text(diagrams.run_markdown(traces, title="agentfsm demo"), encoding="utf-8")
@@ -157,34 +211,86 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     trace_json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"diagram: {markdown}")
     print(f"trace: {trace_json}")
+    print(f"saved: run {base.name} in {db}; see it with: agentfsm runs show {base.name}")
+    print(f"view: agentfsm view {base.name} (one HTML page)")
+    if state.status == "interrupted":
+        print(printable(_runs_cli.resume_hint(base.name, state.interrupt_data, db)))
+        return 0
     return 0 if state.status == "ok" else 1
+
+
+def _store(db: str, *, create: bool = False) -> SQLiteStore:
+    """The store at ``db`` (read-only unless ``create``), its errors as usage errors."""
+    try:
+        if create and not os.path.exists(db):
+            return SQLiteStore(db)
+        return _runs_cli.open_store(db, read_only=not create)
+    except (FormatError, sqlite3.DatabaseError, UsageError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 # ---------------------------------------------------------------- show
 
 
-def _cmd_show(args: argparse.Namespace) -> int:
-    from .console import summary, trace_table
+def _read_traces(path: pathlib.Path) -> list[Trace]:
     from .serialization import parse_json
 
-    path = pathlib.Path(args.trace)
     try:
-        data = parse_json(path.read_text(encoding="utf-8"))
-        traces = load_runs(data)
+        return load_runs(parse_json(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError, RecursionError) as exc:
         raise UsageError(f"{path}: cannot read a trace: {exc}") from None
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from .console import summary, trace_table
+
+    traces = _read_traces(pathlib.Path(args.trace))
     console = Console()
     for i, trace in enumerate(traces, 1):
         title = f"run {i} of {len(traces)}" if len(traces) > 1 else "trace"
         console.print(trace_table(trace, title=f"{title}: entered at {trace.entry}"))
         console.print(summary(trace))
-        console.print(f"path: {trace.path}", soft_wrap=True, highlight=False)
+        console.print(shown(f"path: {trace.path}"), soft_wrap=True, highlight=False)
         console.line()
     console.rule("the run on the machine (Mermaid)")
-    console.print(diagrams.run_mermaid(traces, STANDARD), markup=False, highlight=False)
+    # soft_wrap: the Mermaid text is printed as is, never broken at the terminal's width.
+    mermaid = diagrams.run_mermaid(traces, STANDARD)
+    console.print(shown(mermaid.rstrip("\n")), soft_wrap=True, highlight=False)
     return 0
+
+
+# ---------------------------------------------------------------- view
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    from . import view
+
+    source = pathlib.Path(args.run)
+    if args.db is None and (source.suffix == ".json" or source.is_file()):
+        page = view.traces_page(_read_traces(source), title=source.name)
+        out = pathlib.Path(args.out or source.with_suffix(".html").name)
+    else:
+        db = args.db or _runs_cli.default_db()
+        store = _store(db)
+        with store:
+            try:
+                saved = load_run(store, args.run, strict=False)
+            except (RunNotFoundError, FormatError, sqlite3.DatabaseError) as exc:
+                raise UsageError(str(exc)) from None
+        page = view.saved_run_page(saved)
+        out = pathlib.Path(args.out or f"{_file_name(args.run)}.html")
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a directory; name the HTML file")
+    out.write_text(page, encoding="utf-8")
+    print(printable(f"wrote {out}"))
+    return 0
+
+
+def _file_name(run_id: str) -> str:
+    """A run id as part of a file name: letters, digits, ``-``, ``_`` and ``.`` only."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id).strip(".") or "run"
 
 
 # ---------------------------------------------------------------- diagrams
@@ -221,28 +327,31 @@ def _cmd_diagrams(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ._demo import calculator_agent
-    from .console import watch
+    from agentfsm.providers.registry import create_model
 
+    from ._demo import calculator_agent
+    from .console import summary, watch
+
+    name = args.model or ("echo" if args.provider == "scripted" else None)
+    if name is None:
+        raise UsageError(f"--provider {args.provider} needs --model NAME")
     try:
-        from agentfsm.providers.registry import create_model
-    except ImportError as exc:  # pragma: no cover - only while providers are incomplete
-        print(f"agentfsm run: error: no model registry: {exc}", file=sys.stderr)
-        return 1
-    try:
-        model = create_model(args.provider, args.model, base_url=args.base_url, stream=args.stream)
+        model = create_model(args.provider, name, base_url=args.base_url, stream=args.stream)
     except (ValueError, ChainError) as exc:
-        print(f"agentfsm run: error: {_error_text(exc)}", file=sys.stderr)
+        print(printable(f"agentfsm run: error: {_error_text(exc)}"), file=sys.stderr)
         return 1
     console = Console()
     run = calculator_agent(model, max_runs=args.max_runs).start(AgentState.of(args.prompt))
-    result = asyncio.run(watch(run, console, title=f"{args.provider}: {args.model}"))
+    result = asyncio.run(watch(run, console, title=f"{args.provider}: {name}", show_summary=False))
+    failed = isinstance(result, Failed)
+    # A failure is said once, on stderr, not in the summary too.
+    console.print(summary(run.trace, None if failed else result, table=run.table))
     if isinstance(result, Failed):
-        print(f"agentfsm run: error: {_error_text(result.error)}", file=sys.stderr)
+        print(printable(f"agentfsm run: error: {_error_text(result.error)}"), file=sys.stderr)
         return 1
     state = run.agent_state
     if state.messages and state.messages[-1].role == "assistant" and not args.stream:
-        console.print(Panel(state.messages[-1].text, title="answer", title_align="left"))
+        console.print(Panel(shown(state.messages[-1].text), title="answer", title_align="left"))
     return 0 if state.status == "ok" else 1
 
 
@@ -276,16 +385,23 @@ def _parser() -> _Parser:
         "demo",
         help="run a scripted agent with a live view and human approval",
         description="Run the demo agent (scripted model, no network) with a live view. It asks "
-        "to write a file, which needs approval: it asks at the terminal, unless --approve or "
-        "--reject decides. Then it writes the runs' diagram (Markdown with Mermaid) and trace "
-        "(JSON) and names them on stdout.",
+        "to write summary.md into --out, which needs approval: it asks at the terminal, unless "
+        "--approve, --reject or --later decides. The run is saved to the store (--db), so "
+        "'agentfsm runs' and 'agentfsm view' work on it; its diagram (Markdown with Mermaid) "
+        "and trace (JSON) are written to --out and named on stdout.",
     )
     choice = demo.add_mutually_exclusive_group()
     choice.add_argument("--approve", action="store_true", help="approve without asking")
     choice.add_argument("--reject", action="store_true", help="reject without asking")
+    choice.add_argument(
+        "--later",
+        action="store_true",
+        help="decide later: the run stays interrupted in the store (see agentfsm runs resume)",
+    )
     demo.add_argument(
         "--out", default=".", metavar="DIR", help="where to write the files (default: .)"
     )
+    _runs_cli.add_db_option(demo)
     demo.set_defaults(handler=_cmd_demo)
 
     show = commands.add_parser(
@@ -296,6 +412,24 @@ def _parser() -> _Parser:
     )
     show.add_argument("trace", metavar="TRACE.json", help="the trace file")
     show.set_defaults(handler=_cmd_show)
+
+    view = commands.add_parser(
+        "view",
+        help="write a run as one HTML page: diagram, timeline, conversation",
+        description="Write one self-contained HTML file (no network needed to open it) for a "
+        "saved run (RUN_ID, from the store) or a trace file (TRACE.json): the machine with the "
+        "run's path and edge counts, a timeline of transitions with timings, and for each "
+        "transition the conversation as it stood, tool calls and results, state updates, "
+        "usage, the pause reason or error. Step with the arrow keys.",
+    )
+    view.add_argument("run", metavar="RUN_ID|TRACE.json", help="a saved run's id or a trace file")
+    _runs_cli.add_db_option(view)
+    view.add_argument(
+        "--out",
+        metavar="FILE.html",
+        help="the page to write (default: RUN_ID.html, or TRACE.html)",
+    )
+    view.set_defaults(handler=_cmd_view)
 
     diagrams_ = commands.add_parser(
         "diagrams",
@@ -320,7 +454,11 @@ def _parser() -> _Parser:
         "for the providers' own hosts, and from AGENTFSM_API_KEY for a --base-url.",
     )
     run.add_argument("--provider", required=True, choices=["openai", "anthropic", "scripted"])
-    run.add_argument("--model", required=True, metavar="NAME", help="the provider's model name")
+    run.add_argument(
+        "--model",
+        metavar="NAME",
+        help="the provider's model name (needed but for --provider scripted)",
+    )
     run.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server's URL")
     run.add_argument("--stream", action="store_true", help="stream the reply as it is written")
     run.add_argument(
@@ -343,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except UsageError as exc:
-        print(f"agentfsm {args.command}: error: {exc}", file=sys.stderr)
+        print(printable(f"agentfsm {args.command}: error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"agentfsm {args.command}: interrupted", file=sys.stderr)

@@ -12,13 +12,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
+from rich.measure import Measurement
 from rich.panel import Panel
 from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from ._printable import shown
 from .diagrams import compress_path, describe_detail
 from .machine import STANDARD, MachineTable
 from .results import Failed, Interrupted, Paused, Terminal
@@ -28,49 +30,102 @@ from .trace import Trace, Transition
 __all__ = ["RunView", "summary", "trace_table", "watch"]
 
 _OUTCOME_STYLE = {"ok": "green", "paused": "cyan", "interrupted": "yellow", "error": "red"}
+#: The narrowest the detail column gets before the transitions are listed line by line.
+_DETAIL_MIN = 16
 
 
-def _table(title: str | None) -> Table:
-    table = Table(title=title, title_justify="left", expand=False, pad_edge=False)
-    table.add_column("#", justify="right", style="dim")
-    table.add_column("from")
-    table.add_column("trigger", style="bold")
-    table.add_column("to")
-    table.add_column("ms", justify="right")
-    table.add_column("detail", overflow="fold")
-    return table
+class _Transitions:
+    """Transitions as a table where it fits; where it does not, one line each.
+
+    State names are never cut: at a width where the table would have to cut
+    them, each transition is a line (its detail on the next), which wraps
+    between words.
+    """
+
+    def __init__(
+        self, transitions: Sequence[Transition], title: str | None, terminals: Sequence[str]
+    ) -> None:
+        self.transitions = transitions
+        self.title = title
+        self.terminals = terminals
+
+    def _dest(self, t: Transition) -> Text:
+        terminal = t.dest in self.terminals
+        return shown(t.dest, _OUTCOME_STYLE.get(t.dest, "bold") if terminal else "")
+
+    def table(self) -> Table:
+        table = Table(
+            title=None if self.title is None else shown(self.title),
+            title_justify="left",
+            expand=False,
+            pad_edge=False,
+        )
+        table.add_column("#", justify="right", style="dim", no_wrap=True)
+        table.add_column("from", no_wrap=True)
+        table.add_column("trigger", style="bold", no_wrap=True)
+        table.add_column("to", no_wrap=True)
+        table.add_column("ms", justify="right", no_wrap=True)
+        table.add_column("detail", overflow="fold", min_width=_DETAIL_MIN)
+        for i, t in enumerate(self.transitions, 1):
+            table.add_row(
+                str(i),
+                shown(t.source),
+                shown(t.trigger),
+                self._dest(t),
+                f"{t.elapsed * 1000:.1f}",
+                shown(describe_detail(t)),
+            )
+        return table
+
+    def lines(self) -> list[Text]:
+        out = [] if self.title is None else [shown(self.title, "italic")]
+        for i, t in enumerate(self.transitions, 1):
+            line = Text.assemble(
+                (f"{i:>3} ", "dim"),
+                shown(t.source),
+                " --",
+                shown(t.trigger, "bold"),
+                "--> ",
+                self._dest(t),
+                (f"  {t.elapsed * 1000:.1f} ms", "dim"),
+            )
+            out.append(line)
+            detail = describe_detail(t)
+            if detail:
+                out.append(Text.assemble("      ", shown(detail, "dim")))
+        return out
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        table = self.table()
+        if Measurement.get(console, options, table).minimum <= options.max_width:
+            yield table
+        else:
+            yield from self.lines()
 
 
-def _add_row(table: Table, number: int, t: Transition, terminals: Sequence[str]) -> None:
-    dest = Text(t.dest, style=_OUTCOME_STYLE.get(t.dest, "bold") if t.dest in terminals else "")
-    table.add_row(
-        str(number), t.source, t.trigger, dest, f"{t.elapsed * 1000:.1f}", describe_detail(t)
-    )
-
-
-def trace_table(trace: Trace, *, title: str | None = None, table: MachineTable = STANDARD) -> Table:
-    """A trace as a rich table: one row per transition, terminals coloured by outcome."""
-    out = _table(title)
-    for i, t in enumerate(trace, 1):
-        _add_row(out, i, t, table.terminals)
-    return out
+def trace_table(
+    trace: Trace, *, title: str | None = None, table: MachineTable = STANDARD
+) -> RenderableType:
+    """A trace, one row per transition, terminals coloured by outcome (one line each when
+    the terminal is too narrow for a table)."""
+    return _Transitions(trace.transitions, title, table.terminals)
 
 
 def _result_line(result: Terminal | None) -> Text | None:
     """What a host must know about how the run ended, beyond its terminal."""
     match result:
         case Failed(_, error):
-            return Text(f"{error.type}: {error.message}", style="red")
+            return shown(f"{error.type}: {error.message}", "red")
         case Interrupted(_, data):
             requests = (data or {}).get("action_requests") or ()
             names = ", ".join(str(r.get("tool_name")) for r in requests)
-            return Text(
+            return shown(
                 f"waiting for a decision on {names}" if names else f"interrupt: {dict(data or {})}",
-                style="yellow",
+                "yellow",
             )
         case Paused(chain, _):
             reason = chain.custom_context.get("pause_reason")
-            return Text(f"pause reason: {reason}" if reason is not None else "paused", style="cyan")
+            return shown(f"pause reason: {reason}" if reason is not None else "paused", "cyan")
     return None
 
 
@@ -80,24 +135,30 @@ def summary(
     *,
     wall_time: float | None = None,
     table: MachineTable = STANDARD,
+    tools_before: int = 0,
 ) -> RenderableType:
-    """A closing summary: terminal, model calls, tools run, time, and the path in short."""
+    """A closing summary: terminal, model calls, tools run, time, and the path in short.
+
+    ``tools_before`` counts tools a resume ran before the run's first step
+    (approved calls), which its trace does not show.
+    """
     calls = sum(t.source == "calling" and not (t.detail or {}).get("requested") for t in trace)
     tools = sum(len((t.detail or {}).get("tools", ())) for t in trace if t.source == "executing")
     seconds = wall_time if wall_time is not None else sum(t.elapsed for t in trace)
     terminal = trace.terminal or "(not ended)"
     grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="dim")
+    grid.add_column(style="dim", no_wrap=True)
     grid.add_column()
-    grid.add_row("ended", Text(terminal, style="bold " + _OUTCOME_STYLE.get(terminal, "")))
+    grid.add_row("ended", shown(terminal, "bold " + _OUTCOME_STYLE.get(terminal, "")))
     line = _result_line(result)
     if line is not None:
         grid.add_row("", line)
     grid.add_row("model calls", str(calls))
-    grid.add_row("tools run", str(tools))
+    ran = f"{tools + tools_before}" + (f" ({tools_before} on resume)" if tools_before else "")
+    grid.add_row("tools run", ran)
     grid.add_row("steps", str(len(trace)))
     grid.add_row("time", f"{seconds:.3f} s")
-    grid.add_row("path", compress_path(trace.states, table))
+    grid.add_row("path", shown(compress_path(trace.states, table)))
     return grid
 
 
@@ -140,18 +201,17 @@ class RunView:
         self.current = None
 
     def __rich__(self) -> RenderableType:
-        table = _table(self.title)
-        for i, t in enumerate(self.transitions, 1):
-            _add_row(table, i, t, self.table.terminals)
-        parts: list[RenderableType] = [table]
+        parts: list[RenderableType] = [
+            _Transitions(self.transitions, self.title, self.table.terminals)
+        ]
         if self.current is not None:
-            self._spinner.update(text=Text(f"{self.current} …", style="cyan"))
+            self._spinner.update(text=shown(f"{self.current} …", "cyan"))
             parts.append(self._spinner)
         if self.streamed:
             parts.append(
                 Panel(
-                    Text(self.streamed.strip()),
-                    title=self.model or "model",
+                    shown(self.streamed.strip()),
+                    title=shown(self.model or "model"),
                     title_align="left",
                     border_style="dim",
                 )

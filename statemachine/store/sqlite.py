@@ -9,6 +9,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from typing import Final, Literal
 
 from ..serialization import FORMAT, FormatError, check_format
@@ -59,12 +60,33 @@ ON CONFLICT (run_id) DO UPDATE SET
 """
 
 
+def _open_read_only(path: str, timeout: float) -> sqlite3.Connection:
+    """A connection that cannot write (SQLite's ``mode=ro``), to a checked agentfsm store."""
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    con = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
+    try:
+        tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master")}
+        if not {"meta", "runs"} <= tables:
+            raise FormatError(f"{path} is not an agentfsm store (it has no agentfsm tables)")
+        row = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        check_format({"format": None if row is None else row[0]})
+    except sqlite3.DatabaseError as exc:
+        con.close()
+        raise FormatError(f"{path} is not an agentfsm store, or a damaged one: {exc}") from exc
+    except FormatError:
+        con.close()
+        raise
+    return con
+
+
 class SQLiteStore:
     """Runs in one SQLite file (WAL mode): the embedded default :class:`Store`.
 
     A checkpoint is one short transaction of a few inserts. ``synchronous``
     trades durability for speed: ``"NORMAL"`` (default) loses nothing when the
-    process is killed, ``"FULL"`` nothing on a power cut either.
+    process is killed, ``"FULL"`` nothing on a power cut either. ``read_only``
+    opens an existing store for reading and never writes to the file (a file
+    that is not an agentfsm store raises :class:`FormatError`).
     """
 
     def __init__(
@@ -73,9 +95,13 @@ class SQLiteStore:
         *,
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         timeout: float = 5.0,
+        read_only: bool = False,
     ) -> None:
         self.path = os.fspath(path)
         self._lock = threading.Lock()
+        if read_only:
+            self._con = _open_read_only(self.path, timeout)
+            return
         self._con = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )

@@ -1,0 +1,182 @@
+"""What the run page shows, as plain JSON: steps, the messages they carry, the outcome.
+
+Each message is written once (a table, equal messages counted as one: a resume
+loaded from a file or a store has copies) and each step names the messages of
+its chain by runs of indices, so a long run's page grows with its messages,
+not with steps times messages. Every value is plain JSON (strings, numbers, lists,
+objects): the page's script puts strings on the page as text, never as markup.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..machine import MachineTable
+from ..messages import Message, ToolCall, ToolResult
+from ..results import Failed, Interrupted, Ok, Paused, Terminal
+from ..serialization import converter
+from ..trace import Trace, Transition
+
+__all__ = ["page_data"]
+
+
+class _MessageTable:
+    """Messages by index, equal ones once; chains as runs ``[[start, count], ...]``."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self._by_key: dict[str, int] = {}
+        self._by_id: dict[int, tuple[Message, int]] = {}
+
+    def index(self, message: Message) -> int:
+        known = self._by_id.get(id(message))
+        if known is not None and known[0] is message:
+            return known[1]
+        key = json.dumps(converter.unstructure(message, Message), sort_keys=True, default=str)
+        index = self._by_key.setdefault(key, len(self.messages))
+        if index == len(self.messages):
+            self.messages.append(message)
+        self._by_id[id(message)] = (message, index)
+        return index
+
+    def runs(self, messages: Sequence[Message]) -> list[list[int]]:
+        runs: list[list[int]] = []
+        for message in messages:
+            index = self.index(message)
+            if runs and runs[-1][0] + runs[-1][1] == index:
+                runs[-1][1] += 1
+            else:
+                runs.append([index, 1])
+        return runs
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain JSON (anything else as its ``str``), or its ``str`` if too deep."""
+    try:
+        return json.loads(json.dumps(value, default=str))
+    except (ValueError, TypeError, RecursionError):
+        return str(value)
+
+
+def _pretty(value: Any) -> str:
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except (ValueError, TypeError, RecursionError):
+        return str(value)
+
+
+def _call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.call_id,
+        "name": call.name,
+        "arguments": _pretty(dict(call.arguments)),
+        "invalid": call.invalid_arguments,
+    }
+
+
+def _result(result: ToolResult) -> dict[str, Any]:
+    return {
+        "id": result.tool_call_id,
+        "name": result.name,
+        "text": result.text,
+        "error": result.is_error,
+        "interrupt": result.is_interrupt,
+        "updates": None if not result.state_updates else _pretty(dict(result.state_updates)),
+    }
+
+
+def _message(message: Message) -> dict[str, Any]:
+    usage = message.metadata.get("usage")
+    model = message.metadata.get("model")
+    return {
+        "role": message.role,
+        "text": message.text,
+        "status": message.status,
+        "model": None if model is None else str(model),
+        "usage": _plain(usage) if isinstance(usage, Mapping) else None,
+        "calls": [_call(c) for c in message.tool_calls],
+        "results": [_result(r) for r in message.tool_results],
+    }
+
+
+def _outcome(result: Terminal | None, last: Transition) -> dict[str, Any]:
+    """How a segment ended: its terminal and what a reader must know about it."""
+    out: dict[str, Any] = {"terminal": last.dest}
+    reason = last.chain.custom_context.get("pause_reason")
+    if last.dest == "paused" and reason is not None:
+        out["reason"] = str(reason)
+    match result:
+        case Failed(_, error):
+            out["error"] = {"type": error.type, "message": error.message}
+        case Interrupted(_, data):
+            out["interrupt"] = _pretty(dict(data))
+        case Paused(chain, _) if chain.custom_context.get("pause_reason") is not None:
+            out["reason"] = str(chain.custom_context["pause_reason"])
+        case Ok(chain, tool_result):
+            if tool_result is not None:
+                out["answer"] = f"{tool_result.name}: {tool_result.text}"
+            elif chain.last_message is not None:
+                out["answer"] = chain.last_message.text
+    return out
+
+
+def page_data(
+    traces: Sequence[Trace],
+    table: MachineTable,
+    *,
+    title: str,
+    run_id: str | None = None,
+    result: Terminal | None = None,
+) -> dict[str, Any]:
+    """The page's data for ``traces`` (a run's segments, in order) on ``table``.
+
+    ``result`` is the last segment's result when it is known (a saved run's).
+    """
+    known = _MessageTable()
+    edge_index = {(e.source, e.trigger, e.dest): k for k, e in enumerate(table.edges)}
+    steps: list[dict[str, Any]] = []
+    segments: list[dict[str, Any]] = []
+    at = 0.0
+    for number, trace in enumerate(traces):
+        segment: dict[str, Any] = {"entry": trace.entry, "first": len(steps), "steps": len(trace)}
+        for index, t in enumerate(trace):
+            context = t.chain.custom_context
+            steps.append(
+                {
+                    "segment": number,
+                    "index": index,
+                    "source": t.source,
+                    "trigger": t.trigger,
+                    "dest": t.dest,
+                    "edge": edge_index.get((t.source, t.trigger, t.dest), -1),
+                    "elapsed": t.elapsed,
+                    "at": at,
+                    "detail": _plain(dict(t.detail)) if t.detail else None,
+                    "state": _plain(context.get("state")) if context.get("state") else None,
+                    "messages": known.runs(t.chain.messages),
+                }
+            )
+            at += t.elapsed
+        if trace.transitions and trace.terminal in table.terminals:
+            last = number == len(traces) - 1
+            segment["outcome"] = _outcome(result if last else None, trace.transitions[-1])
+        segments.append(segment)
+    messages = [_message(m) for m in known.messages]
+    usage: dict[str, int] = {}
+    for m in messages:
+        for key, value in (m["usage"] or {}).items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                usage[key] = usage.get(key, 0) + value
+    return {
+        "title": title,
+        "run_id": run_id,
+        "machine": table.name,
+        "terminals": list(table.terminals),
+        "segments": segments,
+        "steps": steps,
+        "messages": messages,
+        "usage": usage,
+        "elapsed": at,
+    }

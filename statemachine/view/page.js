@@ -1,0 +1,221 @@
+"use strict";
+// The run page: every string from the run goes on the page through textContent.
+(function () {
+  const data = JSON.parse(document.getElementById("run-data").textContent);
+  const steps = data.steps;
+  const messages = data.messages;
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+  function ms(seconds) {
+    return (seconds * 1000).toFixed(1) + " ms";
+  }
+  function indices(runs) {
+    const out = [];
+    for (const [start, count] of runs) for (let i = 0; i < count; i++) out.push(start + i);
+    return out;
+  }
+  function kv(pairs) {
+    const dl = el("dl", "kv");
+    for (const [key, value] of pairs) {
+      dl.append(el("dt", "", key), el("dd", "", value));
+    }
+    return dl;
+  }
+  function pre(text) {
+    return el("pre", "", text);
+  }
+  function json(value) {
+    return JSON.stringify(value, null, 2);
+  }
+
+  // ------------------------------------------------------------ the header
+  const segments = data.segments;
+  const last = segments.length ? segments[segments.length - 1] : null;
+  const ended = last && last.outcome ? last.outcome.terminal : "not ended";
+  document.getElementById("title").textContent = data.title;
+  const facts = document.getElementById("facts");
+  const badge = el("span", "badge " + (last && last.outcome ? ended : ""), ended);
+  const calls = steps.filter((s) => s.source === "calling" && !(s.detail && s.detail.requested)).length;
+  const toolCalls = messages.reduce((n, m) => n + m.calls.length, 0);
+  const toolResults = messages.reduce((n, m) => n + m.results.length, 0);
+  function fact(label, value) {
+    const span = el("span", "", label + " ");
+    span.append(el("b", "", value));
+    facts.append(span);
+  }
+  facts.append(badge);
+  if (data.run_id !== null) fact("run", data.run_id);
+  fact("machine", data.machine);
+  fact("steps", steps.length);
+  fact("segments", segments.length);
+  fact("model calls", calls);
+  fact("tool calls", toolCalls);
+  fact("tool results", toolResults);
+  fact("time", ms(data.elapsed));
+  const usage = Object.entries(data.usage);
+  if (usage.length) fact("tokens", usage.map(([k, v]) => k.replace(/_tokens$/, "") + " " + v).join(", "));
+
+  // ------------------------------------------------------------ the timeline
+  const list = document.getElementById("steps");
+  const rows = [];
+  const longest = Math.max(1e-9, ...steps.map((s) => s.elapsed));
+  segments.forEach((segment, number) => {
+    const head = segments.length > 1 ? "segment " + (number + 1) + " · " : "";
+    list.append(el("li", "segment", head + "entered at " + segment.entry));
+    for (let i = segment.first; i < segment.first + segment.steps; i++) {
+      const s = steps[i];
+      const row = el("li");
+      row.dataset.step = String(i);
+      const what = el("span", "what");
+      what.append(s.source + " ", el("span", "trigger", s.trigger), " → " + s.dest);
+      const bar = el("span", "bar");
+      const fill = el("span");
+      fill.style.width = Math.max(0.5, (100 * s.elapsed) / longest).toFixed(1) + "%";
+      bar.append(fill);
+      row.append(el("span", "n", i + 1), what, el("span", "ms", ms(s.elapsed)), bar);
+      row.title = s.source + " --" + s.trigger + "--> " + s.dest + " at " + ms(s.at);
+      row.addEventListener("click", () => select(i));
+      list.append(row);
+      rows.push(row);
+    }
+  });
+
+  // ------------------------------------------------------------ one step
+  const panel = document.getElementById("step");
+  const machine = document.getElementById("machine");
+
+  function describe(detail) {
+    const pairs = [];
+    for (const [key, value] of Object.entries(detail || {})) {
+      pairs.push([key, typeof value === "string" ? value : json(value)]);
+    }
+    return pairs;
+  }
+
+  function segmentOf(i) {
+    return segments[steps[i].segment];
+  }
+
+  function outcome(i) {
+    const segment = segmentOf(i);
+    if (!segment.outcome || i !== segment.first + segment.steps - 1) return null;
+    const o = segment.outcome;
+    const box = el("div", "outcome " + o.terminal);
+    box.append(el("strong", "", "ended " + o.terminal));
+    if (o.reason !== undefined) box.append(kv([["pause reason", o.reason]]));
+    if (o.error !== undefined) box.append(kv([["error", o.error.type], ["message", o.error.message]]));
+    if (o.interrupt !== undefined) {
+      box.append(el("div", "sub", "waiting for a decision on"), pre(o.interrupt));
+    }
+    if (o.answer !== undefined) box.append(el("div", "text", o.answer));
+    return box;
+  }
+
+  function messageCard(m, isNew) {
+    const card = el("div", "msg " + m.role + (isNew ? " new" : ""));
+    const head = el("div");
+    head.append(el("span", "role", m.role));
+    if (m.model) head.append(el("span", "tag", m.model));
+    if (m.status && m.status !== "complete") head.append(el("span", "tag err", m.status));
+    if (isNew) head.append(el("span", "tag new", "new at this step"));
+    card.append(head);
+    if (m.text) card.append(el("div", "text", m.text));
+    for (const call of m.calls) {
+      const box = el("div", "call");
+      box.append(el("span", "", "calls "), el("span", "name", call.name), el("span", "sub", " " + call.id));
+      box.append(pre(call.invalid !== null ? "invalid arguments: " + call.invalid : call.arguments));
+      card.append(box);
+    }
+    for (const result of m.results) {
+      const box = el("div", "result");
+      box.append(el("span", "", "result of "), el("span", "name", result.name), el("span", "sub", " " + result.id));
+      if (result.error) box.append(el("span", "tag err", "error"));
+      if (result.interrupt) box.append(el("span", "tag", "interrupt"));
+      box.append(pre(result.text));
+      if (result.updates !== null) box.append(el("div", "sub", "state updates"), pre(result.updates));
+      card.append(box);
+    }
+    if (m.usage) card.append(el("div", "sub", "usage " + Object.entries(m.usage).map(([k, v]) => k + " " + v).join(", ")));
+    return card;
+  }
+
+  function render(i) {
+    const s = steps[i];
+    const shown = indices(s.messages);
+    const before = new Set(i > 0 ? indices(steps[i - 1].messages) : []);
+    panel.replaceChildren();
+    panel.append(el("h2", "", "Step " + (i + 1) + " of " + steps.length));
+    const line = el("div");
+    line.append(s.source + " ", el("strong", "", "--" + s.trigger + "-->"), " " + s.dest);
+    panel.append(line);
+    panel.append(el("div", "sub", ms(s.elapsed) + " in " + s.source + ", starting at " + ms(s.at) +
+      (segments.length > 1 ? " · segment " + (s.segment + 1) + ", step " + (s.index + 1) : "")));
+    const end = outcome(i);
+    if (end) panel.append(end);
+    if (s.detail) {
+      panel.append(el("h3", "", "what the step did"), kv(describe(s.detail)));
+    }
+    const fresh = shown.filter((k) => !before.has(k));
+    const updates = fresh.flatMap((k) => messages[k].results.filter((r) => r.updates !== null));
+    if (updates.length || s.state) {
+      panel.append(el("h3", "", "state"));
+      for (const r of updates) panel.append(el("div", "sub", "updates from " + r.name), pre(r.updates));
+      if (s.state) panel.append(el("div", "sub", "the state so far"), pre(json(s.state)));
+    }
+    const used = fresh.filter((k) => messages[k].usage);
+    if (used.length) {
+      panel.append(el("h3", "", "usage"));
+      for (const k of used) panel.append(kv(Object.entries(messages[k].usage).map(([a, b]) => [a, String(b)])));
+    }
+    panel.append(el("h3", "", "conversation: " + shown.length + " messages, " + fresh.length + " new"));
+    for (const k of shown) panel.append(messageCard(messages[k], !before.has(k)));
+  }
+
+  // ------------------------------------------------------------ selecting
+  let current = -1;
+  function mark(selector, className, on) {
+    const node = selector ? machine.querySelector(selector) : null;
+    if (node) node.classList.toggle(className, on);
+  }
+  function highlight(i, on) {
+    const s = steps[i];
+    if (s.edge >= 0) mark("#edge-" + s.edge, "current", on);
+    mark("#state-" + CSS.escape(s.dest), "here", on);
+    if (s.index === 0) mark("#entry-" + CSS.escape(segmentOf(i).entry), "current", on);
+  }
+  function select(i) {
+    if (!steps.length) return;
+    i = Math.max(0, Math.min(steps.length - 1, i));
+    if (current >= 0) highlight(current, false);
+    current = i;
+    highlight(i, true);
+    rows.forEach((row, k) => {
+      row.classList.toggle("current", k === i);
+      row.classList.toggle("future", k > i);
+    });
+    rows[i].scrollIntoView({ block: "nearest" });
+    render(i);
+    document.body.dataset.step = String(i);
+    history.replaceState(null, "", "#step-" + (i + 1));
+  }
+  document.addEventListener("keydown", (event) => {
+    if (event.altKey || event.ctrlKey || event.metaKey) return;
+    const moves = { ArrowRight: 1, ArrowDown: 1, j: 1, ArrowLeft: -1, ArrowUp: -1, k: -1 };
+    if (event.key in moves) select(current + moves[event.key]);
+    else if (event.key === "Home") select(0);
+    else if (event.key === "End") select(steps.length - 1);
+    else return;
+    event.preventDefault();
+  });
+  if (!steps.length) {
+    panel.append(el("p", "sub", "This run took no step."));
+    return;
+  }
+  const wanted = /^#step-(\d+)$/.exec(location.hash);
+  select(wanted ? Number(wanted[1]) - 1 : steps.length - 1);
+})();
