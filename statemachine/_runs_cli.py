@@ -163,7 +163,12 @@ def load_agent(spec: str) -> Agent:
             raise UsageError(f"{module_name!r} has no attribute {attribute!r} for --agent")
         value = getattr(value, part)
     if not isinstance(value, Agent) and callable(value):
-        value = value()
+        try:
+            value = value()
+        except Exception as exc:
+            raise UsageError(
+                f"--agent {spec}: calling {attribute}() failed: {type(exc).__name__}: {exc}"
+            ) from exc
     if not isinstance(value, Agent):
         raise UsageError(f"--agent {spec} is a {type(value).__name__}, not an Agent")
     return value

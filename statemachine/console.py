@@ -53,7 +53,8 @@ class _Transitions:
         terminal = t.dest in self.terminals
         return shown(t.dest, _OUTCOME_STYLE.get(t.dest, "bold") if terminal else "")
 
-    def table(self) -> Table:
+    def table(self, *, probe: bool = False) -> Table:
+        """The table; with ``probe``, every detail at its narrowest, to measure the rest."""
         table = Table(
             title=None if self.title is None else shown(self.title),
             title_justify="left",
@@ -73,7 +74,7 @@ class _Transitions:
                 shown(t.trigger),
                 self._dest(t),
                 f"{t.elapsed * 1000:.1f}",
-                shown(describe_detail(t)),
+                "-" * _DETAIL_MIN if probe else shown(describe_detail(t)),
             )
         return table
 
@@ -96,9 +97,10 @@ class _Transitions:
         return out
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        table = self.table()
-        if Measurement.get(console, options, table).minimum <= options.max_width:
-            yield table
+        unbounded = options.update_width(10_000)
+        needed = Measurement.get(console, unbounded, self.table(probe=True)).maximum
+        if needed <= options.max_width:
+            yield self.table()
         else:
             yield from self.lines()
 

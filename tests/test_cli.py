@@ -5,13 +5,20 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import pty
+import re
+import select
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from agentfsm import STANDARD
+from agentfsm._demo import SUMMARY
 from agentfsm.cli import load_runs, main
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -41,13 +48,21 @@ def _written(stdout: str) -> dict[str, pathlib.Path]:
     return out
 
 
+def _run_id(stdout: str) -> str:
+    """The run id the demo names on stdout: ``saved: run RUN_ID in ...``."""
+    match = re.search(r"^saved: run (\S+) in ", stdout, re.M)
+    assert match, stdout
+    return match.group(1)
+
+
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, pathlib.Path]]:
     """One demo run with --approve and one with --reject, shared by the tests below."""
     out: dict[str, dict[str, pathlib.Path]] = {}
     for decision in ("approve", "reject"):
         folder = tmp_path_factory.mktemp(decision)
-        result = agentfsm("demo", f"--{decision}", "--out", str(folder))
+        db = folder / "runs.db"
+        result = agentfsm("demo", f"--{decision}", "--out", str(folder), "--db", str(db))
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr
         files = _written(result.stdout)
@@ -55,6 +70,7 @@ def demos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, pathl
         assert all(p.parent == folder for p in files.values())
         files["stdout"] = folder.parent / f"{decision}-stdout.txt"
         files["stdout"].write_text(result.stdout, encoding="utf-8")
+        files["db"] = db
         out[decision] = files
     return out
 
@@ -104,8 +120,8 @@ def test_demo_asks_at_a_terminal(
         return True
 
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr("agentfsm.cli.Confirm.ask", answer)
-    assert main(["demo", "--out", str(tmp_path)]) == 0
+    monkeypatch.setattr("agentfsm.cli.Confirm.ask", lambda prompt, **_: answer(str(prompt)))
+    assert main(["demo", "--out", str(tmp_path), "--db", str(tmp_path / "runs.db")]) == 0
     assert asked == ["Approve write_file?"]
     out = capsys.readouterr().out
     assert "decision: approve write_file" in out
@@ -116,7 +132,7 @@ def test_demo_without_a_terminal_or_a_flag_asks_for_one(tmp_path: pathlib.Path) 
     result = agentfsm("demo", "--out", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert "--approve or --reject" in result.stderr
+    assert "--approve, --reject or --later" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
@@ -191,6 +207,19 @@ def test_run_with_the_scripted_provider() -> None:
     assert "ended" in result.stdout
 
 
+def test_run_with_the_scripted_provider_needs_no_model() -> None:
+    result = agentfsm("run", "--provider", "scripted", "what is 2+3?")
+    assert result.returncode == 0, result.stderr
+    assert "You said: what is 2+3?" in result.stdout
+    assert "scripted: echo" in result.stdout
+
+
+def test_run_on_a_real_provider_without_a_model_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--provider", "openai", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert err == "agentfsm run: error: --provider openai needs --model NAME\n"
+
+
 def test_run_without_a_key_says_so(tmp_path: pathlib.Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     args = ["run", "--provider", "openai", "--model", "gpt-4o-mini", "hi"]
@@ -206,9 +235,12 @@ def test_run_without_a_key_says_so(tmp_path: pathlib.Path) -> None:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "API key" in result.stderr or "api key" in result.stderr.lower()
+    # Said once, on stderr; the summary on stdout says how the run ended.
+    assert (result.stdout + result.stderr).lower().count("no api key") == 1
+    assert "ended" in result.stdout and "error" in result.stdout
 
 
-@pytest.mark.parametrize("command", [[], ["demo"], ["show"], ["diagrams"], ["run"]])
+@pytest.mark.parametrize("command", [[], ["demo"], ["show"], ["view"], ["diagrams"], ["run"]])
 def test_help_on_every_command(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*command, "--help"]) == 0
     assert "usage: agentfsm" in capsys.readouterr().out
@@ -223,7 +255,9 @@ def test_help_on_every_command(command: list[str], capsys: pytest.CaptureFixture
         ["demo", "--bogus"],
         ["show"],
         ["run", "--provider", "nope", "--model", "m", "hi"],
-        ["run", "--provider", "scripted", "hi"],
+        ["run", "--provider", "scripted"],
+        ["demo", "--approve", "--later"],
+        ["view"],
         ["run", "--provider", "scripted", "--model", "m", "--max-runs", "0", "hi"],
     ],
 )
@@ -241,3 +275,220 @@ def test_the_console_script_is_installed() -> None:
         pytest.skip("agentfsm is not installed next to this python")
     result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "demo" in result.stdout
+
+
+# ---------------------------------------------------------------- a new user's rough edges
+
+
+def test_the_approved_file_is_written_and_the_rejected_one_is_not(
+    demos: dict[str, dict[str, pathlib.Path]],
+) -> None:
+    approved = demos["approve"]["trace"].parent / "summary.md"
+    assert approved.read_text(encoding="utf-8") == SUMMARY
+    assert not (demos["reject"]["trace"].parent / "summary.md").exists()
+
+
+def test_the_approval_panel_shows_every_argument_in_full(
+    demos: dict[str, dict[str, pathlib.Path]],
+) -> None:
+    stdout = demos["approve"]["stdout"].read_text(encoding="utf-8")
+    panel = stdout[stdout.index("approval needed") : stdout.index("decision: approve")]
+    words = re.sub(r"[\s│╭╮╰╯─]+", " ", panel)
+    assert " ".join(SUMMARY.split()) in words
+    assert "summary.md" in words
+
+
+def test_the_resumed_run_counts_the_approved_tool(
+    demos: dict[str, dict[str, pathlib.Path]],
+) -> None:
+    approved = demos["approve"]["stdout"].read_text(encoding="utf-8")
+    assert re.search(r"tools run +1 \(1 on resume\)", approved)
+    rejected = demos["reject"]["stdout"].read_text(encoding="utf-8")
+    assert re.search(r"run 2 \(resumed\)(.|\n)*tools run +0 *\n", rejected)
+
+
+def test_runs_list_show_and_view_work_right_after_the_demo(
+    demos: dict[str, dict[str, pathlib.Path]],
+    tmp_path: pathlib.Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    files = demos["approve"]
+    run_id = _run_id(files["stdout"].read_text(encoding="utf-8"))
+    db = str(files["db"])
+    assert main(["runs", "list", "--db", db]) == 0
+    listed = capsys.readouterr().out
+    assert run_id in listed and " ok " in listed
+    assert main(["runs", "show", run_id, "--db", db]) == 0
+    assert f"run {run_id}: ok at ok, 27 steps, 2 segment(s)" in capsys.readouterr().out
+    page = tmp_path / "run.html"
+    assert main(["view", run_id, "--db", db, "--out", str(page)]) == 0
+    assert capsys.readouterr().out == f"wrote {page}\n"
+    assert "<svg" in page.read_text(encoding="utf-8")
+    assert main(["runs", "resume", run_id, "--db", db]) == 2
+    assert f"run {run_id} ended ok: there is nothing to resume" in capsys.readouterr().err
+
+
+@pytest.fixture
+def later(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[str, str]:
+    """``agentfsm demo --later`` in a fresh folder (the current one): the run id and stdout."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AGENTFSM_DB", "")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # --agent may add the folder
+    assert main(["demo", "--later"]) == 0
+    stdout = capsys.readouterr().out
+    return _run_id(stdout), stdout
+
+
+def test_demo_later_leaves_the_run_for_runs_resume(
+    later: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id, stdout = later
+    assert pathlib.Path("agentfsm.db").is_file() and not pathlib.Path("summary.md").exists()
+    hint = stdout.strip().splitlines()[-1]
+    assert hint.startswith("waiting for a decision on write_file; answer with: ")
+    command = hint.split("answer with: ", 1)[1].split(" (one per request")[0]
+    assert command == f'agentfsm runs resume {run_id} --decisions \'[{{"type": "approve"}}]\''
+    # Without decisions: the hint again, in flags, not Python.
+    assert main(["runs", "resume", run_id]) == 2
+    err = capsys.readouterr().err
+    assert "--decisions" in err and "resume_run(" not in err and "decisions=[" not in err
+    # The command as printed.
+    assert main(shlex.split(command)[1:]) == 0
+    assert f"run {run_id}: ok at ok" in capsys.readouterr().out
+    assert pathlib.Path("summary.md").read_text(encoding="utf-8") == SUMMARY
+
+
+def test_runs_resume_names_flags_when_the_agent_lacks_the_tools(
+    later: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id, _ = later
+    decide = ["--decisions", '[{"type": "approve"}]']
+    assert main(["runs", "resume", run_id, *decide, "--agent", "tests.test_cli:calculator"]) == 2
+    err = capsys.readouterr().err
+    assert "lacks tools" in err and "--agent" in err and "strict=False" not in err
+    # A factory that needs arguments: said, not a traceback.
+    spec = "agentfsm._demo:calculator_agent"
+    assert main(["runs", "resume", run_id, *decide, "--agent", spec]) == 2
+    assert "calling calculator_agent() failed: TypeError" in capsys.readouterr().err
+    # Decisions for a run that does not wait for any.
+    assert main(["runs", "resume", run_id, "--decisions", '[{"type": "reject"}]']) == 0
+    capsys.readouterr()
+    assert main(["runs", "resume", run_id, *decide]) == 2
+    assert "there is nothing to resume" in capsys.readouterr().err
+
+
+def calculator() -> object:
+    from agentfsm._demo import calculator_agent
+    from agentfsm.providers import ScriptedModel
+
+    return calculator_agent(ScriptedModel([]))
+
+
+AGENT_MODULE = """
+from agentfsm._demo import demo_agent
+
+agent = demo_agent(delay=0, stream=False)
+"""
+
+
+def test_runs_resume_imports_the_agent_from_the_current_folder(tmp_path: pathlib.Path) -> None:
+    assert agentfsm("demo", "--later", "--out", ".", cwd=tmp_path).returncode == 0
+    (tmp_path / "my_agents.py").write_text(AGENT_MODULE, encoding="utf-8")
+    (run,) = _runs(tmp_path)
+    decisions = '[{"type": "reject"}]'
+    # -P: the folder is not on sys.path by itself, as for the installed agentfsm script.
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "agentfsm.cli",
+            "runs",
+            "resume",
+            run,
+            "--agent",
+            "my_agents:agent",
+            "--decisions",
+            decisions,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "did not write summary.md" in result.stdout
+
+
+def _runs(folder: pathlib.Path) -> list[str]:
+    from agentfsm.store import SQLiteStore
+
+    with SQLiteStore(folder / "agentfsm.db", read_only=True) as store:
+        return [r.run_id for r in store.runs()]
+
+
+def _wait_for(fd: int, text: bytes, timeout: float = 30) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while text not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"never saw {text!r} in {seen[-2000:]!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+def test_one_ctrl_c_at_the_approval_prompt_stops_the_demo(tmp_path: pathlib.Path) -> None:
+    main_fd, child_fd = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agentfsm.cli", "demo", "--out", str(tmp_path)],
+        cwd=tmp_path,
+        stdin=child_fd,
+        stdout=child_fd,
+        stderr=child_fd,
+        env={**os.environ, "COLUMNS": "100"},
+    )
+    os.close(child_fd)
+    try:
+        _wait_for(main_fd, b"Approve write_file?")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 130
+        rest = _wait_for(main_fd, b"interrupted")
+        assert b"Traceback" not in rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(main_fd)
+
+
+def test_narrow_terminals_never_cut_a_state_name(
+    demos: dict[str, dict[str, pathlib.Path]],
+) -> None:
+    result = agentfsm("show", str(demos["approve"]["trace"]), env={"COLUMNS": "60"})
+    assert result.returncode == 0, result.stderr
+    assert not re.search(r"\w…", result.stdout)  # a name cut short ends in "…"
+    assert "interrupt_check --interrupted--> interrupted" in result.stdout
+    lines = result.stdout.split("the run on the machine")[0].splitlines()
+    assert max(len(line) for line in lines if not line.startswith("path: ")) <= 60
+
+
+def test_show_prints_mermaid_whole_when_piped(demos: dict[str, dict[str, pathlib.Path]]) -> None:
+    from agentfsm import diagrams
+
+    trace = demos["approve"]["trace"]
+    result = agentfsm("show", str(trace), env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    expected = diagrams.run_mermaid(load_runs(json.loads(trace.read_text())), STANDARD)
+    assert any(len(line) > 80 for line in expected.splitlines())  # the case that used to break
+    lines = set(result.stdout.splitlines())
+    assert all(line in lines for line in expected.splitlines())
