@@ -7,6 +7,7 @@ import io
 import pathlib
 import re
 import shutil
+import tempfile
 from collections.abc import Callable
 
 import pytest
@@ -39,8 +40,9 @@ def _trace(entry: str, *edges: tuple[str, str, str], elapsed: float = 0.001) -> 
 
 
 def _demo_traces(decision: str) -> list[Trace]:
-    """The demo's first run and its resume with ``decision``."""
-    agent = demo_agent(delay=0, stream=False)
+    """The demo's first run and its resume with ``decision`` (its file written to a scratch
+    folder)."""
+    agent = demo_agent(delay=0, stream=False, folder=tempfile.mkdtemp())
 
     async def go() -> list[Trace]:
         first = agent.start(AgentState.of(DEMO_PROMPT))

@@ -18,7 +18,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: The folders and the import names they install as.
 FOLDERS = {"statemachine": "agentfsm", "providers": "agentfsm.providers"}
 #: Modules that read the engine to show it; the engine never imports them.
-VIEWS = ("agentfsm.cli", "agentfsm._runs_cli", "agentfsm.console", "agentfsm.diagrams")
+VIEWS = (
+    "agentfsm.cli",
+    "agentfsm._runs_cli",
+    "agentfsm._printable",
+    "agentfsm.console",
+    "agentfsm.diagrams",
+    "agentfsm.diagram_files",
+    "agentfsm.view",
+)
 
 
 def _modules() -> dict[str, pathlib.Path]:

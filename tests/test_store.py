@@ -406,8 +406,12 @@ def test_runs_list_show_and_resume(
     assert "no store" in capsys.readouterr().err
 
 
-def test_runs_resume_takes_decisions_for_the_demo_agent(db: Path) -> None:
+def test_runs_resume_takes_decisions_for_the_demo_agent(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from agentfsm._demo import DEMO_PROMPT, demo_agent
+
+    monkeypatch.chdir(db.parent)  # the demo agent writes summary.md into the current folder
 
     run = start_run(demo_agent(delay=0, stream=False), AgentState.of(DEMO_PROMPT), SQLiteStore(db))
     run.run_sync()
@@ -421,6 +425,7 @@ def test_runs_resume_takes_decisions_for_the_demo_agent(db: Path) -> None:
     saved = load_run(SQLiteStore(db), run_id, strict=False)
     assert saved.agent_state is not None
     assert "summary.md" in saved.agent_state.state["files"]
+    assert (db.parent / "summary.md").is_file()
 
 
 def test_trace_helpers_see_saved_traces_as_traces(db: Path, log: Path) -> None:
