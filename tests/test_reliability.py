@@ -9,6 +9,7 @@ this table (``test_readme_lists_every_row``).
 from __future__ import annotations
 
 import asyncio
+import os
 import pathlib
 import re
 import sqlite3
@@ -651,3 +652,116 @@ def _completion_text() -> dict[str, Any]:
             {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "3"}}
         ],
     }
+
+
+# ---------------------------------------------------------------- the command line on bad input
+
+
+def _store_with_a_run(path: pathlib.Path) -> None:
+    from agentfsm.store import SQLiteStore, start_run
+
+    with SQLiteStore(path) as store:
+        start_run(Agent(ScriptedModel([say("hi")]), []), AgentState.of("go"), store, run_id="r")
+
+
+def _foreign(path: pathlib.Path) -> None:
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE notes (text TEXT)")
+    con.execute("INSERT INTO notes VALUES ('mine')")
+    con.commit()
+    con.close()
+
+
+def _not_sqlite(path: pathlib.Path) -> None:
+    path.write_text("a shopping list, not a database\n" * 20)
+
+
+def _truncated(path: pathlib.Path) -> None:
+    _store_with_a_run(path)
+    with path.open("r+b") as file:
+        file.truncate(path.stat().st_size // 2)
+
+
+def _corrupt(path: pathlib.Path) -> None:
+    _store_with_a_run(path)
+    with path.open("r+b") as file:
+        file.seek(4096)
+        file.write(b"\xff" * 8192)
+
+
+@attrs.frozen
+class BadFile:
+    name: str
+    make: Callable[[pathlib.Path], None]
+    message: str
+    #: SQLite in WAL mode may add its -wal/-shm files beside the store when reading.
+    wal: bool = False
+
+
+BAD_FILES = [
+    BadFile(
+        "`--db` naming a file that is not an agentfsm store",
+        _foreign,
+        "is not an agentfsm store (it has no agentfsm tables)",
+    ),
+    BadFile(
+        "`--db` naming a file that is not an agentfsm store",
+        _not_sqlite,
+        "is not an agentfsm store, or a damaged one: file is not a database",
+    ),
+    BadFile("a truncated or corrupt store file", _truncated, "or a damaged one", wal=True),
+    BadFile("a truncated or corrupt store file", _corrupt, "or a damaged one", wal=True),
+]
+#: Rows of the README's table about text from a run reaching a terminal.
+TERMINAL_ROWS = ["escape sequences or markup in text from a model, a tool or a file"]
+
+
+@pytest.mark.parametrize("bad", BAD_FILES, ids=lambda b: b.make.__name__.strip("_"))
+@pytest.mark.parametrize(
+    "command",
+    [["runs", "list"], ["runs", "show", "r"], ["view", "r"], ["runs", "resume", "r"], ["demo"]],
+    ids=" ".join,
+)
+def test_a_bad_store_file_is_refused_and_left_as_it_was(
+    bad: BadFile,
+    command: list[str],
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from agentfsm.cli import main
+
+    path = tmp_path / "runs.db"
+    bad.make(path)
+    before, listing = path.read_bytes(), sorted(os.listdir(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    decision = ["--approve"] if command == ["demo"] else []
+    assert main([*command, *decision, "--db", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert bad.message in err and err.count("\n") == 1, err
+    assert path.read_bytes() == before  # read commands never write; nothing else wrote either
+    if not bad.wal:
+        assert sorted(os.listdir(tmp_path)) == listing
+
+
+def test_escape_sequences_and_markup_reach_the_terminal_spelled_out(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentfsm.cli import main
+    from agentfsm.store import SQLiteStore, start_run
+
+    text = "\x1b]0;title\x07\x1b[2J[red]markup[/red]"
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        agent = Agent(ScriptedModel([say(text)]), [])
+        start_run(agent, AgentState.of(text), store, run_id="r").run_sync()
+    assert main(["runs", "show", "r", "--db", str(tmp_path / "runs.db")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\u001b]0;title\\u0007\\u001b[2J[red]markup[/red]" in out
+
+
+def test_readme_lists_every_command_line_row() -> None:
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## What happens when things go wrong", 1)[-1].split("\n## ")[0]
+    for name in [*{b.name for b in BAD_FILES}, *TERMINAL_ROWS]:
+        assert name in section, f"README does not mention {name!r}"
