@@ -37,11 +37,15 @@ from .trace import Transition
 __all__ = [
     "DEFAULT_AGENT",
     "DEFAULT_DB",
+    "UsageError",
+    "add_db_option",
     "add_parser",
+    "db_flag",
     "default_db",
     "handle",
     "load_agent",
     "open_store",
+    "resume_hint",
 ]
 
 #: The store used when ``--db`` is not given (the environment's AGENTFSM_DB wins).
@@ -57,6 +61,11 @@ class UsageError(Exception):
 def default_db() -> str:
     """The store used when ``--db`` is not given: ``$AGENTFSM_DB``, else ``agentfsm.db``."""
     return os.environ.get("AGENTFSM_DB") or DEFAULT_DB
+
+
+def db_flag(db: str) -> str:
+    """`` --db PATH`` for a command line to print, or nothing for the default store."""
+    return "" if db == default_db() else f" --db {shlex.quote(db)}"
 
 
 def add_db_option(parser: argparse.ArgumentParser) -> None:
@@ -296,10 +305,9 @@ def resume_hint(run_id: str, interrupt_data: Mapping[str, Any] | None, db: str) 
         if isinstance(config, Mapping) and isinstance(config.get("allowed_decisions"), list):
             allowed.update(str(d) for d in config["allowed_decisions"])
     example = json.dumps([{"type": "approve"}] * max(len(requests), 1))
-    db_option = "" if db == default_db() else f" --db {shlex.quote(db)}"
     return (
         f"waiting for a decision on {names}; answer with: agentfsm runs resume "
-        f"{shlex.quote(run_id)}{db_option} --decisions {shlex.quote(example)}"
+        f"{shlex.quote(run_id)}{db_flag(db)} --decisions {shlex.quote(example)}"
         + (f" (one per request, type {' or '.join(sorted(allowed))})" if allowed else "")
     )
 

@@ -211,8 +211,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     trace_json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"diagram: {markdown}")
     print(f"trace: {trace_json}")
-    print(f"saved: run {base.name} in {db}; see it with: agentfsm runs show {base.name}")
-    print(f"view: agentfsm view {base.name} (one HTML page)")
+    flag = _runs_cli.db_flag(db)
+    print(f"saved: run {base.name} in {db}; see it with: agentfsm runs show {base.name}{flag}")
+    print(f"view: agentfsm view {base.name}{flag} (one HTML page)")
     if state.status == "interrupted":
         print(printable(_runs_cli.resume_hint(base.name, state.interrupt_data, db)))
         return 0
