@@ -39,7 +39,7 @@ from .machine import STANDARD
 from .results import Failed
 from .serialization import FormatError
 from .state import AgentState
-from .store import RunNotFoundError, SQLiteStore, checkpoint, load_run, start_run
+from .store import RunNotFoundError, SQLiteStore, load_run, restore_run, start_run
 from .trace import Trace
 
 __all__ = ["main"]
@@ -141,7 +141,6 @@ async def _resumed(
     agent: Agent,
     store: SQLiteStore,
     run_id: str,
-    state: AgentState,
     decisions: Sequence[Mapping[str, Any]],
     console: Console,
     title: str,
@@ -149,11 +148,7 @@ async def _resumed(
     """Run the approved calls, then the rest of the run, checkpointed in a new segment."""
     from .console import summary, watch
 
-    saved = load_run(
-        store, run_id, models={agent.model.name: agent.model}, tools=agent.tools, strict=False
-    )
-    run = await agent.start_resume(state, decisions)
-    checkpoint(run, store, options=saved.options, saved=saved)
+    run = await restore_run(agent, run_id, store, decisions)
     await watch(run, console, title=title, show_summary=False)
     ran = sum(d["type"] in ("approve", "edit") for d in decisions)
     console.print(summary(run.trace, run.result, table=run.table, tools_before=ran))
@@ -175,7 +170,7 @@ def _demo_runs(
         requests = state.interrupt_data.get("action_requests") or ()
         decisions = [_decide(r, decision, console) for r in requests]
         title = f"run {len(traces) + 1} (resumed)"
-        run = asyncio.run(_resumed(agent, store, run_id, state, decisions, console, title))
+        run = asyncio.run(_resumed(agent, store, run_id, decisions, console, title))
         traces.append(run.trace)
         state = run.agent_state
     return traces, state
