@@ -21,8 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ._printable import shown
-from .diagrams import compress_path, describe_detail
+from .diagrams import describe_detail
 from .machine import STANDARD, MachineTable
+from .paths import compress_path
 from .results import Failed, Interrupted, Paused, Terminal
 from .run import Run
 from .trace import Trace, Transition

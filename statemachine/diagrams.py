@@ -6,9 +6,9 @@ the published pictures cannot drift from the machine the runs move along.
 
 - the machine: :func:`machine_mermaid` (``stateDiagram-v2``, renders on GitHub),
   :func:`machine_dot` (Graphviz), :func:`machine_markdown` (Mermaid + edge table);
-- every path from an entry to a terminal: :func:`paths`, :func:`paths_markdown`;
+- every path from an entry to a terminal (:func:`agentfsm.paths.paths`): :func:`paths_markdown`;
 - one run drawn on the machine: :func:`run_mermaid`, :func:`run_dot`;
-- a trace as a table: :func:`trace_markdown`; a path in short: :func:`compress_path`;
+- a trace as a table: :func:`trace_markdown`, a step in words: :func:`describe_detail`;
 - DOT rendered to SVG by Graphviz: :func:`render_svg`.
 
 The committed ``diagrams/`` folder is :mod:`agentfsm.diagram_files`'s.
@@ -25,26 +25,20 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
-
 from .machine import STANDARD, Edge, MachineTable
+from .paths import compress_path, loop_edges, paths, shared_edges, state_label
 from .trace import Trace, Transition
 
 __all__ = [
-    "Path",
-    "compress_path",
     "describe_detail",
-    "loop_edges",
     "machine_dot",
     "machine_markdown",
     "machine_mermaid",
-    "paths",
     "paths_markdown",
     "render_svg",
     "run_dot",
     "run_markdown",
     "run_mermaid",
-    "state_label",
     "trace_markdown",
 ]
 
@@ -61,11 +55,6 @@ _IDLE = "#9ca3af"
 
 
 # ---------------------------------------------------------------- names and text
-
-
-def state_label(state: str) -> str:
-    """A state as drawn: ``interrupt_check`` -> ``InterruptCheck`` (CamelCase in diagrams)."""
-    return "".join(part.capitalize() for part in state.split("_"))
 
 
 def _mermaid_text(text: str) -> str:
@@ -105,22 +94,6 @@ def _dot_id(state: str) -> str:
     return '"' + state.replace('"', "'") + '"'
 
 
-def _shared(table: MachineTable) -> set[Edge]:
-    """Edges whose trigger, destination and why several states share ("any working state")."""
-    counts = Counter((e.trigger, e.dest, e.why) for e in table.edges)
-    return {e for e in table.edges if counts[(e.trigger, e.dest, e.why)] > 1}
-
-
-def loop_edges(table: MachineTable = STANDARD) -> tuple[Edge, ...]:
-    """Edges that go back to an earlier working state: the loop of the machine."""
-    order = {s: i for i, s in enumerate(table.working)}
-    return tuple(
-        e
-        for e in table.edges
-        if e.source in order and e.dest in order and order[e.dest] <= order[e.source]
-    )
-
-
 def _entry_names(table: MachineTable) -> dict[str, list[str]]:
     """``{state: [situation, ...]}`` for the states runs enter at."""
     out: dict[str, list[str]] = {}
@@ -135,7 +108,7 @@ def _entry_names(table: MachineTable) -> dict[str, list[str]]:
 def _shared_groups(table: MachineTable) -> dict[tuple[str, str, str], list[str]]:
     """``{(trigger, dest, why): [source, ...]}`` for the edges several states share."""
     groups: dict[tuple[str, str, str], list[str]] = {}
-    for e in sorted(_shared(table), key=table.edges.index):
+    for e in sorted(shared_edges(table), key=table.edges.index):
         groups.setdefault((e.trigger, e.dest, e.why), []).append(e.source)
     return groups
 
@@ -162,7 +135,7 @@ def machine_mermaid(table: MachineTable = STANDARD, *, width: int = 26) -> str:
     characters. Edges many states share (``paused`` from any working state)
     carry only their trigger; their why is said once, in a note on the terminal.
     """
-    shared = _shared(table)
+    shared = shared_edges(table)
     lines = [
         "stateDiagram-v2",
         f"    %% The {table.name} machine. " + _GENERATED.format(name=table.name.upper()),
@@ -230,7 +203,7 @@ def _dot_edge_roles(table: MachineTable) -> dict[Edge, str]:
     from many states, which must not pull them about; ``exit``: to a terminal.
     """
     loop = set(loop_edges(table))
-    shared = _shared(table)
+    shared = shared_edges(table)
     roles = {}
     for e in table.edges:
         if e in loop:
@@ -340,92 +313,6 @@ def machine_markdown(table: MachineTable = STANDARD) -> str:
 
 
 # ---------------------------------------------------------------- every path
-
-
-@attrs.frozen
-class Path:
-    """One way through the machine: from an entry, along ``edges``, to a terminal.
-
-    ``entry`` is the situation the run entered in (a key of the table's
-    ``entries``); ``situation`` says in plain words what makes a run take it.
-    """
-
-    entry: str
-    edges: tuple[Edge, ...]
-    situation: str
-
-    @property
-    def states(self) -> tuple[str, ...]:
-        return (self.edges[0].source, *(e.dest for e in self.edges))
-
-    @property
-    def triggers(self) -> tuple[str, ...]:
-        return tuple(e.trigger for e in self.edges)
-
-    @property
-    def terminal(self) -> str:
-        return self.edges[-1].dest
-
-    @property
-    def text(self) -> str:
-        """The states as one space-separated string, as ``assert_path`` takes it."""
-        return " ".join(self.states)
-
-
-def _phrase(edge: Edge, shared: set[Edge]) -> str:
-    """An edge's why; for a why many states share, where it happened."""
-    if edge in shared:
-        return f"{edge.why} (in {state_label(edge.source)})"
-    return edge.why
-
-
-def _situation(edges: Sequence[Edge], loops: set[Edge], shared: set[Edge]) -> str:
-    """The whys of the edges that end each lap: the loop edges and the last one."""
-    return "; then ".join(
-        _phrase(e, shared) for i, e in enumerate(edges) if e in loops or i == len(edges) - 1
-    )
-
-
-def paths(table: MachineTable = STANDARD, *, loops: int = 1) -> list[Path]:
-    """Every path from an entry to a terminal, going round the loop at most ``loops`` times.
-
-    A lap (the part of a path between loop edges) visits no state twice, so
-    the list is finite and each path is a different story. Paths are ordered
-    by entry, then terminal (both in table order), then by the laps they take.
-    """
-    loop = set(loop_edges(table))
-    shared = _shared(table)
-    terminals = set(table.terminals)
-    outgoing: dict[str, list[Edge]] = {s: [] for s in table.states}
-    for e in table.edges:
-        outgoing[e.source].append(e)
-    out: list[Path] = []
-    for situation, entry in table.entries.items():
-        found: list[tuple[Edge, ...]] = []
-
-        def walk(
-            state: str,
-            taken: tuple[Edge, ...],
-            lap: frozenset[str],
-            left: int,
-            found: list[tuple[Edge, ...]] = found,
-        ) -> None:
-            for e in outgoing[state]:
-                if e in loop:
-                    if left:
-                        walk(e.dest, (*taken, e), frozenset({e.dest}), left - 1)
-                elif e.dest in terminals:
-                    found.append((*taken, e))
-                elif e.dest not in lap:
-                    walk(e.dest, (*taken, e), lap | {e.dest}, left)
-
-        walk(entry, (), frozenset({entry}), loops)
-        order = {t: i for i, t in enumerate(table.terminals)}
-        found.sort(
-            key=lambda edges: (order[edges[-1].dest], sum(e in loop for e in edges), len(edges))
-        )
-        out += [Path(situation, edges, _situation(edges, loop, shared)) for edges in found]
-    return out
 
 
 def _times(n: int) -> str:
@@ -619,39 +506,6 @@ def describe_detail(transition: Transition) -> str:
 def _short(value: Any, limit: int = 60) -> str:
     text = str(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def compress_path(states: Sequence[str], table: MachineTable = STANDARD) -> str:
-    """A path in short: laps between loop edges as ``first … last``, repeats as ``(…)xN``.
-
-    ``expanding calling … deciding`` three times, then ``ok``, reads
-    ``(expanding … deciding)x3 ok``.
-    """
-    if not states:
-        return ""
-    loop = {(e.source, e.dest) for e in loop_edges(table)}
-    body, end = list(states), None
-    if body[-1] in table.terminals:
-        end = body.pop()
-    laps: list[list[str]] = [[]]
-    for i, state in enumerate(body):
-        if i and (body[i - 1], state) in loop:
-            laps.append([])
-        laps[-1].append(state)
-    groups: list[tuple[tuple[str, ...], int]] = []
-    for lap in laps:
-        key = tuple(lap)
-        if groups and groups[-1][0] == key:
-            groups[-1] = (key, groups[-1][1] + 1)
-        else:
-            groups.append((key, 1))
-    words = []
-    for key, count in groups:
-        text = " ".join(key) if len(key) <= 2 else f"{key[0]} … {key[-1]}"
-        words.append(f"({text})x{count}" if count > 1 else text)
-    if end is not None:
-        words.append(end)
-    return " ".join(w for w in words if w)
 
 
 def trace_markdown(trace: Trace) -> str:

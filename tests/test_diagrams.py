@@ -15,6 +15,7 @@ from rich.console import Console
 
 from agentfsm import STANDARD, AgentState, LLMChain, Message, Trace, Transition, diagram_files
 from agentfsm import diagrams as d
+from agentfsm import paths as pm
 from agentfsm._demo import DEMO_PROMPT, demo_agent
 from agentfsm.console import RunView, summary, trace_table, watch
 from agentfsm.providers.scripted import ScriptedModel, call_tool, say
@@ -58,7 +59,7 @@ def _demo_traces(decision: str) -> list[Trace]:
 
 
 def test_paths_cover_every_edge_and_end_in_a_terminal() -> None:
-    found = d.paths()
+    found = pm.paths()
     taken = {e for p in found for e in p.edges}
     assert [e for e in STANDARD.edges if e not in taken] == []
     for p in found:
@@ -70,9 +71,9 @@ def test_paths_cover_every_edge_and_end_in_a_terminal() -> None:
 
 
 def test_paths_go_round_the_loop_at_most_once_and_repeat_no_state_within_a_lap() -> None:
-    loop = set(d.loop_edges())
+    loop = set(pm.loop_edges())
     assert {(e.source, e.dest) for e in loop} == {("deciding", "expanding")}
-    found = d.paths()
+    found = pm.paths()
     assert len({p.edges for p in found}) == len(found)
     for p in found:
         assert sum(e in loop for e in p.edges) <= 1
@@ -84,17 +85,17 @@ def test_paths_go_round_the_loop_at_most_once_and_repeat_no_state_within_a_lap()
         for lap in laps:
             assert len(lap) == len(set(lap)), p.text
     assert any(sum(e in loop for e in p.edges) == 1 for p in found)
-    assert d.paths(loops=0) == [p for p in found if not set(p.edges) & loop]
+    assert pm.paths(loops=0) == [p for p in found if not set(p.edges) & loop]
 
 
 def test_every_entry_reaches_every_terminal() -> None:
-    found = d.paths()
+    found = pm.paths()
     for entry in STANDARD.entries:
         assert {p.terminal for p in found if p.entry == entry} == set(STANDARD.terminals)
 
 
 def test_situations_come_from_the_whys() -> None:
-    by_text = {p.text: p for p in d.paths()}
+    by_text = {p.text: p for p in pm.paths()}
     loop = "expanding calling interrupt_check executing propagating until_check deciding"
     assert by_text[f"{loop} ok"].situation == "the model answered without asking for tools"
     assert (
@@ -119,11 +120,11 @@ def test_machine_mermaid_draws_the_table() -> None:
     text = d.machine_mermaid()
     assert text.startswith("stateDiagram-v2\n")
     for e in STANDARD.edges:
-        assert f"{d.state_label(e.source)} --> {d.state_label(e.dest)} : {e.trigger}" in text
+        assert f"{pm.state_label(e.source)} --> {pm.state_label(e.dest)} : {e.trigger}" in text
     for situation, state in STANDARD.entries.items():
-        assert f"[*] --> {d.state_label(state)} : {situation}" in text
+        assert f"[*] --> {pm.state_label(state)} : {situation}" in text
     for t in STANDARD.terminals:
-        assert f"{d.state_label(t)} --> [*]" in text
+        assert f"{pm.state_label(t)} --> [*]" in text
     # Every why is on the drawing: on its edge, or once in a note for a shared one.
     flat = text.replace("<br/>", " ")
     for e in STANDARD.edges:
@@ -247,14 +248,14 @@ def test_a_run_and_its_resume_are_one_story() -> None:
 
 def test_compress_path() -> None:
     loop = "expanding calling interrupt_check executing propagating until_check deciding"
-    assert d.compress_path(f"{loop} {loop} {loop} ok".split()) == "(expanding … deciding)x3 ok"
-    assert d.compress_path(f"{loop} ok".split()) == "expanding … deciding ok"
+    assert pm.compress_path(f"{loop} {loop} {loop} ok".split()) == "(expanding … deciding)x3 ok"
+    assert pm.compress_path(f"{loop} ok".split()) == "expanding … deciding ok"
     assert (
-        d.compress_path(f"propagating until_check deciding {loop} ok".split())
+        pm.compress_path(f"propagating until_check deciding {loop} ok".split())
         == "propagating … deciding expanding … deciding ok"
     )
-    assert d.compress_path(["expanding", "paused"]) == "expanding paused"
-    assert d.compress_path([]) == ""
+    assert pm.compress_path(["expanding", "paused"]) == "expanding paused"
+    assert pm.compress_path([]) == ""
 
 
 def test_trace_markdown_has_a_row_per_transition() -> None:

@@ -15,8 +15,8 @@ import html
 from collections import Counter
 from typing import Final
 
-from ..diagrams import state_label
 from ..machine import Edge, MachineTable
+from ..paths import state_label
 
 __all__ = ["machine_svg"]
 
