@@ -10,6 +10,7 @@ objects): the page's script puts strings on the page as text, never as markup.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,12 +24,18 @@ __all__ = ["page_data"]
 
 
 class _MessageTable:
-    """Messages by index, equal ones once; chains as runs ``[[start, count], ...]``."""
+    """Messages by index, equal ones once; chains as runs ``[[start, count], ...]``.
+
+    A step's conversation is mostly the last step's and a few more messages, so
+    :meth:`runs` goes on from the last one it wrote when that is a prefix: a run
+    of many steps costs a pass of identity checks per step, not a lookup per message.
+    """
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
         self._by_key: dict[str, int] = {}
         self._by_id: dict[int, tuple[Message, int]] = {}
+        self._last: tuple[Sequence[Message], list[list[int]]] = ((), [])
 
     def index(self, message: Message) -> int:
         known = self._by_id.get(id(message))
@@ -42,13 +49,20 @@ class _MessageTable:
         return index
 
     def runs(self, messages: Sequence[Message]) -> list[list[int]]:
-        runs: list[list[int]] = []
-        for message in messages:
+        before, runs = self._last
+        if messages is before:
+            return [list(r) for r in runs]
+        if len(before) <= len(messages) and all(map(operator.is_, before, messages)):
+            runs, rest = [list(r) for r in runs], messages[len(before) :]
+        else:
+            runs, rest = [], messages
+        for message in rest:
             index = self.index(message)
             if runs and runs[-1][0] + runs[-1][1] == index:
                 runs[-1][1] += 1
             else:
                 runs.append([index, 1])
+        self._last = (messages, runs)
         return runs
 
 
