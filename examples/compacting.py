@@ -33,7 +33,7 @@ from agentfsm import (
     Paused,
     tool,
 )
-from agentfsm.diagrams import diagram_files
+from agentfsm.diagram_files import diagram_files
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.results import Continue, PipelineResult
 from agentfsm.steps import Step
