@@ -22,8 +22,9 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from typing import Any, Final, TypeAlias
 
 import attrs
-from transitions import Machine, Transition
-from transitions.core import listify
+from transitions import Machine
+
+from ._fsm import SharedMachine
 
 from .chain import LLMChain
 from .errors import ChainError
@@ -91,57 +92,6 @@ class Edge:
     on: type[PipelineResult] = attrs.field(kw_only=True)
 
 
-class _Transition(Transition):
-    """A transition that goes straight to the state change when nothing hooks into it.
-
-    The table has no conditions or callbacks: the work lives in the states'
-    steps. Any callback added to the machine, a transition or the two states
-    takes the full path.
-    """
-
-    def execute(self, event_data: Any) -> bool:
-        machine = event_data.machine
-        source = machine.states[self.source]
-        dest = machine.states[self.dest]
-        if (
-            self.prepare
-            or self.conditions
-            or self.before
-            or self.after
-            or machine.before_state_change
-            or machine.after_state_change
-            or source.on_exit
-            or dest.on_enter
-            or dest.final
-        ):
-            return bool(super().execute(event_data))
-        machine.set_state(dest, event_data.model)
-        event_data.update(dest)
-        return True
-
-
-class _SharedMachine(Machine):
-    """A machine shared by many runs: nothing is bound onto them.
-
-    Runs fire events through the machine itself, so the per-run convenience
-    methods ``transitions`` would attach (``is_<state>``, one method per
-    trigger) are left out: they cost time and memory per run and would clash
-    with a model's own names.
-    """
-
-    transition_cls = _Transition
-
-    def add_model(self, model: Any, initial: Any = None) -> None:
-        """Register runs at ``initial``; no trigger or state method is bound onto them."""
-        initial = initial if initial is not None else self.initial
-        if initial is None:
-            raise ValueError("A run needs an initial state: the table's entries name them.")
-        for run in listify(model):
-            if run not in self.models:
-                self.set_state(initial, model=run)
-                self.models.append(run)
-
-
 def _steps(value: Mapping[str, Iterable[Step]]) -> dict[str, tuple[Step, ...]]:
     for state, steps in value.items():
         if callable(steps) or isinstance(steps, str):
@@ -207,7 +157,7 @@ class MachineTable:
     @functools.cached_property
     def machine(self) -> Machine:
         """The one ``transitions.Machine`` of this table; runs are added to it as models."""
-        return _SharedMachine(
+        return SharedMachine(
             model=None,
             states=list(self.states),
             transitions=[

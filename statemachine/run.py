@@ -30,8 +30,13 @@ _T = TypeVar("_T")
 
 
 class _Cursor:
-    """The model ``transitions`` moves: one per run, holding only ``state``."""
+    """The model ``transitions`` moves: one per run, holding only ``state``.
 
+    The shared machine holds it weakly, so a run dropped before its end
+    leaves the machine with it.
+    """
+
+    __slots__ = ("__weakref__", "state")
     state: str
 
 
