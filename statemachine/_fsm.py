@@ -43,24 +43,30 @@ class LeanEvent(Event):
     ``ignore_invalid_triggers`` behave exactly as in ``transitions``.
     """
 
+    def __init__(self, name: str, machine: Machine) -> None:
+        super().__init__(name, machine)
+        # The machine's own attributes, read live: ``Machine.__getattr__`` makes
+        # every attribute access on a machine slow, a dict lookup is not.
+        self._machine_vars: dict[str, Any] = vars(machine)
+
     def trigger(self, model: object, *args: Any, **kwargs: Any) -> bool:
-        machine = self.machine
+        machine = self._machine_vars
         if not (
             args
             or kwargs
-            or machine._queued
-            or machine._prepare_event
-            or machine._finalize_event
-            or machine._on_exception
-            or machine._before_state_change
-            or machine._after_state_change
+            or machine["_queued"]
+            or machine["_prepare_event"]
+            or machine["_finalize_event"]
+            or machine["_on_exception"]
+            or machine["_before_state_change"]
+            or machine["_after_state_change"]
         ):
-            attribute = machine.model_attribute
+            attribute = machine["model_attribute"]
             candidates = self.transitions.get(getattr(model, attribute))
             if candidates is not None and len(candidates) == 1:
                 transition = candidates[0]
-                states = machine.states
-                dest = states.get(transition.dest) if transition.dest is not None else None
+                states = machine["states"]
+                dest = states.get(transition.dest)
                 if (
                     dest is not None
                     and not dest.on_enter

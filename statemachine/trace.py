@@ -15,21 +15,78 @@ if TYPE_CHECKING:
 __all__ = ["Trace", "Transition", "total_usage"]
 
 
-@attrs.frozen
 class Transition:
     """One move of a run: ``source --trigger--> dest``.
 
-    ``chain`` is the chain the move carried (a snapshot: chains are immutable),
-    ``elapsed`` the seconds the source state's work took, ``detail`` what it did
-    (which model answered, which tools ran...).
+    ``chain`` is the chain the move carried (a snapshot: chains are immutable,
+    and consecutive ones share their messages), ``elapsed`` the seconds the
+    source state's work took, ``detail`` what it did (which model answered,
+    which tools ran...). Two transitions are equal when they take the same edge.
+
+    A run records seven of these per model call, so a record is six plain
+    slots written once (a frozen attrs class costs several times as much to
+    build); the fields are read-only properties.
     """
 
-    source: str
-    trigger: str
-    dest: str
-    chain: LLMChain = attrs.field(repr=False, eq=False)
-    elapsed: float = attrs.field(default=0.0, eq=False)
-    detail: Mapping[str, Any] | None = attrs.field(default=None, eq=False)
+    __slots__ = ("_chain", "_dest", "_detail", "_elapsed", "_source", "_trigger")
+
+    def __init__(
+        self,
+        source: str,
+        trigger: str,
+        dest: str,
+        chain: LLMChain,
+        elapsed: float = 0.0,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._source = source
+        self._trigger = trigger
+        self._dest = dest
+        self._chain = chain
+        self._elapsed = elapsed
+        self._detail = detail
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def trigger(self) -> str:
+        return self._trigger
+
+    @property
+    def dest(self) -> str:
+        return self._dest
+
+    @property
+    def chain(self) -> LLMChain:
+        return self._chain
+
+    @property
+    def elapsed(self) -> float:
+        return self._elapsed
+
+    @property
+    def detail(self) -> Mapping[str, Any] | None:
+        return self._detail
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not Transition:
+            return NotImplemented
+        return (self._source, self._trigger, self._dest) == (
+            other._source,
+            other._trigger,
+            other._dest,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._source, self._trigger, self._dest))
+
+    def __repr__(self) -> str:
+        return (
+            f"Transition(source={self._source!r}, trigger={self._trigger!r}, "
+            f"dest={self._dest!r}, elapsed={self._elapsed!r}, detail={self._detail!r})"
+        )
 
 
 @attrs.define
