@@ -23,7 +23,8 @@ from tests.support import LOOP, add, chain_of
 
 async def test_starting_and_ending_many_runs_leaves_no_model_registered() -> None:
     before = len(STANDARD.machine.models)
-    runs = [Agent(ScriptedModel([say(f"done {n}")])).start(AgentState.of("go")) for n in range(2000)]
+    agents = [Agent(ScriptedModel([say(f"done {n}")])) for n in range(2000)]
+    runs = [agent.start(AgentState.of("go")) for agent in agents]
     assert len(STANDARD.machine.models) == before + 2000
     results = await asyncio.gather(*(run.run() for run in runs))
     assert all(type(r).__name__ == "Ok" for r in results)
