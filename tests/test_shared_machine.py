@@ -120,7 +120,7 @@ def test_lean_triggers_move_runs_exactly_as_stock_transitions(
     _STOCK.add_model(stock, initial=entry)
     try:
         for trigger in triggers:
-            outcomes = []
+            outcomes: list[object] = []
             for machine, model in ((STANDARD.machine, lean), (_STOCK, stock)):
                 try:
                     outcomes.append(machine.events[trigger].trigger(model))
