@@ -1,13 +1,23 @@
-"""Measure one adapter in a fresh interpreter; print one JSON object on stdout.
+"""Measure one adapter in its own interpreter.
 
-Run by ``run.py``, one process per adapter and measurement, so that one
-library's imports, caches and heap never weigh on another's numbers::
+Run by ``run.py``, one process per adapter, so that one library's imports,
+caches and heap never weigh on another's numbers::
 
-    python worker.py NAME time --ks 10,50,200 --reps 15 --sample-s 0.1 --max-s 20
-    python worker.py NAME mem --ns 1000,10000 [--method tracemalloc|rss]
+    python worker.py NAME serve        # timing: answers JSON requests on stdin
+    python worker.py NAME mem --ns 1000,10000,40000 [--method tracemalloc|rss]
     python worker.py NAME profile --k 200 --runs 20
 
-Exit status: 0 measured, 3 skipped (the library is not installed), 1 failed.
+``serve`` keeps the adapter loaded and waits for one request per line, so the
+runner can take one sample of each adapter in turn (interleaved) and every
+adapter sees the same machine conditions. Requests and replies are JSON lines:
+
+    {"op": "warm", "k": 10, "sample_s": 0.1}  ->  {"runs_per_sample": 606}
+    {"op": "sample", "k": 10}  ->  {"us_per_call": 5.2, "cpu_us_per_call": 5.1, "s": 0.1}
+    {"op": "start", "n": 40000}  ->  {"start_us_per_run": 9.8}
+
+Its first line is ``{"ready": ..., "version": ...}`` (or ``{"skipped": ...}``).
+``mem`` prints one JSON object. Exit status: 0 measured, 3 skipped (the
+library is not installed), 1 failed.
 """
 
 from __future__ import annotations
@@ -18,13 +28,12 @@ import gc
 import json
 import math
 import os
-import statistics
 import sys
 import time
 import traceback
 import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -34,49 +43,40 @@ import workload  # noqa: E402
 from adapters import Adapter, load  # noqa: E402
 
 EXIT_SKIPPED = 3
-IDLE_TIMEOUT_S = 300.0
+IDLE_TIMEOUT_S = 600.0
 
 
-async def _time_k(
-    adapter: Adapter, k: int, reps: int, sample_s: float, max_s: float
-) -> dict[str, Any]:
-    """Median µs per model call over ``reps`` samples of whole runs at ``k``."""
-    # Warm up: a few runs, at least ~0.2 s, and learn how long one run takes.
-    single: list[float] = []
-    warm_start = time.perf_counter()
-    while len(single) < 3 or (time.perf_counter() - warm_start < 0.2 and len(single) < 1000):
-        t0 = time.perf_counter()
-        await adapter.run_once(k)
-        single.append(time.perf_counter() - t0)
-    one_run = min(single)
-    inner = max(1, math.ceil(sample_s / one_run))
-    per_call: list[float] = []
-    started = time.perf_counter()
-    min_reps = min(reps, 5)
-    while len(per_call) < reps:
-        if len(per_call) >= min_reps and time.perf_counter() - started > max_s:
-            break
+class _Timer:
+    """Samples of whole runs at one K: each sample lasts about ``sample_s``."""
+
+    def __init__(self, adapter: Adapter) -> None:
+        self.adapter = adapter
+        self.inner: dict[int, int] = {}
+
+    async def warm(self, k: int, sample_s: float) -> dict[str, Any]:
+        # A few runs, at least ~0.2 s, and learn how long one run takes.
+        single: list[float] = []
+        started = time.perf_counter()
+        while len(single) < 3 or (time.perf_counter() - started < 0.2 and len(single) < 1000):
+            t0 = time.perf_counter()
+            await self.adapter.run_once(k)
+            single.append(time.perf_counter() - t0)
+        self.inner[k] = max(1, math.ceil(sample_s / min(single)))
+        return {"runs_per_sample": self.inner[k]}
+
+    async def sample(self, k: int) -> dict[str, Any]:
+        inner = self.inner[k]
         gc.collect()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(inner):
-            await adapter.run_once(k)
-        elapsed = time.perf_counter() - t0
-        per_call.append(elapsed / inner / (k + 1) * 1e6)
-    return {
-        "k": k,
-        "us_per_call": statistics.median(per_call),
-        "us_min": min(per_call),
-        "us_max": max(per_call),
-        "samples": len(per_call),
-        "runs_per_sample": inner,
-    }
-
-
-async def measure_time(
-    adapter: Adapter, ks: list[int], reps: int, sample_s: float, max_s: float
-) -> dict[str, Any]:
-    await adapter.run_once(1)  # first-call costs (lazy imports, schema builds) out of the way
-    return {"time": [await _time_k(adapter, k, reps, sample_s, max_s) for k in ks]}
+            await self.adapter.run_once(k)
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        calls = inner * (k + 1)
+        return {
+            "us_per_call": elapsed / calls * 1e6,
+            "cpu_us_per_call": cpu / calls * 1e6,
+            "s": elapsed,
+        }
 
 
 def _rss_bytes() -> int:
@@ -85,12 +85,18 @@ def _rss_bytes() -> int:
     return resident_pages * os.sysconf("SC_PAGE_SIZE")
 
 
-async def _idle_batch(adapter: Adapter, n: int, method: str) -> dict[str, Any]:
-    """Start ``n`` runs that all block in their first model call; measure; release."""
+async def _idle_batch(adapter: Adapter, n: int, method: str | None) -> dict[str, Any]:
+    """Start ``n`` runs that all block in their first model call; measure; release.
+
+    ``method`` is how memory is read (``tracemalloc``, ``rss``), or None to
+    time the start alone, with nothing traced.
+    """
     gc.collect()
     if method == "tracemalloc":
         tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0] if method == "tracemalloc" else _rss_bytes()
+    before = 0
+    if method is not None:
+        before = tracemalloc.get_traced_memory()[0] if method == "tracemalloc" else _rss_bytes()
     event = asyncio.Event()
     reached = workload.ARRIVALS.expect(n)
     t0 = time.perf_counter()
@@ -111,8 +117,10 @@ async def _idle_batch(adapter: Adapter, n: int, method: str) -> dict[str, Any]:
             + (f"; first error: {errors[0]!r}" if errors else "")
         )
     start_s = time.perf_counter() - t0
-    gc.collect()
-    after = tracemalloc.get_traced_memory()[0] if method == "tracemalloc" else _rss_bytes()
+    after = 0
+    if method is not None:
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0] if method == "tracemalloc" else _rss_bytes()
     tracemalloc.stop()  # no tracing cost while the runs finish
     event.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -120,11 +128,10 @@ async def _idle_batch(adapter: Adapter, n: int, method: str) -> dict[str, Any]:
     if errors:
         raise RuntimeError(f"{len(errors)}/{n} idle runs failed; first: {errors[0]!r}")
     del tasks, results
-    return {
-        "n": n,
-        "kib_per_run": (after - before) / n / 1024,
-        "start_us_per_run": start_s / n * 1e6,
-    }
+    out: dict[str, Any] = {"n": n, "start_us_per_run": start_s / n * 1e6}
+    if method is not None:
+        out["kib_per_run"] = (after - before) / n / 1024
+    return out
 
 
 async def measure_mem(adapter: Adapter, ns: list[int], method: str) -> dict[str, Any]:
@@ -132,6 +139,35 @@ async def measure_mem(adapter: Adapter, ns: list[int], method: str) -> dict[str,
     await _idle_batch(adapter, 20, "rss")  # warm the idle path outside the measurement
     out = [await _idle_batch(adapter, n, method) for n in ns]
     return {"mem": out, "mem_method": method}
+
+
+def serve(adapter: Adapter, requests: TextIO, reply: TextIO) -> None:
+    """Answer timing requests, one JSON line each, until stdin closes."""
+
+    def send(obj: dict[str, Any]) -> None:
+        reply.write(json.dumps(obj) + "\n")
+        reply.flush()
+
+    timer = _Timer(adapter)
+    with asyncio.Runner() as runner:
+        runner.run(adapter.run_once(1))  # first-call costs (lazy imports, schema builds)
+        runner.run(_idle_batch(adapter, 20, None))
+        send({"ready": True, "name": adapter.NAME, "version": adapter.version()})
+        for line in requests:
+            request = json.loads(line)
+            try:
+                match request["op"]:
+                    case "warm":
+                        send(runner.run(timer.warm(request["k"], request["sample_s"])))
+                    case "sample":
+                        send(runner.run(timer.sample(request["k"])))
+                    case "start":
+                        send(runner.run(_idle_batch(adapter, request["n"], None)))
+                    case op:
+                        send({"error": f"unknown op {op!r}"})
+            except Exception as exc:
+                traceback.print_exc()
+                send({"error": f"{type(exc).__name__}: {exc}"})
 
 
 async def profile(adapter: Adapter, k: int, runs: int) -> None:
@@ -151,43 +187,41 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("name")
     sub = parser.add_subparsers(dest="mode", required=True)
-    t = sub.add_parser("time")
-    t.add_argument("--ks", default="10,50,200")
-    t.add_argument("--reps", type=int, default=15)
-    t.add_argument("--sample-s", type=float, default=0.1)
-    t.add_argument("--max-s", type=float, default=20.0)
+    sub.add_parser("serve")
     m = sub.add_parser("mem")
-    m.add_argument("--ns", default="1000,10000")
+    m.add_argument("--ns", default="1000,10000,40000")
     m.add_argument("--method", choices=("tracemalloc", "rss"), default="tracemalloc")
     p = sub.add_parser("profile")
     p.add_argument("--k", type=int, default=200)
     p.add_argument("--runs", type=int, default=20)
     args = parser.parse_args(argv)
 
+    # Replies go to the real stdout; anything a library prints goes to stderr.
+    out = sys.stdout
+    sys.stdout = sys.stderr
     try:
         adapter = load(args.name)
     except ImportError as exc:
         if exc.name == f"adapters.{args.name}":
             raise
-        print(json.dumps({"name": args.name, "skipped": f"{type(exc).__name__}: {exc}"}))
+        print(json.dumps({"name": args.name, "skipped": f"{type(exc).__name__}: {exc}"}), file=out)
         return EXIT_SKIPPED
     try:
         if args.mode == "profile":
+            sys.stdout = out
             asyncio.run(profile(adapter, args.k, args.runs))
             return 0
+        if args.mode == "serve":
+            serve(adapter, sys.stdin, out)
+            return 0
         result: dict[str, Any] = {"name": adapter.NAME, "version": adapter.version()}
-        if args.mode == "time":
-            ks = [int(x) for x in args.ks.split(",")]
-            timed = measure_time(adapter, ks, args.reps, args.sample_s, args.max_s)
-            result.update(asyncio.run(timed))
-        else:
-            ns = [int(x) for x in args.ns.split(",")]
-            result.update(asyncio.run(measure_mem(adapter, ns, args.method)))
+        ns = [int(x) for x in args.ns.split(",")]
+        result.update(asyncio.run(measure_mem(adapter, ns, args.method)))
     except Exception as exc:
         traceback.print_exc()
-        print(json.dumps({"name": args.name, "error": f"{type(exc).__name__}: {exc}"}))
+        print(json.dumps({"name": args.name, "error": f"{type(exc).__name__}: {exc}"}), file=out)
         return 1
-    print(json.dumps(result))
+    print(json.dumps(result), file=out)
     return 0
 
 

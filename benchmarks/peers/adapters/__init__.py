@@ -25,13 +25,16 @@ __all__ = ["ADAPTERS", "FLOORS", "REFERENCE", "Adapter", "load"]
 ADAPTERS: tuple[str, ...] = (
     "floor_asyncio",
     "floor_transitions",
+    "floor_lean",
     "agentfsm",
     "pydantic_ai",
     "langgraph",
     "openai_agents",
     "burr",
 )
-FLOORS: tuple[str, ...] = ("floor_asyncio", "floor_transitions")
+#: The rows every other row is divided by: Python alone, and Python firing the
+#: same lean ``transitions`` triggers agentfsm fires.
+FLOORS: tuple[str, ...] = ("floor_asyncio", "floor_lean")
 REFERENCE = "agentfsm"
 
 

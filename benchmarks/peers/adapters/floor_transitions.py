@@ -1,4 +1,4 @@
-"""Floor: the hand-written loop of ``floor_asyncio`` driven through ``transitions``.
+"""Floor: the hand-written loop of ``floor_asyncio`` driven through stock ``transitions``.
 
 One :class:`transitions.Machine` is built once at import; each run is a model
 object added with ``machine.add_model(model, initial=...)`` and removed at the
@@ -11,13 +11,15 @@ end, and every round fires the same seven triggers the agent machine does::
 Events are fired through the machine (``machine.events[name].trigger(model)``)
 and the machine binds nothing onto the models (no ``is_<state>`` helpers, no
 per-trigger methods): the leanest way to share one machine among many runs.
-States and transitions are the library's stock classes.  The difference to
-``floor_asyncio`` is what the machine library costs.
+States, transitions and events are the library's stock classes.  The
+difference to ``floor_asyncio`` is what stock ``transitions`` costs;
+``floor_lean`` runs the same loop on agentfsm's lean machine.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from importlib.metadata import version as _dist_version
 from typing import Any
 
@@ -51,7 +53,7 @@ TRANSITIONS: list[dict[str, Any]] = [
 ]
 
 
-class _LeanMachine(Machine):
+class _UnboundMachine(Machine):
     """Binds no convenience methods onto models (they cost time and memory per run)."""
 
     def _checked_assignment(self, model: Any, name: str, func: Any) -> None:
@@ -61,28 +63,14 @@ class _LeanMachine(Machine):
         return None
 
 
-MACHINE = _LeanMachine(
-    model=None,
-    states=STATES,
-    transitions=TRANSITIONS,
-    initial=None,
-    auto_transitions=False,
-    ignore_invalid_triggers=False,
-)
-EVENTS = MACHINE.events
-EXPANDED, CALLED, CLEAR, EXECUTED, PROPAGATED, UNSATISFIED, LOOP, DONE = (
-    EVENTS[name].trigger
-    for name in (
-        "expanded",
-        "called",
-        "clear",
-        "executed",
-        "propagated",
-        "unsatisfied",
-        "loop",
-        "done",
-    )
-)
+MACHINE_ARGS: dict[str, Any] = {
+    "model": None,
+    "states": STATES,
+    "transitions": TRANSITIONS,
+    "initial": None,
+    "auto_transitions": False,
+    "ignore_invalid_triggers": False,
+}
 
 Message = dict[str, Any]
 
@@ -114,35 +102,57 @@ async def _model(messages: list[Message]) -> Message:
 TOOLS = {w.TOOL_NAME: w.tool_add}
 
 
-async def _run(ctx: w.RunCtx) -> str:
-    run = _Run()
-    MACHINE.add_model(run, initial="expanding")
-    try:
-        messages = run.messages
-        while True:
-            EXPANDED(run)
-            reply = await _model(messages)
-            messages.append(reply)
-            CALLED(run)
-            CLEAR(run)
-            calls = reply.get("tool_calls") or ()
-            for call in calls:
-                result = await TOOLS[call["name"]](**call["args"])
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-            EXECUTED(run)
-            PROPAGATED(run)
-            UNSATISFIED(run)
-            if not calls:
-                DONE(run)
-                return str(reply["content"])
-            LOOP(run)
-    finally:
-        MACHINE.remove_model(run)
+def loop(machine: Machine) -> Callable[[w.RunCtx], Awaitable[str]]:
+    """The workload's loop, firing ``machine``'s seven triggers per round."""
+    events = machine.events
+    expanded, called, clear, executed, propagated, unsatisfied, loop_, done = (
+        events[name].trigger
+        for name in (
+            "expanded",
+            "called",
+            "clear",
+            "executed",
+            "propagated",
+            "unsatisfied",
+            "loop",
+            "done",
+        )
+    )
+
+    async def run(ctx: w.RunCtx) -> str:
+        run = _Run()
+        machine.add_model(run, initial="expanding")
+        try:
+            messages = run.messages
+            while True:
+                expanded(run)
+                reply = await _model(messages)
+                messages.append(reply)
+                called(run)
+                clear(run)
+                calls = reply.get("tool_calls") or ()
+                for call in calls:
+                    result = await TOOLS[call["name"]](**call["args"])
+                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+                executed(run)
+                propagated(run)
+                unsatisfied(run)
+                if not calls:
+                    done(run)
+                    return str(reply["content"])
+                loop_(run)
+        finally:
+            machine.remove_model(run)
+
+    return run
+
+
+_RUN = loop(_UnboundMachine(**MACHINE_ARGS))
 
 
 async def run_once(k: int) -> None:
-    await w.drive(_run, k)
+    await w.drive(_RUN, k)
 
 
 async def idle_run(event: asyncio.Event) -> None:
-    await w.drive(_run, w.IDLE_K, gate=event)
+    await w.drive(_RUN, w.IDLE_K, gate=event)
