@@ -1,7 +1,8 @@
 """Microseconds per model call of the standard machine on the scripted model.
 
 A run of K tool round trips makes K + 1 model calls and 7 (K + 1) transitions,
-trace recording included. Run by hand: ``python benchmarks/overhead.py``.
+trace recording included. A second table starts and finishes runs while N
+others are open: both stay flat in N. Run by hand: ``python benchmarks/overhead.py``.
 """
 
 from __future__ import annotations
@@ -54,10 +55,27 @@ async def measure(ks: Sequence[int], repeats: int) -> dict[int, tuple[float, flo
     return out
 
 
+async def with_open(n: int, batch: int = 1000) -> tuple[float, float]:
+    """µs to start a run, and to run it to its end (K = 0), while ``n`` runs are open."""
+    mode = StandardMode()
+    chain = LLMChain(ScriptedModel(lambda _: Message.assistant("done")), tools=[add])
+    chain = chain.add_message(Message.user("go"))
+    held = [mode.start(chain) for _ in range(n)]
+    start = time.perf_counter()
+    runs = [mode.start(chain) for _ in range(batch)]
+    started = time.perf_counter()
+    for run in runs:
+        await run.run()
+    ended = time.perf_counter()
+    assert len(held) == n
+    return (started - start) / batch * 1e6, (ended - started) / batch * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("-k", type=int, nargs="*", default=[10, 50, 200, 500])
+    parser.add_argument("--open", type=int, nargs="*", default=[0, 1000, 10000, 40000])
     args = parser.parse_args()
     results = asyncio.run(measure(args.k, args.repeats))
     table = Table(title="agentfsm standard machine: overhead per model call (scripted model)")
@@ -68,6 +86,16 @@ def main() -> None:
     table.add_column("µs / transition (median)", justify="right")
     for k, (median, best) in results.items():
         table.add_row(str(k), str(k + 1), f"{median:.1f}", f"{best:.1f}", f"{median / 7:.1f}")
+    Console().print(table)
+    if not args.open:
+        return
+    table = Table(title="starting and finishing a run while N runs are open")
+    table.add_column("N open runs", justify="right")
+    table.add_column("µs to start a run", justify="right")
+    table.add_column("µs to run it to its end (K = 0)", justify="right")
+    for n in args.open:
+        start_us, run_us = asyncio.run(with_open(n))
+        table.add_row(f"{n:,}", f"{start_us:.1f}", f"{run_us:.1f}")
     Console().print(table)
 
 

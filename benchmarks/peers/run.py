@@ -64,8 +64,10 @@ class Settings:
     ns: list[int]
     start_reps: int
     mem_method: str
-    #: An adapter skips a size whose projected traced memory exceeds this.
+    #: An adapter skips a size whose projected traced memory exceeds this,
     mem_limit_gib: float
+    #: or whose batch of idle runs would take longer than this to start.
+    start_limit_s: float
     #: What the tables show: wall time, or the worker's CPU time (steadier on a busy machine).
     clock: str = "wall"
 
@@ -75,11 +77,12 @@ FULL = Settings(
     reps=15,
     min_reps=5,
     sample_s=0.1,
-    max_s=30.0,
+    max_s=20.0,
     ns=[1000, 10000, 40000],
     start_reps=3,
     mem_method="tracemalloc",
     mem_limit_gib=6.0,
+    start_limit_s=60.0,
 )
 QUICK = Settings(
     ks=[10, 50],
@@ -91,6 +94,7 @@ QUICK = Settings(
     start_reps=1,
     mem_method="tracemalloc",
     mem_limit_gib=6.0,
+    start_limit_s=60.0,
 )
 
 
@@ -220,15 +224,19 @@ def _interleaved_start(workers: list[Worker], rows: dict[str, Row], s: Settings)
 
 
 def _memory(name: str, row: Row, s: Settings, stderr: IO[str]) -> None:
-    """KiB per idle run at each N, a fresh interpreter per N; skip sizes over the limit."""
+    """KiB per idle run at each N, a fresh interpreter per N; skip sizes over the limits."""
     row.detail["mem_skipped"] = []
     for n in s.ns:
         if row.kib:
-            biggest = max(row.kib)
-            projected_gib = row.kib[biggest] * n / 1024**2 * 2  # x2: tracemalloc's own
-            if projected_gib > s.mem_limit_gib:
+            last = row.detail["mem"][-1]
+            projected_gib = last["kib_per_run"] * n / 1024**2 * 2  # x2: tracemalloc's own
+            projected_s = last["start_us_per_run"] * n / 1e6
+            if projected_gib > s.mem_limit_gib or projected_s > s.start_limit_s:
                 row.detail["mem_skipped"].append(n)
-                _log(f"[{name}] N={n:,} skipped: would trace ~{projected_gib:.1f} GiB")
+                _log(
+                    f"[{name}] N={n:,} skipped: would trace ~{projected_gib:.1f} GiB "
+                    f"and take ~{projected_s:.0f} s to start"
+                )
                 continue
         cmd = [sys.executable, str(WORKER), name, "mem", "--ns", str(n), "--method", s.mem_method]
         try:
