@@ -159,12 +159,10 @@ def _hook(table: Any, where: str, seen: list[str]) -> None:
     ],
 )
 def test_a_run_on_a_hooked_machine_takes_the_stock_path(where: str) -> None:
-    class Hooked(StandardMode):
-        table = attrs.evolve(STANDARD, name="hooked")
-
+    table = attrs.evolve(STANDARD, name="hooked")
     seen: list[str] = []
-    _hook(Hooked.table, where, seen)
-    run = Hooked().start(chain_of(ScriptedModel([say("hi")])))
+    _hook(table, where, seen)
+    run = StandardMode(table).start(chain_of(ScriptedModel([say("hi")])))
     run.run_sync()
     assert_path(run, f"{LOOP} ok")
     assert seen and seen[0] == where
