@@ -25,7 +25,6 @@ import attrs
 from transitions import Machine
 
 from ._fsm import SharedMachine
-
 from .chain import LLMChain
 from .errors import ChainError
 from .middleware.human_in_the_loop import check_pre_tool_hitl
