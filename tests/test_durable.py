@@ -22,12 +22,12 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop  # noqa: E402
-from agentfsm.durable import Engine, RunExistsError, RunResult  # noqa: E402
-from agentfsm.providers import ScriptedModel  # noqa: E402
-from agentfsm.store import ResumeError  # noqa: E402
-from tests import _durable_agent  # noqa: E402
-from tests._postgres import binaries, postgres  # noqa: E402
+from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop
+from agentfsm.durable import Engine, RunExistsError, RunResult
+from agentfsm.providers import ScriptedModel
+from agentfsm.store import ResumeError
+from tests import _durable_agent
+from tests._postgres import binaries, postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = "tests._durable_agent:agent"
@@ -210,7 +210,7 @@ class _Workers:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
     def wait_for(self, word: str, after: int) -> None:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 8
         while time.monotonic() < deadline:
             if any(line.split()[0] == word for line in self.lines()[after:]):
                 return
@@ -287,21 +287,24 @@ def test_sigterm_drains_a_worker_and_another_finishes_its_runs(workers: _Workers
 def test_workers_killed_at_random_points_lose_nothing_and_rerun_no_recorded_tool(
     workers: _Workers,
 ) -> None:
+    workers.env["AGENTFSM_TEST_MODEL_DELAY"] = workers.env["AGENTFSM_TEST_TOOL_DELAY"] = "0.15"
     rng = random.Random(os.environ.get("AGENTFSM_TEST_SEED", "16"))
     engine = Engine(workers.url)
     try:
-        ids = [engine.submit(AgentState.of(f"kill{n}"), agent=AGENT) for n in range(4)]
+        ids: list[str] = []
         dead: list[str] = []
-        for round_ in range(4):
+        for round_ in range(3):
             executor = f"w{round_}"
             # half the time a new worker adopts the dead ones, else one restarts under its name
             if dead and rng.random() < 0.5:
                 executor = dead.pop()
             proc = workers.start(executor, *(a for d in dead for a in ("--recover", d)))
+            if not ids:  # the first worker made the database
+                ids = [engine.submit(AgentState.of(f"kill{n}"), agent=AGENT) for n in range(4)]
             mark = len(workers.lines())
             where = rng.choice(["model", "start", "anywhere"])
             if where == "anywhere":
-                time.sleep(rng.uniform(0.0, 0.4))
+                time.sleep(rng.uniform(0.5, 1.5))
             else:
                 workers.wait_for(where, mark)  # inside a model call, or inside a tool
                 time.sleep(rng.uniform(0.0, 0.03))

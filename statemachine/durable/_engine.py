@@ -12,9 +12,10 @@ import attrs
 from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer
 from dbos._error import DBOSWorkflowIDInUseError
 
-from ..agent import Agent, AgentState, _check_decisions
+from ..agent import Agent, _check_decisions
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
-from ..store import ResumeError, RunNotFoundError
+from ..state import AgentState
+from ..store.base import ResumeError, RunNotFoundError
 from ..trace import Trace
 from ._workflow import AGENTS, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW
 
@@ -260,7 +261,7 @@ class Engine:
         if run_id is not None:
             options["workflow_id"] = run_id
         try:
-            handle = self.client.enqueue(options, dict(submission))  # type: ignore[arg-type]
+            handle: Any = self.client.enqueue(options, dict(submission))  # type: ignore[arg-type]
         except DBOSWorkflowIDInUseError as exc:
             raise RunExistsError(
                 f"A run {run_id!r} exists already; pick another id (runs are never overwritten)."

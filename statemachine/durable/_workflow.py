@@ -27,10 +27,11 @@ from typing import Any, Final
 import attrs
 from dbos import DBOS
 
-from ..agent import Agent, AgentRun, AgentState, _check_decisions
+from ..agent import Agent, AgentRun, _check_decisions
 from ..errors import ChainError
 from ..messages import Message, ToolCall, ToolResult
 from ..serialization import FORMAT, _error_in, _error_out, check_format, converter, dump
+from ..state import AgentState
 from ..tools import Tool, ToolContext
 
 __all__ = [
@@ -192,8 +193,8 @@ class _StepModel:
         except ChainError as error:
             out = {"error": _error_out(error)}
         except Exception as exc:
-            error = ChainError("model_error", f"{type(exc).__name__}: {exc}", retryable=False)
-            out = {"error": _error_out(error)}
+            failure = ChainError("model_error", f"{type(exc).__name__}: {exc}", retryable=False)
+            out = {"error": _error_out(failure)}
         out["draining"] = WORKER.draining
         return out
 
@@ -340,10 +341,11 @@ async def _decisions(
         if not isinstance(message, Mapping) or message.get("segment") != segment:
             continue
         decisions = message.get("decisions")
+        if not isinstance(decisions, list):
+            continue
         try:
             _check_decisions(state, decisions)
         except ValueError:
             continue
         await DBOS.set_event_async(WAITING_EVENT, None)
-        assert isinstance(decisions, list)
         return decisions
