@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from agentfsm.serialization import FormatError
 from agentfsm.store import (
     Checkpointer,
     ResumeError,
+    RunExistsError,
+    RunInUseError,
     RunNotFoundError,
     SavedRun,
     SQLiteStore,
@@ -181,7 +184,7 @@ def test_every_boundary_is_saved_with_its_options(db: Path, log: Path) -> None:
 
 
 def test_restore_rebuilds_the_run_at_its_state_and_goes_on(db: Path, log: Path) -> None:
-    store = SQLiteStore(db)
+    store = SQLiteStore(db, lease=0)  # the abandoned run stands for a dead process
     run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="mid")
     for _ in range(8):  # into the second loop: calling
         run.step_sync()
@@ -261,7 +264,7 @@ def test_a_run_paused_after_a_reply_runs_that_replys_tools_on_resume(db: Path, l
 
 def test_a_bare_mode_run_checkpoints_and_restores(db: Path) -> None:
     model = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
-    store = SQLiteStore(db)
+    store = SQLiteStore(db, lease=0)  # the abandoned run stands for a dead process
     mode = StandardMode()
     run = mode.start(LLMChain(model, tools=[add]).add_message(Message.user("1+2?")), max_runs=5)
     checkpoint(run, store, run_id="bare", options={"max_runs": 5, "should_pause": None})
@@ -338,7 +341,7 @@ def test_a_store_that_stays_down_keeps_the_run_in_memory_until_flushed(db: Path,
 
 
 def test_a_failed_terminal_write_leaves_the_boundary_before(db: Path, log: Path) -> None:
-    store = FlakyStore(SQLiteStore(db))
+    store = FlakyStore(SQLiteStore(db, lease=0))  # the ended run stands for a dead process
     run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="t")
     while run.state != "deciding" or len(run.trace.where("deciding")) < 2:
         run.step_sync()
@@ -452,3 +455,51 @@ def test_agent_resume_run_continues_a_paused_run(tmp_path: Any) -> None:
         assert run.agent_state.status == "paused"
         state = agent.resume_run_sync("r1", store)
     assert state.status == "ok" and state.messages[-1].text == "3"
+
+
+# ---------------------------------------------------------------- one place at a time
+
+
+def test_a_new_run_with_a_taken_id_is_refused_unless_replaced(db: Path, log: Path) -> None:
+    store = SQLiteStore(db)
+    start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="same").run_sync()
+    with pytest.raises(RunExistsError, match="'same' exists"):
+        start_run(make_agent(log), AgentState.of("another"), store, run_id="same")
+    assert load_run(store, "same", strict=False).status == "ok"  # untouched
+    run = start_run(make_agent(log), AgentState.of("another"), store, run_id="same", replace=True)
+    run.run_sync()
+    saved = load_run(store, "same", strict=False)
+    assert len(saved.traces) == 1 and saved.chain.messages[0].text == "another"
+
+
+def test_two_resumers_of_one_run_exactly_one_proceeds(db: Path, log: Path) -> None:
+    store = SQLiteStore(db)
+    run = start_run(
+        make_agent(log), AgentState.of(PROMPT), store, run_id="r", should_pause=lambda: True
+    )
+    run.run_sync()
+    assert load_run(store, "r", strict=False).status == "paused"
+    first = restore_run(make_agent(log), "r", SQLiteStore(db))
+    with pytest.raises(RunInUseError, match="one place at a time"):
+        restore_run(make_agent(log), "r", SQLiteStore(db))
+    first.run_sync()
+    assert load_run(store, "r", strict=False).status == "ok"
+    with pytest.raises(ResumeError, match="ended ok"):
+        restore_run(make_agent(log), "r", SQLiteStore(db))
+    assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
+
+
+def test_a_lease_expires_so_a_holder_that_hangs_blocks_no_one_for_ever(db: Path, log: Path) -> None:
+    store = SQLiteStore(db, lease=0.2)
+    run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="hang")
+    run.step_sync()  # then the holder hangs
+    with pytest.raises(RunInUseError):
+        restore_run(make_agent(log), "hang", SQLiteStore(db, lease=0.2))
+    time.sleep(0.3)
+    taken = restore_run(make_agent(log), "hang", SQLiteStore(db, lease=0.2))
+    taken.run_sync()
+    run.run_sync()  # the old holder's next write is refused: it pauses instead of splicing
+    assert run.result is not None and run.agent_state.pause_reason.startswith(
+        "checkpoint_failed: RunInUseError"
+    )
+    assert load_run(store, "hang", strict=False).status == "ok"

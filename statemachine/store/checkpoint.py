@@ -27,13 +27,17 @@ When the failed write is the terminal one, the run has already ended; the
 store keeps the boundary before, so a resume redoes only that last step (no
 transition into a terminal runs a tool).
 
-Nothing stops two processes from resuming the same run at once: resume a run
-from one place.
+One place at a time: a running run's checkpointer holds the run's lease in the
+store (:class:`~agentfsm.store.sqlite.SQLiteStore`), so a second process that
+resumes it meanwhile is refused with :class:`RunInUseError`, and a new run
+given a taken id with :class:`RunExistsError` (unless ``replace=True``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -62,7 +66,15 @@ from ..serialization import (
 from ..state import AgentState
 from ..tools import Tool
 from ..trace import Trace, Transition
-from .base import _STATUS, ResumeError, RunStatus, Store, StoreWrite
+from .base import (
+    _STATUS,
+    ResumeError,
+    RunExistsError,
+    RunInUseError,
+    RunStatus,
+    Store,
+    StoreWrite,
+)
 
 if TYPE_CHECKING:
     from ..agent import Agent, AgentRun
@@ -268,6 +280,10 @@ class Checkpointer:
         self.segment = segment
         self.error: Exception | None = None
         self.writes = 0
+        #: The lease holder's name in the store: host, process, and this checkpointer.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        self.create = False
+        self.replace = False
         self._packer = packer
         self._prior_steps = prior_steps
         self._saved = saved
@@ -307,6 +323,7 @@ class Checkpointer:
             return False
         self.error = None
         self.writes += 1
+        self.create = False
         self._header = None
         self._saved = write.steps - self._prior_steps
         self._messages_saved += len(write.messages)
@@ -354,6 +371,9 @@ class Checkpointer:
             result=result,
             agent_state=agent_state,
             summary=summary,
+            owner=self.owner,
+            create=self.create,
+            replace=self.replace,
         )
 
 
@@ -365,6 +385,7 @@ def checkpoint(
     options: Mapping[str, Any] | None = None,
     saved: SavedRun | None = None,
     new_segment: bool = False,
+    replace: bool = False,
 ) -> Checkpointer:
     """Save ``run`` to ``store`` now and at every transition from here on.
 
@@ -374,6 +395,10 @@ def checkpoint(
     ``new_segment`` starts a new segment for a run that had not ended (one
     restored afresh at its entry). ``options`` are the serializable ones (``until_tool``,
     ``require_tool_success``, ``max_runs``), kept for the resume.
+
+    The first write claims the run: a new run's id that the store has is
+    refused (:class:`RunExistsError`) unless ``replace``; a run another process
+    is running is refused (:class:`RunInUseError`). Nothing is attached then.
     """
     kept = {k: v for k, v in dict(options or {}).items() if k in SAVED_OPTIONS}
     if saved is None:
@@ -418,8 +443,11 @@ def checkpoint(
                 new_segment=False,
                 marks=marks,
             )
+    checkpointer.create = saved is None
+    checkpointer.replace = replace
+    if not checkpointer.flush() and isinstance(checkpointer.error, RunExistsError | RunInUseError):
+        raise checkpointer.error
     run.listeners.insert(0, checkpointer)
-    checkpointer.flush()
     return checkpointer
 
 
@@ -435,11 +463,13 @@ def start_run(
     until_tool: str | Sequence[str] | None = None,
     until_tool_success: str | Sequence[str] | None = None,
     max_runs: int | None = None,
-    should_pause: Callable[[], bool] | None = None,
+    should_pause: Callable[[], bool | str] | None = None,
     extra_steps: Mapping[str, Sequence[Any]] | None = None,
+    replace: bool = False,
 ) -> AgentRun:
     """``agent.start(state, ...)`` with a checkpoint at every boundary; the id is
-    ``Checkpointer.of(run).run_id``."""
+    ``Checkpointer.of(run).run_id``. A ``run_id`` the store has is refused
+    (:class:`RunExistsError`) unless ``replace=True``."""
     run = agent.start(
         state,
         until_tool=until_tool,
@@ -449,7 +479,7 @@ def start_run(
         extra_steps=extra_steps,
     )
     options = agent._options(until_tool, until_tool_success, max_runs, should_pause)
-    checkpoint(run, store, run_id=run_id, options=options)
+    checkpoint(run, store, run_id=run_id, options=options, replace=replace)
     return run
 
 
@@ -488,7 +518,7 @@ async def restore_run(
     store: Store,
     answer: Any = None,
     *,
-    should_pause: Callable[[], bool] | None = None,
+    should_pause: Callable[[], bool | str] | None = None,
     extra_steps: Mapping[str, Sequence[Any]] | None = None,
     strict: bool = True,
 ) -> AgentRun:
