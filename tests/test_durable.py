@@ -228,6 +228,7 @@ class _Workers:
 
 @pytest.fixture
 def workers(db: str, tmp_path: Path) -> Iterator[_Workers]:
+    # worker processes take seconds to start: the drain runs on SQLite, the kills on both
     group = _Workers(db, tmp_path / "calls.log", model_delay=0.05, tool_delay=0.05)
     try:
         yield group
@@ -261,6 +262,7 @@ def _finished(engine: Engine, ids: list[str]) -> list[RunResult]:
     return results
 
 
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
 def test_sigterm_drains_a_worker_and_another_finishes_its_runs(workers: _Workers) -> None:
     engine = Engine(workers.url)
     try:

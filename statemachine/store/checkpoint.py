@@ -1,7 +1,8 @@
-"""Saved runs: a run checkpoints at every state boundary and resumes from the last one.
+"""Saved runs: a run checkpoints at its state boundaries and resumes from the last one.
 
-A :class:`Checkpointer` is a run's listener: after every transition it writes
-what is new (the transition, the messages and contexts no earlier checkpoint
+A :class:`Checkpointer` is a run's listener: after a transition that grew the
+conversation (a model reply, tool results, an expansion) or ended the run, it
+writes what is new (the transition, the messages and contexts no earlier checkpoint
 holds, the result once there is one) to a :class:`Store` in one atomic write,
 so a checkpoint costs the same at step 5 and at step 500. :func:`restore_run`
 builds the run again at the state of its last boundary, with the saved chain
@@ -284,6 +285,7 @@ class Checkpointer:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         self.create = False
         self.replace = False
+        self._written = -1
         self._packer = packer
         self._prior_steps = prior_steps
         self._saved = saved
@@ -308,7 +310,11 @@ class Checkpointer:
         raise LookupError(f"{run!r} has no checkpointer; attach one with checkpoint()")
 
     def __call__(self, run: Run, transition: Transition) -> None:
-        self.flush()
+        # Only the boundaries a resume needs: where the conversation grew (a reply, tool
+        # results, an expansion), the end, and a retry of a failed write. The states in
+        # between are pure: a resumed run does them again from the last one written.
+        if run.done or self.error is not None or len(run.chain.messages) != self._written:
+            self.flush()
 
     def flush(self) -> bool:
         """Write everything not saved yet; on failure ask the run to pause. True if written."""
@@ -324,6 +330,7 @@ class Checkpointer:
         self.error = None
         self.writes += 1
         self.create = False
+        self._written = len(run.chain.messages)
         self._header = None
         self._saved = write.steps - self._prior_steps
         self._messages_saved += len(write.messages)
