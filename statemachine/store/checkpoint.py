@@ -15,7 +15,7 @@ What runs again after a crash:
   message; a run resumed from it starts at ``propagating`` with the results.
 * **at least once** -- a tool that was running when the process died (or
   whose ``executed`` checkpoint never reached the store) runs again on resume:
-  the last boundary is ``executing`` with its calls still pending. Make such
+  the last boundary is the reply's, its calls still pending. Make such
   tools idempotent, or key their side effects on ``ToolContext.tool_call_id``
   (stable across the resume). A model call in flight is likewise made again,
   and the tools a middleware runs to answer an interrupt (approved calls) run
@@ -254,7 +254,7 @@ def _summary(result: Terminal) -> str | None:
 
 
 class Checkpointer:
-    """A run's listener that saves it at every state boundary.
+    """A run's listener that saves it at the boundaries a resume needs.
 
     Attach with :func:`checkpoint`. ``error`` is the last write's failure (None
     once a write succeeds again); ``writes`` counts successful writes.
@@ -474,7 +474,7 @@ def start_run(
     extra_steps: Mapping[str, Sequence[Any]] | None = None,
     replace: bool = False,
 ) -> AgentRun:
-    """``agent.start(state, ...)`` with a checkpoint at every boundary; the id is
+    """``agent.start(state, ...)``, checkpointed as it goes; the id is
     ``Checkpointer.of(run).run_id``. A ``run_id`` the store has is refused
     (:class:`RunExistsError`) unless ``replace=True``."""
     run = agent.start(
