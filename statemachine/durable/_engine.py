@@ -15,7 +15,7 @@ from dbos._error import DBOSWorkflowIDInUseError
 from ..agent import Agent, _check_decisions
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
 from ..state import AgentState
-from ..store.base import ResumeError, RunNotFoundError
+from ..store.base import ResumeError, RunExistsError, RunNotFoundError
 from ..trace import Trace
 from ._workflow import AGENTS, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW
 
@@ -33,10 +33,6 @@ _SERIALIZER: Final = DBOSPortableJSONSerializer()
 
 class DurableError(RuntimeError):
     """The engine could not run a run as asked (its workflow failed or was cancelled)."""
-
-
-class RunExistsError(ValueError):
-    """A run with that id exists already."""
 
 
 def database_url(db: str | os.PathLike[str]) -> str:
@@ -245,7 +241,7 @@ class Engine:
             "options": {
                 "until_tool": names,
                 "require_tool_success": until_tool_success is not None,
-                "max_runs": max_runs,
+                **({} if max_runs is None else {"max_runs": max_runs}),
             },
             "decision_timeout": decision_timeout,
         }

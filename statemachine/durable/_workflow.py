@@ -32,6 +32,7 @@ from ..errors import ChainError
 from ..messages import Message, ToolCall, ToolResult
 from ..serialization import FORMAT, _error_in, _error_out, check_format, converter, dump
 from ..state import AgentState
+from ..store.checkpoint import _execute_options
 from ..tools import Tool, ToolContext
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
     "WAITING_EVENT",
     "WORKER",
     "WORKFLOW",
-    "execute_options",
     "result_doc",
     "run_workflow",
 ]
@@ -236,16 +236,6 @@ class _StepTool(Tool):
         return {"result": converter.unstructure(result, ToolResult), "draining": WORKER.draining}
 
 
-def execute_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """``Agent.start`` keywords from a submission's saved options."""
-    names = list(options.get("until_tool") or ())
-    key = "until_tool_success" if options.get("require_tool_success") else "until_tool"
-    out: dict[str, Any] = {key: names} if names else {}
-    if options.get("max_runs") is not None:
-        out["max_runs"] = int(options["max_runs"])
-    return out
-
-
 def _failed(state: AgentState, kind: str, message: str) -> AgentState:
     return attrs.evolve(state, status="error", error=ChainError(kind, message, retryable=False))
 
@@ -288,7 +278,7 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
             traces,
         )
     execution = _Execution(run_id, agent)
-    options = execute_options(submission.get("options") or {})
+    options = _execute_options(submission.get("options") or {})
     timeout = submission.get("decision_timeout")
     wait = _FOREVER if timeout is None else float(timeout)
     decisions: Sequence[Mapping[str, Any]] | None = submission.get("decisions")
