@@ -12,7 +12,8 @@ import attrs
 from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer
 from dbos._error import DBOSWorkflowIDInUseError
 
-from ..agent import Agent, _check_decisions
+from ..agent import Agent
+from ..middleware.human_in_the_loop import _check_decisions
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
 from ..state import AgentState
 from ..store.base import ResumeError, RunExistsError, RunNotFoundError
@@ -299,8 +300,7 @@ class Engine:
             raise ResumeError(
                 f"Run {run_id!r} is not waiting for decisions (it is {_state(status)})"
             )
-        interrupt = waiting.get("interrupt")
-        _check_decisions(AgentState(interrupt_data=interrupt), decisions)
+        _check_decisions(waiting.get("interrupt") or {}, decisions)
         self.client.send(
             run_id,
             {"segment": waiting.get("segment"), "decisions": [dict(d) for d in decisions]},

@@ -27,9 +27,10 @@ from typing import Any, Final
 import attrs
 from dbos import DBOS
 
-from ..agent import Agent, AgentRun, _check_decisions
+from ..agent import Agent, AgentRun
 from ..errors import ChainError
 from ..messages import Message, ToolCall, ToolResult
+from ..middleware.human_in_the_loop import _check_decisions
 from ..serialization import FORMAT, _error_in, _error_out, check_format, converter, dump
 from ..state import AgentState
 from ..store.checkpoint import _execute_options
@@ -334,7 +335,7 @@ async def _decisions(
         if not isinstance(decisions, list):
             continue
         try:
-            _check_decisions(state, decisions)
+            _check_decisions(state.interrupt_data, decisions)
         except ValueError:
             continue
         await DBOS.set_event_async(WAITING_EVENT, None)
