@@ -101,12 +101,12 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         file=out,
         flush=True,
     )
+    name = engine.executor_id
     while not stop.wait(0.5):
         pass
     handed = engine.drain(args.drain_timeout)
     print(
-        f"agentfsm worker {args.executor_id or 'stopped'}: drained, "
-        f"{len(handed)} run(s) handed back to the queue",
+        f"agentfsm worker {name}: drained, {len(handed)} run(s) handed back to the queue",
         file=out,
         flush=True,
     )
