@@ -627,7 +627,7 @@ async def test_a_run_restored_after_a_crash_keeps_counting_toward_its_token_budg
         server, _tool_call_costing(40), _tool_call_costing(40), Reply(json=_completion_text())
     )
     agent = Agent(model, [add], token_budget=90)
-    store = SQLiteStore(tmp_path / "runs.db")
+    store = SQLiteStore(tmp_path / "runs.db", lease=0)  # the abandoned run stands for a dead one
     try:
         run = start_run(agent, AgentState.of("go"), store, run_id="r")
         while run.state != "deciding":  # the first call (50 tokens) and its tool, then a crash
