@@ -88,6 +88,9 @@ class StoreWrite:
     #: is taken, unless ``replace`` (the old run's rows are deleted first).
     create: bool = False
     replace: bool = False
+    #: The writer's first write: it claims the run. A later write of a writer whose
+    #: run went further in another process meanwhile is refused (no splicing).
+    claim: bool = False
 
 
 @attrs.frozen

@@ -381,6 +381,7 @@ class Checkpointer:
             owner=self.owner,
             create=self.create,
             replace=self.replace,
+            claim=self.writes == 0,
         )
 
 

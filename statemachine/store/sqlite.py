@@ -255,7 +255,7 @@ class SQLiteStore:
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             return
         owner, until, steps = row
-        if owner != write.owner and write.steps < steps:
+        if not write.claim and owner != write.owner and write.steps < steps:
             raise RunInUseError(
                 f"Run {run_id!r} went on in another process ({steps} steps saved, this "
                 f"writer has {write.steps}); this copy stops so the two do not splice."
