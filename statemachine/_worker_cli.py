@@ -69,7 +69,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run the worker until SIGTERM or SIGINT; the exit status."""
-    from ._runs_cli import _UsageError, load_agent
+    from ._runs_cli import UsageError, load_agent
 
     out = out or sys.stdout
     try:
@@ -79,7 +79,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 2
     try:
         agent = load_agent(args.agent)
-    except _UsageError as exc:
+    except UsageError as exc:
         print(f"agentfsm worker: {exc}", file=sys.stderr)
         return 2
     if args.concurrency < 1:
