@@ -118,7 +118,7 @@ class Agent:
         until_tool: str | Sequence[str] | None = None,
         until_tool_success: str | Sequence[str] | None = None,
         max_runs: int | None = None,
-        should_pause: Callable[[], bool] | None = None,
+        should_pause: Callable[[], bool | str] | None = None,
         extra_steps: Mapping[str, Sequence[Any]] | None = None,
         token_budget: int | None = None,
     ) -> AgentRun:
@@ -169,7 +169,7 @@ class Agent:
         until_tool: str | Sequence[str] | None,
         until_tool_success: str | Sequence[str] | None,
         max_runs: int | None,
-        should_pause: Callable[[], bool] | None,
+        should_pause: Callable[[], bool | str] | None,
     ) -> dict[str, Any]:
         if until_tool is not None and until_tool_success is not None:
             raise ValueError(

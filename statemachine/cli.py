@@ -30,7 +30,7 @@ from rich.prompt import Confirm
 from rich.table import Table
 from rich.text import Text
 
-from . import _runs_cli, diagram_files, diagrams
+from . import _runs_cli, _worker_cli, diagram_files, diagrams
 from ._printable import printable, shown
 from ._runs_cli import UsageError
 from .agent import Agent, AgentRun
@@ -463,6 +463,7 @@ def _parser() -> _Parser:
     run.add_argument("prompt", metavar="PROMPT", help="what to ask")
     run.set_defaults(handler=_cmd_run)
     _runs_cli.add_parser(commands)
+    _worker_cli.add_parser(commands)
     return parser
 
 

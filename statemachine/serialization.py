@@ -274,6 +274,7 @@ class Packer:
         self._message_index = {id(m): i for i, m in enumerate(self.messages)}
         self._context_index = {id(c): i for i, c in enumerate(self.contexts)}
         self._runs: dict[int, tuple[Sequence[Message], Runs]] = {}
+        self._grown: dict[int, tuple[list[Message], int, Runs]] = {}
 
     def message(self, message: Message) -> int:
         index = self._message_index.get(id(message))
@@ -294,13 +295,23 @@ class Packer:
         cached = self._runs.get(id(messages))
         if cached is not None and cached[0] is messages:
             return cached[1]
+        # Logs that grew from one another share one list, whose prefixes never change:
+        # go on from the longest prefix packed so far, so a step costs the same at any K.
+        items = getattr(messages, "_items", None)
+        start = 0
         runs: Runs = []
-        for message in messages:
-            index = self.message(message)
+        if items is not None:
+            grown = self._grown.get(id(items))
+            if grown is not None and grown[0] is items and grown[1] <= len(messages):
+                start, runs = grown[1], [list(r) for r in grown[2]]
+        for position in range(start, len(messages)):
+            index = self.message(messages[position])
             if runs and runs[-1][0] + runs[-1][1] == index:
                 runs[-1][1] += 1
             else:
                 runs.append([index, 1])
+        if items is not None:
+            self._grown[id(items)] = (items, len(messages), runs)
         self._runs[id(messages)] = (messages, runs)
         return runs
 

@@ -290,12 +290,13 @@ def check_max_runs(result: PipelineResult, opts: Opts = None) -> PipelineResult:
 
 
 def check_pause(result: PipelineResult, opts: Opts = None) -> PipelineResult:
-    """``should_pause()`` true pauses the run (reason None): a node draining, say."""
+    """``should_pause()`` true pauses the run (reason None); a string is the pause reason."""
     if not isinstance(result, Continue):
         return result
     should_pause = (opts or _NO_OPTS).get("should_pause")
-    if callable(should_pause) and should_pause():
-        return Paused(result.chain)
+    answer = should_pause() if callable(should_pause) else False
+    if answer:
+        return Paused(result.chain, answer if isinstance(answer, str) else None)
     return result
 
 

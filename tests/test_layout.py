@@ -22,6 +22,7 @@ VIEWS = (
     "agentfsm.cli",
     "agentfsm._runs_cli",
     "agentfsm._printable",
+    "agentfsm._worker_cli",
     "agentfsm.console",
     "agentfsm.diagrams",
     "agentfsm.diagram_files",

@@ -627,7 +627,7 @@ async def test_a_run_restored_after_a_crash_keeps_counting_toward_its_token_budg
         server, _tool_call_costing(40), _tool_call_costing(40), Reply(json=_completion_text())
     )
     agent = Agent(model, [add], token_budget=90)
-    store = SQLiteStore(tmp_path / "runs.db")
+    store = SQLiteStore(tmp_path / "runs.db", lease=0)  # the abandoned run stands for a dead one
     try:
         run = start_run(agent, AgentState.of("go"), store, run_id="r")
         while run.state != "deciding":  # the first call (50 tokens) and its tool, then a crash
@@ -765,3 +765,37 @@ def test_readme_lists_every_command_line_row() -> None:
     section = readme.split("## What happens when things go wrong", 1)[-1].split("\n## ")[0]
     for name in [*{b.name for b in BAD_FILES}, *TERMINAL_ROWS]:
         assert name in section, f"README does not mention {name!r}"
+
+
+# ---------------------------------------------------------------- damaged store files
+
+
+def _damaged_store(tmp_path: pathlib.Path, how: str) -> pathlib.Path:
+    from agentfsm.store import SQLiteStore, start_run
+
+    path = tmp_path / "runs.db"
+    store = SQLiteStore(path)
+    start_run(Agent(ScriptedModel([say("hi")])), AgentState.of("x"), store, run_id="r").run_sync()
+    store._con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        data = data[: len(data) // 3]
+    elif how == "bit-flipped header":
+        data[0] ^= 0xFF
+    else:  # a page of the runs table overwritten
+        data[4096 : 4096 + 200] = b"\xff" * 200
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("how", ["truncated", "bit-flipped header", "overwritten page"])
+def test_a_damaged_store_file_is_a_typed_store_error(tmp_path: pathlib.Path, how: str) -> None:
+    from agentfsm.store import SQLiteStore, StoreError, load_run
+
+    path = _damaged_store(tmp_path, how)
+    with pytest.raises(StoreError, match=r"runs\.db") as caught:
+        store = SQLiteStore(path)
+        load_run(store, "r")
+        store.runs()
+    assert "damaged" in str(caught.value) or "cannot be used" in str(caught.value)

@@ -114,7 +114,7 @@ def test_approval_added_after_a_crash_at_executing_is_asked(tmp_path: Path) -> N
     """A run saved at executing by an agent without approvals, resumed by one with them."""
     db = tmp_path / "runs.db"
     plain = Agent(ScriptedModel([call_tool("delete", path="a"), say("done")]), [delete])
-    with SQLiteStore(db) as store:
+    with SQLiteStore(db, lease=0) as store:  # the abandoned run stands for a dead one
         run = start_run(plain, AgentState.of("go"), store, run_id="r")
         for _ in range(3):
             run.step_sync()

@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from agentfsm.serialization import FormatError
 from agentfsm.store import (
     Checkpointer,
     ResumeError,
+    RunExistsError,
+    RunInUseError,
     RunNotFoundError,
     SavedRun,
     SQLiteStore,
@@ -120,7 +123,8 @@ def test_killed_inside_a_tool_the_tool_runs_again_on_resume(db: Path, log: Path)
     assert crashed.returncode == -signal.SIGKILL
     with SQLiteStore(db) as store:
         before = load_run(store, "r2", strict=False)
-    assert before.state == "executing"  # the last boundary: calls pending, no result saved
+    # the last boundary written is the reply's: its calls pending, no result saved
+    assert before.state == "interrupt_check"
     assert executions(log) == {"start one": 1}
 
     resumed = worker("resume", db, log, "r2")
@@ -166,28 +170,34 @@ def test_every_boundary_is_saved_with_its_options(db: Path, log: Path) -> None:
     agent = make_agent(log)
     run = start_run(agent, AgentState.of(PROMPT), store, until_tool_success="record", max_runs=7)
     checkpointer = Checkpointer.of(run)
-    seen = []
+    seen, written = [], []
     while not run.done:
+        before = len(run.chain.messages)
         run.step_sync()
         seen.append(load_run(store, checkpointer.run_id, tools=agent.tools).state)
-    assert seen == run.trace.states[1:]
+        if run.done or len(run.chain.messages) != before:
+            written.append(run.state)
+    # only the boundaries a resume needs: a reply, tool results, the end
+    assert set(seen) <= {run.trace.entry, *written} and seen[-1] == "ok"
+    assert written == ["interrupt_check", "propagating", "ok"]  # of 7 transitions
     saved = load_run(store, checkpointer.run_id, models=[agent.model], tools=agent.tools)
     assert saved.options == {"until_tool": ["record"], "require_tool_success": True, "max_runs": 7}
     assert saved.result == run.result and isinstance(saved.result, Ok)
     assert saved.agent_state == run.agent_state
     assert saved.trace == run.trace
     assert [t.chain for t in saved.trace] == [t.chain for t in run.trace]
-    assert checkpointer.writes == len(run.trace) + 1
+    assert checkpointer.writes == len(written) + 1  # and the first, at the entry
 
 
 def test_restore_rebuilds_the_run_at_its_state_and_goes_on(db: Path, log: Path) -> None:
-    store = SQLiteStore(db)
+    store = SQLiteStore(db, lease=0)  # the abandoned run stands for a dead process
     run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="mid")
     for _ in range(8):  # into the second loop: calling
         run.step_sync()
     restored = asyncio.run(restore_run(make_agent(log), "mid", SQLiteStore(db)))
-    assert restored.state == run.state == "calling"
-    assert restored.trace == run.trace
+    # the last boundary written is the tool results'; the pure states after it are redone
+    assert (restored.state, run.state) == ("propagating", "calling")
+    assert restored.trace.transitions == run.trace.transitions[:4]
     assert restored.chain.custom_context == run.chain.custom_context  # the run count goes on
     restored.run_sync()
     assert restored.agent_state.status == "ok"
@@ -261,7 +271,7 @@ def test_a_run_paused_after_a_reply_runs_that_replys_tools_on_resume(db: Path, l
 
 def test_a_bare_mode_run_checkpoints_and_restores(db: Path) -> None:
     model = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
-    store = SQLiteStore(db)
+    store = SQLiteStore(db, lease=0)  # the abandoned run stands for a dead process
     mode = StandardMode()
     run = mode.start(LLMChain(model, tools=[add]).add_message(Message.user("1+2?")), max_runs=5)
     checkpoint(run, store, run_id="bare", options={"max_runs": 5, "should_pause": None})
@@ -328,7 +338,7 @@ def test_a_store_that_stays_down_keeps_the_run_in_memory_until_flushed(db: Path,
     checkpointer = Checkpointer.of(run)
     assert checkpointer.error is not None
     assert run.trace.path.endswith("executing propagating paused")
-    assert load_run(store, "down", strict=False).state == "executing"  # the last good boundary
+    assert load_run(store, "down", strict=False).state == "interrupt_check"  # the last good one
     store.down = False
     assert checkpointer.flush() and checkpointer.error is None
     saved = load_run(store, "down", strict=False)
@@ -338,7 +348,7 @@ def test_a_store_that_stays_down_keeps_the_run_in_memory_until_flushed(db: Path,
 
 
 def test_a_failed_terminal_write_leaves_the_boundary_before(db: Path, log: Path) -> None:
-    store = FlakyStore(SQLiteStore(db))
+    store = FlakyStore(SQLiteStore(db, lease=0))  # the ended run stands for a dead process
     run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="t")
     while run.state != "deciding" or len(run.trace.where("deciding")) < 2:
         run.step_sync()
@@ -347,11 +357,11 @@ def test_a_failed_terminal_write_leaves_the_boundary_before(db: Path, log: Path)
     assert isinstance(run.result, Ok)  # the run ended: there is nothing left to pause
     assert Checkpointer.of(run).error is not None
     saved = load_run(store, "t", strict=False)
-    assert (saved.status, saved.state) == ("running", "deciding")
+    assert (saved.status, saved.state) == ("running", "interrupt_check")  # the last reply
     store.down = False
     done = executions(log)
     resumed = asyncio.run(restore_run(make_agent(log), "t", store))
-    resumed.run_sync()  # redoes only deciding --done--> ok: no tool runs
+    resumed.run_sync()  # redoes the pure states after the tool results: no tool runs
     assert resumed.trace.edges == run.trace.edges
     assert executions(log) == done
 
@@ -452,3 +462,51 @@ def test_agent_resume_run_continues_a_paused_run(tmp_path: Any) -> None:
         assert run.agent_state.status == "paused"
         state = agent.resume_run_sync("r1", store)
     assert state.status == "ok" and state.messages[-1].text == "3"
+
+
+# ---------------------------------------------------------------- one place at a time
+
+
+def test_a_new_run_with_a_taken_id_is_refused_unless_replaced(db: Path, log: Path) -> None:
+    store = SQLiteStore(db)
+    start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="same").run_sync()
+    with pytest.raises(RunExistsError, match="'same' exists"):
+        start_run(make_agent(log), AgentState.of("another"), store, run_id="same")
+    assert load_run(store, "same", strict=False).status == "ok"  # untouched
+    run = start_run(make_agent(log), AgentState.of("another"), store, run_id="same", replace=True)
+    run.run_sync()
+    saved = load_run(store, "same", strict=False)
+    assert len(saved.traces) == 1 and saved.chain.messages[0].text == "another"
+
+
+def test_two_resumers_of_one_run_exactly_one_proceeds(db: Path, log: Path) -> None:
+    store = SQLiteStore(db)
+    run = start_run(
+        make_agent(log), AgentState.of(PROMPT), store, run_id="r", should_pause=lambda: True
+    )
+    run.run_sync()
+    assert load_run(store, "r", strict=False).status == "paused"
+    first = asyncio.run(restore_run(make_agent(log), "r", SQLiteStore(db)))
+    with pytest.raises(RunInUseError, match="one place at a time"):
+        asyncio.run(restore_run(make_agent(log), "r", SQLiteStore(db)))
+    first.run_sync()
+    assert load_run(store, "r", strict=False).status == "ok"
+    with pytest.raises(ResumeError, match="ended ok"):
+        asyncio.run(restore_run(make_agent(log), "r", SQLiteStore(db)))
+    assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
+
+
+def test_a_lease_expires_so_a_holder_that_hangs_blocks_no_one_for_ever(db: Path, log: Path) -> None:
+    store = SQLiteStore(db, lease=0.2)
+    run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="hang")
+    run.step_sync()  # then the holder hangs
+    with pytest.raises(RunInUseError):
+        asyncio.run(restore_run(make_agent(log), "hang", SQLiteStore(db, lease=0.2)))
+    time.sleep(0.3)
+    taken = asyncio.run(restore_run(make_agent(log), "hang", SQLiteStore(db, lease=0.2)))
+    taken.run_sync()
+    run.run_sync()  # the old holder's next write is refused: it pauses instead of splicing
+    assert run.result is not None and run.agent_state.pause_reason.startswith(
+        "checkpoint_failed: RunInUseError"
+    )
+    assert load_run(store, "hang", strict=False).status == "ok"

@@ -227,7 +227,7 @@ def test_a_machine_of_its_own_runs_steps_traces_and_draws() -> None:
 
 
 def test_a_machine_of_its_own_checkpoints_and_is_restored_by_name(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "runs.db")
+    store = SQLiteStore(tmp_path / "runs.db", lease=0)  # the abandoned run stands for a dead one
     run = Run(EDITOR, _chain(), "drafting", {"drafts": 2})
     checkpoint(run, store, run_id="e1")
     run.step_sync()

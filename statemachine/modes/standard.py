@@ -49,7 +49,7 @@ class StandardOptions:
     """The standard mode's options, checked once when a run starts."""
 
     middleware: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
-    should_pause: Callable[[], bool] | None = attrs.field(
+    should_pause: Callable[[], bool | str] | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.is_callable())
     )
     max_runs: int = attrs.field(default=50, converter=_max_runs)

@@ -4,7 +4,18 @@
 is the embedded one, :mod:`~agentfsm.store.checkpoint` saves and restores runs.
 """
 
-from .base import ResumeError, RunInfo, RunNotFoundError, RunStatus, Store, StoredRun, StoreWrite
+from .base import (
+    ResumeError,
+    RunExistsError,
+    RunInfo,
+    RunInUseError,
+    RunNotFoundError,
+    RunStatus,
+    Store,
+    StoredRun,
+    StoreError,
+    StoreWrite,
+)
 from .checkpoint import (
     Checkpointer,
     SavedRun,
@@ -18,12 +29,15 @@ from .sqlite import SQLiteStore
 __all__ = [
     "Checkpointer",
     "ResumeError",
+    "RunExistsError",
+    "RunInUseError",
     "RunInfo",
     "RunNotFoundError",
     "RunStatus",
     "SQLiteStore",
     "SavedRun",
     "Store",
+    "StoreError",
     "StoreWrite",
     "StoredRun",
     "checkpoint",

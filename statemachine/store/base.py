@@ -15,10 +15,13 @@ from ..results import Failed, Interrupted, Ok, Paused
 
 __all__ = [
     "ResumeError",
+    "RunExistsError",
+    "RunInUseError",
     "RunInfo",
     "RunNotFoundError",
     "RunStatus",
     "Store",
+    "StoreError",
     "StoreWrite",
     "StoredRun",
 ]
@@ -39,6 +42,18 @@ class RunNotFoundError(LookupError):
 
 class ResumeError(ValueError):
     """The saved run cannot be resumed as asked (it ended, or needs decisions)."""
+
+
+class RunExistsError(ValueError):
+    """A new run was given the id of a run the store has (and was not asked to replace it)."""
+
+
+class RunInUseError(RuntimeError):
+    """Another process holds the run's lease: it is running or resuming it now."""
+
+
+class StoreError(RuntimeError):
+    """The store's file cannot be used: damaged, truncated, or not a store at all."""
 
 
 @attrs.frozen
@@ -65,6 +80,17 @@ class StoreWrite:
     agent_state: str | None = None
     #: One line for listings: the pause reason, the error, the interrupt...
     summary: str | None = None
+    #: Who writes: a running run's writer holds a lease on it, renewed by each write,
+    #: given up by the write that ends it. A write by another owner in the meantime
+    #: is refused with :class:`RunInUseError`.
+    owner: str | None = None
+    #: The first write of a new run: refused with :class:`RunExistsError` if the id
+    #: is taken, unless ``replace`` (the old run's rows are deleted first).
+    create: bool = False
+    replace: bool = False
+    #: The writer's first write: it claims the run. A later write of a writer whose
+    #: run went further in another process meanwhile is refused (no splicing).
+    claim: bool = False
 
 
 @attrs.frozen

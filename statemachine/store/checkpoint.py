@@ -1,7 +1,8 @@
-"""Saved runs: a run checkpoints at every state boundary and resumes from the last one.
+"""Saved runs: a run checkpoints at its state boundaries and resumes from the last one.
 
-A :class:`Checkpointer` is a run's listener: after every transition it writes
-what is new (the transition, the messages and contexts no earlier checkpoint
+A :class:`Checkpointer` is a run's listener: after a transition that grew the
+conversation (a model reply, tool results, an expansion) or ended the run, it
+writes what is new (the transition, the messages and contexts no earlier checkpoint
 holds, the result once there is one) to a :class:`Store` in one atomic write,
 so a checkpoint costs the same at step 5 and at step 500. :func:`restore_run`
 builds the run again at the state of its last boundary, with the saved chain
@@ -14,7 +15,7 @@ What runs again after a crash:
   message; a run resumed from it starts at ``propagating`` with the results.
 * **at least once** -- a tool that was running when the process died (or
   whose ``executed`` checkpoint never reached the store) runs again on resume:
-  the last boundary is ``executing`` with its calls still pending. Make such
+  the last boundary is the reply's, its calls still pending. Make such
   tools idempotent, or key their side effects on ``ToolContext.tool_call_id``
   (stable across the resume). A model call in flight is likewise made again,
   and the tools a middleware runs to answer an interrupt (approved calls) run
@@ -27,13 +28,17 @@ When the failed write is the terminal one, the run has already ended; the
 store keeps the boundary before, so a resume redoes only that last step (no
 transition into a terminal runs a tool).
 
-Nothing stops two processes from resuming the same run at once: resume a run
-from one place.
+One place at a time: a running run's checkpointer holds the run's lease in the
+store (:class:`~agentfsm.store.sqlite.SQLiteStore`), so a second process that
+resumes it meanwhile is refused with :class:`RunInUseError`, and a new run
+given a taken id with :class:`RunExistsError` (unless ``replace=True``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -62,7 +67,15 @@ from ..serialization import (
 from ..state import AgentState
 from ..tools import Tool
 from ..trace import Trace, Transition
-from .base import _STATUS, ResumeError, RunStatus, Store, StoreWrite
+from .base import (
+    _STATUS,
+    ResumeError,
+    RunExistsError,
+    RunInUseError,
+    RunStatus,
+    Store,
+    StoreWrite,
+)
 
 if TYPE_CHECKING:
     from ..agent import Agent, AgentRun
@@ -241,7 +254,7 @@ def _summary(result: Terminal) -> str | None:
 
 
 class Checkpointer:
-    """A run's listener that saves it at every state boundary.
+    """A run's listener that saves it at the boundaries a resume needs.
 
     Attach with :func:`checkpoint`. ``error`` is the last write's failure (None
     once a write succeeds again); ``writes`` counts successful writes.
@@ -268,6 +281,11 @@ class Checkpointer:
         self.segment = segment
         self.error: Exception | None = None
         self.writes = 0
+        #: The lease holder's name in the store: host, process, and this checkpointer.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        self.create = False
+        self.replace = False
+        self._written = -1
         self._packer = packer
         self._prior_steps = prior_steps
         self._saved = saved
@@ -292,7 +310,11 @@ class Checkpointer:
         raise LookupError(f"{run!r} has no checkpointer; attach one with checkpoint()")
 
     def __call__(self, run: Run, transition: Transition) -> None:
-        self.flush()
+        # Only the boundaries a resume needs: where the conversation grew (a reply, tool
+        # results, an expansion), the end, and a retry of a failed write. The states in
+        # between are pure: a resumed run does them again from the last one written.
+        if run.done or self.error is not None or len(run.chain.messages) != self._written:
+            self.flush()
 
     def flush(self) -> bool:
         """Write everything not saved yet; on failure ask the run to pause. True if written."""
@@ -307,6 +329,8 @@ class Checkpointer:
             return False
         self.error = None
         self.writes += 1
+        self.create = False
+        self._written = len(run.chain.messages)
         self._header = None
         self._saved = write.steps - self._prior_steps
         self._messages_saved += len(write.messages)
@@ -354,6 +378,10 @@ class Checkpointer:
             result=result,
             agent_state=agent_state,
             summary=summary,
+            owner=self.owner,
+            create=self.create,
+            replace=self.replace,
+            claim=self.writes == 0,
         )
 
 
@@ -365,6 +393,7 @@ def checkpoint(
     options: Mapping[str, Any] | None = None,
     saved: SavedRun | None = None,
     new_segment: bool = False,
+    replace: bool = False,
 ) -> Checkpointer:
     """Save ``run`` to ``store`` now and at every transition from here on.
 
@@ -374,6 +403,10 @@ def checkpoint(
     ``new_segment`` starts a new segment for a run that had not ended (one
     restored afresh at its entry). ``options`` are the serializable ones (``until_tool``,
     ``require_tool_success``, ``max_runs``), kept for the resume.
+
+    The first write claims the run: a new run's id that the store has is
+    refused (:class:`RunExistsError`) unless ``replace``; a run another process
+    is running is refused (:class:`RunInUseError`). Nothing is attached then.
     """
     kept = {k: v for k, v in dict(options or {}).items() if k in SAVED_OPTIONS}
     if saved is None:
@@ -418,8 +451,11 @@ def checkpoint(
                 new_segment=False,
                 marks=marks,
             )
+    checkpointer.create = saved is None
+    checkpointer.replace = replace
+    if not checkpointer.flush() and isinstance(checkpointer.error, RunExistsError | RunInUseError):
+        raise checkpointer.error
     run.listeners.insert(0, checkpointer)
-    checkpointer.flush()
     return checkpointer
 
 
@@ -435,11 +471,13 @@ def start_run(
     until_tool: str | Sequence[str] | None = None,
     until_tool_success: str | Sequence[str] | None = None,
     max_runs: int | None = None,
-    should_pause: Callable[[], bool] | None = None,
+    should_pause: Callable[[], bool | str] | None = None,
     extra_steps: Mapping[str, Sequence[Any]] | None = None,
+    replace: bool = False,
 ) -> AgentRun:
-    """``agent.start(state, ...)`` with a checkpoint at every boundary; the id is
-    ``Checkpointer.of(run).run_id``."""
+    """``agent.start(state, ...)``, checkpointed as it goes; the id is
+    ``Checkpointer.of(run).run_id``. A ``run_id`` the store has is refused
+    (:class:`RunExistsError`) unless ``replace=True``."""
     run = agent.start(
         state,
         until_tool=until_tool,
@@ -449,7 +487,7 @@ def start_run(
         extra_steps=extra_steps,
     )
     options = agent._options(until_tool, until_tool_success, max_runs, should_pause)
-    checkpoint(run, store, run_id=run_id, options=options)
+    checkpoint(run, store, run_id=run_id, options=options, replace=replace)
     return run
 
 
@@ -488,7 +526,7 @@ async def restore_run(
     store: Store,
     answer: Any = None,
     *,
-    should_pause: Callable[[], bool] | None = None,
+    should_pause: Callable[[], bool | str] | None = None,
     extra_steps: Mapping[str, Sequence[Any]] | None = None,
     strict: bool = True,
 ) -> AgentRun:

@@ -1,19 +1,33 @@
 """SQLiteStore: runs in one SQLite file (stdlib ``sqlite3``, WAL), the embedded store.
 
 ``synchronous="NORMAL"`` survives a killed process; ``"FULL"`` also a power cut.
+A running run's writer holds a lease on it (renewed by every checkpoint, given
+up when the run ends), so a second process resuming the same run is refused
+until the run ends or the lease expires (the holder died).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import sqlite3
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
 from typing import Final, Literal
 
 from ..serialization import FORMAT, FormatError, check_format
-from .base import RunInfo, RunNotFoundError, StoredRun, StoreWrite
+from .base import (
+    RunExistsError,
+    RunInfo,
+    RunInUseError,
+    RunNotFoundError,
+    StoredRun,
+    StoreError,
+    StoreWrite,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -29,7 +43,9 @@ CREATE TABLE IF NOT EXISTS runs (
     created REAL NOT NULL,
     updated REAL NOT NULL,
     result TEXT,
-    agent_state TEXT
+    agent_state TEXT,
+    owner TEXT,
+    lease_until REAL
 );
 CREATE TABLE IF NOT EXISTS segments (
     run_id TEXT NOT NULL, segment INTEGER NOT NULL, header TEXT NOT NULL,
@@ -51,13 +67,50 @@ CREATE TABLE IF NOT EXISTS transitions (
 
 _UPSERT_RUN: Final = """
 INSERT INTO runs (run_id, status, state, segments, steps, summary, created, updated,
-                  result, agent_state)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  result, agent_state, owner, lease_until)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (run_id) DO UPDATE SET
     status = excluded.status, state = excluded.state, segments = excluded.segments,
     steps = excluded.steps, summary = excluded.summary, updated = excluded.updated,
-    result = excluded.result, agent_state = excluded.agent_state
+    result = excluded.result, agent_state = excluded.agent_state,
+    owner = excluded.owner, lease_until = excluded.lease_until
 """
+
+_TABLES: Final = ("runs", "segments", "messages", "contexts", "transitions")
+
+
+def _alive(owner: str) -> bool:
+    """Whether a lease holder (``host:pid:token``) may still be running: a process
+    of this host that is gone holds nothing, whatever its lease says."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _guard(path: str) -> Iterator[None]:
+    """SQLite's errors about the file itself as a :class:`StoreError` that names it."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise StoreError(
+                f"The store {path} stayed locked by another process past the timeout: {exc}"
+            ) from exc
+        raise StoreError(f"The store {path} cannot be used: {exc}") from exc
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"The store {path} is damaged or is not an agentfsm store ({exc}); "
+            "restore it from a backup or start a new one."
+        ) from exc
 
 
 def _open_read_only(path: str, timeout: float) -> sqlite3.Connection:
@@ -96,8 +149,12 @@ class SQLiteStore:
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         timeout: float = 5.0,
         read_only: bool = False,
+        lease: float = 60.0,
     ) -> None:
         self.path = os.fspath(path)
+        self._synchronous = synchronous
+        #: Seconds a running run stays claimed after its last checkpoint.
+        self.lease = lease
         self._lock = threading.Lock()
         if read_only:
             self._con = _open_read_only(self.path, timeout)
@@ -105,25 +162,38 @@ class SQLiteStore:
         self._con = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
         )
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute(f"PRAGMA synchronous={synchronous}")
-        self._con.executescript(_SCHEMA)
-        row = self._con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        try:
+            with _guard(self.path):
+                self._open()
+        except BaseException:
+            self._con.close()
+            raise
+
+    def _open(self) -> None:
+        con = self._con
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute(f"PRAGMA synchronous={self._synchronous}")
+        con.executescript(_SCHEMA)
+        columns = {row[1] for row in con.execute("PRAGMA table_info(runs)")}
+        for column, kind in (("owner", "TEXT"), ("lease_until", "REAL")):
+            if column not in columns:  # a store written before leases
+                con.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+        row = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
         if row is None:
-            self._con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
+            con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
         else:
             try:
                 check_format({"format": row[0]})
             except FormatError as exc:
-                self._con.close()
                 raise FormatError(f"{self.path}: {exc}") from exc
 
     def write(self, run_id: str, write: StoreWrite) -> None:
         now = time.time()
-        with self._lock:
+        with self._lock, _guard(self.path):
             con = self._con
             con.execute("BEGIN IMMEDIATE")
             try:
+                self._check_claim(con, run_id, write, now)
                 if write.header is not None:
                     con.execute(
                         "INSERT OR REPLACE INTO segments VALUES (?, ?, ?)",
@@ -157,6 +227,8 @@ class SQLiteStore:
                         now,
                         write.result,
                         write.agent_state,
+                        write.owner if write.status == "running" else None,
+                        now + self.lease if write.status == "running" else None,
                     ),
                 )
                 con.execute("COMMIT")
@@ -165,8 +237,44 @@ class SQLiteStore:
                     con.execute("ROLLBACK")
                 raise
 
+    def _check_claim(
+        self, con: sqlite3.Connection, run_id: str, write: StoreWrite, now: float
+    ) -> None:
+        row = con.execute(
+            "SELECT owner, lease_until, steps FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            return
+        if write.create:
+            if not write.replace:
+                raise RunExistsError(
+                    f"A run {run_id!r} exists in {self.path}; pick another id, resume it, "
+                    "or start with replace=True to overwrite it."
+                )
+            for table in _TABLES:
+                con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            return
+        owner, until, steps = row
+        if not write.claim and owner != write.owner and write.steps < steps:
+            raise RunInUseError(
+                f"Run {run_id!r} went on in another process ({steps} steps saved, this "
+                f"writer has {write.steps}); this copy stops so the two do not splice."
+            )
+        if (
+            owner is not None
+            and owner != write.owner
+            and until is not None
+            and until > now
+            and _alive(owner)
+        ):
+            raise RunInUseError(
+                f"Run {run_id!r} is being run by another process (its lease holds for "
+                f"{until - now:.0f}s more, renewed at each checkpoint); resume it from one "
+                "place at a time. If that process died, resume after the lease expires."
+            )
+
     def read(self, run_id: str) -> StoredRun:
-        with self._lock:
+        with self._lock, _guard(self.path):
             con = self._con
             row = con.execute(
                 "SELECT status, state, segments, result, agent_state FROM runs WHERE run_id = ?",
@@ -211,7 +319,7 @@ class SQLiteStore:
         return tuple(doc for _, doc in rows)
 
     def runs(self) -> list[RunInfo]:
-        with self._lock:
+        with self._lock, _guard(self.path):
             rows = self._con.execute(
                 "SELECT run_id, status, state, steps, segments, summary, created, updated "
                 "FROM runs ORDER BY updated DESC, run_id"
@@ -220,11 +328,11 @@ class SQLiteStore:
 
     def delete(self, run_id: str) -> None:
         """Forget a run and everything saved of it."""
-        with self._lock:
+        with self._lock, _guard(self.path):
             con = self._con
             con.execute("BEGIN IMMEDIATE")
             try:
-                for table in ("runs", "segments", "messages", "contexts", "transitions"):
+                for table in _TABLES:
                     con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
                 con.execute("COMMIT")
             except BaseException:

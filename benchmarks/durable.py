@@ -1,0 +1,212 @@
+"""What durability costs: ms per model call with no store, SQLiteStore, DBOS on SQLite and
+on PostgreSQL (next to the same number of bare DBOS steps), and runs per second with one
+and two workers.
+
+    pip install -e '.[dbos]' && python benchmarks/durable.py [--quick]
+
+The workload is the standard machine on a zero-latency scripted model that asks for one
+trivial tool K times, then answers (K+1 model calls, K tool calls). PostgreSQL is a
+throwaway local server (Debian's package), as the tests start it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dbos import DBOS  # noqa: E402
+
+from agentfsm import Agent, AgentState, Message, Tool, tool  # noqa: E402
+from agentfsm.durable import Engine  # noqa: E402
+from agentfsm.durable._workflow import run_workflow  # noqa: E402
+from agentfsm.providers import call_tool, say  # noqa: E402
+from agentfsm.serialization import FORMAT, converter  # noqa: E402
+from agentfsm.store import SQLiteStore, start_run  # noqa: E402
+from tests._postgres import postgres  # noqa: E402
+
+
+@tool
+async def ping(n: int) -> int:
+    """Echo n."""
+    return n
+
+
+class _Counter:
+    """A zero-latency model that reads only the last message: calls ping K times, then answers."""
+
+    name = "bench"
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[Tool], *, on_delta: Any = None
+    ) -> Message:
+        last = messages[-1]
+        n = int(last.tool_results[0].text) + 1 if last.role == "tool" else 0
+        return call_tool("ping", n=n) if n < self.k else say("done")
+
+
+def _agent(k: int) -> Agent:
+    return Agent(_Counter(k), [ping], max_runs=k + 5)
+
+
+async def _step(n: int) -> int:
+    return n
+
+
+@DBOS.workflow(name="agentfsm.bench.bare")
+async def _bare(steps: int) -> int:
+    for n in range(steps):
+        await DBOS.run_step_async({"name": "bare"}, _step, n)
+    return steps
+
+
+def _median_ms_per_call(runs: int, k: int, once: Callable[[int], None]) -> float:
+    times = []
+    for i in range(runs):
+        started = time.perf_counter()
+        once(i)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) / (k + 1) * 1000
+
+
+def bench_local(k: int, runs: int, folder: Path) -> tuple[float, float]:
+    agent = _agent(k)
+    bare = _median_ms_per_call(runs, k, lambda i: agent.execute_sync(AgentState.of("go")))
+    store = SQLiteStore(folder / f"store-{k}.db")
+
+    def stored(i: int) -> None:
+        start_run(agent, AgentState.of("go"), store, run_id=f"r{k}-{i}").run_sync()
+
+    return bare, _median_ms_per_call(runs, k, stored)
+
+
+def bench_dbos(url: str, k: int, runs: int) -> tuple[float, float]:
+    """ms per model call of a run's workflow and of a workflow of as many bare steps, both
+    started in this process (no queue polling), interleaved so both see the same machine."""
+    engine = Engine(url)
+    engine.register("bench", _agent(k))
+    engine.launch(executor_id="bench")
+    steps = 2 * k + 1
+    submission = {
+        "format": FORMAT,
+        "agent": "bench",
+        "state": converter.unstructure(AgentState.of("go"), AgentState),
+        "options": {},
+    }
+    try:
+        DBOS.start_workflow(run_workflow, submission).get_result()
+        durable, bare = [], []
+        for _ in range(runs):
+            started = time.perf_counter()
+            output = DBOS.start_workflow(run_workflow, submission).get_result()
+            durable.append((time.perf_counter() - started) * 1000 / (k + 1))
+            assert output["state"]["status"] == "ok", output["state"]
+            started = time.perf_counter()
+            DBOS.start_workflow(_bare, steps).get_result()
+            bare.append((time.perf_counter() - started) * 1000 / (k + 1))
+    finally:
+        engine.close()
+    return statistics.median(durable), statistics.median(bare)
+
+
+def bench_workers(url: str, workers: int, runs: int, delay: float) -> float:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "AGENTFSM_TEST_MODEL_DELAY": str(delay),
+        "AGENTFSM_TEST_TOOL_DELAY": "0",
+    }
+    engine = Engine(url)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentfsm.cli",
+                "worker",
+                "--db",
+                url,
+                "tests._durable_agent:agent",
+                "--executor-id",
+                f"b{w}",
+                "--concurrency",
+                "4",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for w in range(workers)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and "running" in proc.stdout.readline()
+        time.sleep(1.5)  # the workers find the queue
+        started = time.perf_counter()
+        ids = [
+            engine.submit(AgentState.of(f"w{workers}-{n}"), agent="tests._durable_agent:agent")
+            for n in range(runs)
+        ]
+        for run_id in ids:
+            engine.result(run_id, timeout=300)
+        return runs / (time.perf_counter() - started)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait()
+        engine.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args()
+    reps = 3 if args.quick else 7
+    folder = Path(tempfile.mkdtemp(prefix="agentfsm-bench-"))
+    print("| K | no store | SQLiteStore | ms per model call |")
+    print("|---:|---:|---:|---|")
+    for k in (10, 50, 200, 500):
+        bare, stored = bench_local(k, max(2, reps // (1 + k // 100)), folder)
+        print(f"| {k} | {bare:.3f} | {stored:.3f} | |")
+    with postgres() as pg_url:
+        k = 10
+        rows = []
+        for name, url in (
+            ("DBOS on SQLite", f"sqlite:///{folder / 'dbos.db'}"),
+            ("DBOS on PostgreSQL", pg_url.rsplit("/", 1)[0] + "/bench"),
+        ):
+            durable, bare = bench_dbos(url, k, reps)
+            rows.append((name, durable, bare))
+        print(f"\n| engine (K={k}) | ms per model call | same number of bare DBOS steps | ratio |")
+        print("|---|---:|---:|---:|")
+        for name, durable, bare in rows:
+            print(f"| {name} | {durable:.2f} | {bare:.2f} | {durable / bare:.2f}x |")
+        print("\n| DBOS on PostgreSQL | model delay | runs/s, 1 worker | 2 workers | speed-up |")
+        print("|---|---:|---:|---:|---:|")
+        for delay in (0.1, 0.0):
+            base = pg_url.rsplit("/", 1)[0]
+            one = bench_workers(f"{base}/w1_{int(delay * 1000)}", 1, 24, delay)
+            two = bench_workers(f"{base}/w2_{int(delay * 1000)}", 2, 24, delay)
+            delay_ms = f"{delay * 1000:.0f} ms"
+            print(f"| 3 tool turns | {delay_ms} | {one:.2f} | {two:.2f} | {two / one:.2f}x |")
+
+
+if __name__ == "__main__":
+    asyncio.set_event_loop_policy(None)
+    main()

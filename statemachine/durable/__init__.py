@@ -1,0 +1,37 @@
+"""Durable runs on DBOS Transact: SQLite on one machine, PostgreSQL on many.
+
+One run is one DBOS workflow; each model call and each tool call is one
+recorded step whose output is an agentfsm JSON document, and every other state
+is pure and replays. A worker killed mid-run is replaced by another that
+replays the recorded steps (no recorded tool runs twice) and goes on; a worker
+told to drain pauses its runs at their next state boundary with reason
+``"draining"`` and hands them back to the queue.
+
+Install with ``pip install 'agentfsm[dbos]'``::
+
+    engine = Engine("postgresql://localhost/agents")    # or a SQLite file path
+    engine.register("support", agent)                    # workers: before launch
+    engine.launch()
+    run_id = engine.submit(AgentState.of("hi"), agent="support", run_id="job-1")
+    engine.result(run_id).state
+"""
+
+from __future__ import annotations
+
+try:
+    import dbos as _dbos  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "agentfsm.durable runs on DBOS Transact: pip install 'agentfsm[dbos]'"
+    ) from exc
+
+from ._engine import (
+    DurableError,
+    Engine,
+    RunExistsError,
+    RunRecord,
+    RunResult,
+    database_url,
+)
+
+__all__ = ["DurableError", "Engine", "RunExistsError", "RunRecord", "RunResult", "database_url"]

@@ -1,0 +1,379 @@
+"""The engine: submit runs to a DBOS queue, read their results, send decisions, drain a worker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+import attrs
+from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer
+from dbos._error import DBOSWorkflowIDInUseError
+
+from ..agent import Agent
+from ..middleware.human_in_the_loop import _check_decisions
+from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
+from ..state import AgentState
+from ..store.base import ResumeError, RunExistsError, RunNotFoundError
+from ..trace import Trace
+from ._workflow import AGENTS, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW
+
+__all__ = ["DurableError", "Engine", "RunExistsError", "RunRecord", "RunResult", "database_url"]
+
+#: Workers of any process that speak this document format run each other's runs.
+APP_VERSION: Final = f"agentfsm-{FORMAT}"
+
+RunState = Literal[
+    "queued", "running", "ok", "paused", "interrupted", "error", "cancelled", "failed"
+]
+
+_SERIALIZER: Final = DBOSPortableJSONSerializer()
+
+
+class DurableError(RuntimeError):
+    """The engine could not run a run as asked (its workflow failed or was cancelled)."""
+
+
+def database_url(db: str | os.PathLike[str]) -> str:
+    """A DBOS system database URL: ``postgresql://...``, ``sqlite:///...``, or a file path."""
+    text = os.fspath(db)
+    if text.startswith(("postgresql://", "postgres://", "postgresql+", "sqlite://")):
+        return text
+    return f"sqlite:///{os.path.abspath(text)}"
+
+
+@attrs.frozen
+class RunResult:
+    """A finished run: the state to keep and one trace per segment (each a machine path)."""
+
+    run_id: str
+    state: AgentState
+    traces: tuple[Trace, ...]
+    #: How each segment ended: ``"ok"``, ``"interrupted"``, ``"paused: draining"``...
+    ends: tuple[str, ...] = ()
+
+    @property
+    def status(self) -> str:
+        return self.state.status
+
+
+@attrs.frozen
+class RunRecord:
+    """A run as a listing shows it."""
+
+    run_id: str
+    status: RunState
+    agent: str | None
+    executor: str | None
+    created: float | None
+    updated: float | None
+
+
+def _seconds(ms: int | None) -> float | None:
+    return None if ms is None else ms / 1000.0
+
+
+class Engine:
+    """Runs of registered agents on DBOS: SQLite on one machine, PostgreSQL on many.
+
+    Any process may ``submit``, read ``result``/``runs`` and ``decide``; a
+    worker process also ``register``\\ s its agents and calls ``launch`` to run
+    the queue. ``concurrency`` bounds the runs one worker runs at once.
+    """
+
+    def __init__(
+        self,
+        db: str | os.PathLike[str],
+        *,
+        queue: str = "agentfsm",
+        concurrency: int = 8,
+        polling_interval: float = 0.1,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.url = database_url(db)
+        self.queue = queue
+        self.concurrency = concurrency
+        self.polling_interval = polling_interval
+        self.executor_id: str | None = None
+        self._client: DBOSClient | None = None
+
+    # ------------------------------------------------------------ worker
+
+    def register(self, name: str, agent: Agent) -> None:
+        """Run ``agent`` for submissions under ``name`` (before :meth:`launch`)."""
+        if self.executor_id is not None:
+            raise RuntimeError(
+                "Register agents before launch(): a launched worker may be replaying."
+            )
+        if not isinstance(agent, Agent):
+            raise TypeError(f"register takes an Agent, got {type(agent).__name__}")
+        AGENTS[name] = agent
+
+    def launch(self, *, executor_id: str | None = None, recover: Sequence[str] = ()) -> None:
+        """Start this process's worker: it runs queued runs, and finishes its own pending ones.
+
+        ``executor_id`` names the worker (default: host and process id); a worker
+        started again under the same id finishes the runs its predecessor left.
+        ``recover`` hands the runs of workers that will not come back to the queue.
+        """
+        self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        WORKER.reset()
+        DBOS(
+            config={
+                "name": "agentfsm",
+                "system_database_url": self.url,
+                "serializer": _SERIALIZER,
+                "application_version": APP_VERSION,
+                "executor_id": self.executor_id,
+                "log_level": os.environ.get("AGENTFSM_DBOS_LOG_LEVEL", "WARNING"),
+                "notification_listener_polling_interval_sec": self.polling_interval,
+            }
+        )
+        DBOS.launch()
+        DBOS.register_queue(
+            self.queue,
+            worker_concurrency=self.concurrency,
+            polling_interval_sec=self.polling_interval,
+            on_conflict="always_update",
+        )
+        if recover:
+            self._requeue(
+                self.client.list_workflows(
+                    status="PENDING",
+                    executor_id=list(recover),
+                    name=WORKFLOW,
+                    load_input=False,
+                    load_output=False,
+                )
+            )
+
+    def drain(self, timeout: float = 30.0) -> list[str]:
+        """Stop this worker: its runs pause at their next boundary and go back to the queue.
+
+        A run inside a model or tool call finishes that call first (up to
+        ``timeout`` seconds; one still running then is cut off and its call made
+        again by the next worker). Returns the ids handed back.
+        """
+        if self.executor_id is None:
+            return []
+        WORKER.draining = True
+        deadline = time.monotonic() + timeout
+        while WORKER.busy() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Stop dequeuing; a run dequeued meanwhile parks before its first step.
+        for event in getattr(_dbos_instance(), "background_thread_stop_events", ()):
+            event.set()
+        time.sleep(2 * self.polling_interval)
+        while WORKER.busy() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        handed = self._requeue(
+            self.client.list_workflows(
+                status="PENDING",
+                executor_id=self.executor_id,
+                name=WORKFLOW,
+                load_input=False,
+                load_output=False,
+            )
+        )
+        self.close()
+        return handed
+
+    def _requeue(self, pending: Sequence[Any]) -> list[str]:
+        ids = [w.workflow_id for w in pending]
+        for run_id in ids:
+            self.client.resume_workflow(run_id, queue_name=self.queue)
+        return ids
+
+    def close(self) -> None:
+        """Stop the worker (if launched) and release the database."""
+        if self.executor_id is not None:
+            DBOS.destroy()
+            self.executor_id = None
+        if self._client is not None:
+            self._client.destroy()
+            self._client = None
+
+    # ------------------------------------------------------------ any process
+
+    @property
+    def client(self) -> DBOSClient:
+        if self._client is None:
+            self._client = DBOSClient(
+                system_database_url=self.url,
+                serializer=_SERIALIZER,
+                application_name="agentfsm",
+            )
+        return self._client
+
+    def submit(
+        self,
+        state: AgentState,
+        *,
+        agent: str,
+        run_id: str | None = None,
+        until_tool: str | Sequence[str] | None = None,
+        until_tool_success: str | Sequence[str] | None = None,
+        max_runs: int | None = None,
+        decision_timeout: float | None = None,
+    ) -> str:
+        """Queue a run of the agent registered as ``agent`` over ``state``; its id.
+
+        Options are those of :meth:`Agent.start`, checked here when ``agent`` is
+        registered in this process. An interrupted run waits ``decision_timeout``
+        seconds (default: no limit) for :meth:`decide`, then ends ``interrupted``.
+        An id that exists is refused with :class:`RunExistsError`.
+        """
+        if until_tool is not None and until_tool_success is not None:
+            raise ValueError(
+                "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
+            )
+        local = AGENTS.get(agent)
+        if local is not None:
+            local._options(until_tool, until_tool_success, max_runs, None)
+        target = until_tool_success if until_tool_success is not None else until_tool
+        names = [target] if isinstance(target, str) else list(target or ())
+        submission = {
+            "format": FORMAT,
+            "agent": agent,
+            "state": converter.unstructure(state, AgentState),
+            "options": {
+                "until_tool": names,
+                "require_tool_success": until_tool_success is not None,
+                **({} if max_runs is None else {"max_runs": max_runs}),
+            },
+            "decision_timeout": decision_timeout,
+        }
+        return self._enqueue(submission, run_id)
+
+    def _enqueue(self, submission: Mapping[str, Any], run_id: str | None) -> str:
+        options: dict[str, Any] = {
+            "queue_name": self.queue,
+            "workflow_name": WORKFLOW,
+            "workflow_id_reuse_policy": "reject",
+            "app_version": APP_VERSION,
+        }
+        if run_id is not None:
+            options["workflow_id"] = run_id
+        try:
+            handle: Any = self.client.enqueue(options, dict(submission))  # type: ignore[arg-type]
+        except DBOSWorkflowIDInUseError as exc:
+            raise RunExistsError(
+                f"A run {run_id!r} exists already; pick another id (runs are never overwritten)."
+            ) from exc
+        return str(handle.get_workflow_id())
+
+    def _status(self, run_id: str, *, output: bool) -> Any:
+        found = self.client.list_workflows(
+            workflow_ids=[run_id], load_input=False, load_output=output
+        )
+        if not found:
+            raise RunNotFoundError(f"No run {run_id!r} in {self.url}")
+        return found[0]
+
+    def result(self, run_id: str, *, timeout: float | None = None) -> RunResult:
+        """The run's result, waiting up to ``timeout`` seconds (None: until it ends)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            status = self._status(run_id, output=True)
+            if status.status == "SUCCESS":
+                return _result(run_id, status.output)
+            if status.status in ("ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
+                raise DurableError(
+                    f"Run {run_id!r} ended {status.status} in the engine: {status.error}"
+                )
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"Run {run_id!r} is still {status.status.lower()}")
+            time.sleep(self.polling_interval / 2)
+
+    def decide(self, run_id: str, decisions: Sequence[Mapping[str, Any]]) -> None:
+        """Answer the approval requests a run waits on, from any process.
+
+        Decisions are checked as :meth:`Agent.resume` checks them (ValueError,
+        nothing sent); a run not waiting is a :class:`ResumeError`.
+        """
+        waiting = self.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
+        if not isinstance(waiting, Mapping):
+            status = self._status(run_id, output=False)
+            raise ResumeError(
+                f"Run {run_id!r} is not waiting for decisions (it is {_state(status)})"
+            )
+        _check_decisions(waiting.get("interrupt") or {}, decisions)
+        self.client.send(
+            run_id,
+            {"segment": waiting.get("segment"), "decisions": [dict(d) for d in decisions]},
+            DECISIONS_TOPIC,
+        )
+
+    def waiting(self, run_id: str) -> Mapping[str, Any] | None:
+        """The interrupt data a run waits for decisions on, or None."""
+        event = self.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
+        return event.get("interrupt") if isinstance(event, Mapping) else None
+
+    def runs(self, *, limit: int = 100) -> list[RunRecord]:
+        """The newest runs first."""
+        return [
+            RunRecord(
+                w.workflow_id,
+                _state(w),
+                _agent(w.input),
+                w.executor_id,
+                _seconds(w.created_at),
+                _seconds(w.updated_at),
+            )
+            for w in self.client.list_workflows(
+                name=WORKFLOW, sort_desc=True, limit=limit, load_input=True, load_output=True
+            )
+        ]
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _dbos_instance() -> Any:
+    from dbos import _dbos
+
+    return getattr(_dbos, "_dbos_global_instance", None)
+
+
+def _agent(inputs: Any) -> str | None:
+    try:
+        return str(inputs["args"][0]["agent"])
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def _state(status: Any) -> RunState:
+    kind = status.status
+    if kind in ("ENQUEUED", "DELAYED"):
+        return "queued"
+    if kind == "PENDING":
+        return "running"
+    if kind == "SUCCESS":
+        out = status.output
+        if isinstance(out, Mapping) and isinstance(out.get("state"), Mapping):
+            value = out["state"].get("status", "ok")
+            if value in ("ok", "paused", "interrupted", "error"):
+                return value  # type: ignore[no-any-return]
+        return "ok"
+    if kind == "CANCELLED":
+        return "cancelled"
+    return "failed"
+
+
+def _result(run_id: str, output: Any) -> RunResult:
+    try:
+        check_format(output)
+        state = converter.structure(output["state"], AgentState)
+        traces = tuple(load_trace(doc, strict=False) for doc in output["traces"])
+        ends = tuple(str(doc.get("end", "")) for doc in output["traces"])
+    except FormatError:
+        raise
+    except Exception as exc:
+        raise FormatError(f"Run {run_id!r} has a result this version cannot read: {exc}") from exc
+    return RunResult(run_id, state, traces, ends)

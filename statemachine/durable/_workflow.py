@@ -1,0 +1,342 @@
+"""The workflow of one run: model and tool calls are DBOS steps, every other state replays.
+
+A run is the DBOS workflow ``agentfsm.run``. Its body drives the standard
+machine one state at a time, as any host does; the agent it drives has its
+model and tools wrapped so that each model call and each tool call is one
+recorded step whose output is an agentfsm JSON document. When DBOS runs the
+workflow again (another worker, after a crash or a drain), recorded steps
+return their documents instead of running, the pure states compute the same
+chains again, and the run goes on from its first unrecorded step.
+
+Draining is decided where it can be replayed: a step that finishes on a
+draining worker records ``"draining": true``, and the run pauses at the next
+state boundary with reason ``"draining"`` (after a model reply through
+``should_pause``, after a tool turn by a requested pause). A paused run goes
+on in a new segment, whose first step is never started on a draining worker:
+the run parks there (nothing more is recorded) and the worker hands it back to
+the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+from dbos import DBOS
+
+from ..agent import Agent, AgentRun
+from ..errors import ChainError
+from ..messages import Message, ToolCall, ToolResult
+from ..middleware.human_in_the_loop import _check_decisions
+from ..serialization import FORMAT, _error_in, _error_out, check_format, converter, dump
+from ..state import AgentState
+from ..store.checkpoint import _execute_options
+from ..tools import Tool, ToolContext
+
+__all__ = [
+    "AGENTS",
+    "DECISIONS_TOPIC",
+    "WAITING_EVENT",
+    "WORKER",
+    "WORKFLOW",
+    "result_doc",
+    "run_workflow",
+]
+
+WORKFLOW: Final = "agentfsm.run"
+#: The event a run sets while it waits for decisions: ``{"segment", "interrupt"}``.
+WAITING_EVENT: Final = "agentfsm.waiting"
+DECISIONS_TOPIC: Final = "agentfsm.decisions"
+#: "No timeout" for a decision wait: a year, in seconds.
+_FOREVER: Final = 365 * 24 * 3600.0
+
+#: Agents by the stable name runs are submitted under (bound by name, never pickled).
+AGENTS: dict[str, Agent] = {}
+
+
+class _Worker:
+    """This process's runs: which are inside a step, which are parked at a boundary."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.draining = False
+        self._working: dict[str, int] = {}
+        self._parked: set[str] = set()
+
+    def enter(self, run_id: str) -> None:
+        with self._lock:
+            self._working[run_id] = self._working.get(run_id, 0) + 1
+
+    def leave(self, run_id: str) -> None:
+        with self._lock:
+            left = self._working.get(run_id, 1) - 1
+            if left:
+                self._working[run_id] = left
+            else:
+                self._working.pop(run_id, None)
+
+    def park(self, run_id: str) -> None:
+        with self._lock:
+            self._parked.add(run_id)
+
+    def unpark(self, run_id: str) -> None:
+        with self._lock:
+            self._parked.discard(run_id)
+
+    def busy(self) -> list[str]:
+        """Runs inside a step or between boundaries, not parked."""
+        with self._lock:
+            return [r for r in self._working if r not in self._parked]
+
+    def parked(self) -> list[str]:
+        with self._lock:
+            return sorted(self._parked)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.draining = False
+            self._working.clear()
+            self._parked.clear()
+
+
+WORKER: Final = _Worker()
+
+
+async def _park(run_id: str) -> None:
+    """Stop here for good: the draining worker hands the run back to the queue."""
+    WORKER.park(run_id)
+    await asyncio.Event().wait()  # cancelled when the worker shuts down
+
+
+class _Execution:
+    """One execution of a run's workflow on this worker."""
+
+    def __init__(self, run_id: str, agent: Agent) -> None:
+        self.run_id = run_id
+        #: A recorded step of the current turn finished on a draining worker.
+        self.drain_seen = False
+        self._model_draining = False
+        self.agent = Agent(
+            _StepModel(agent.model, self),
+            [_StepTool.of(t, self) for t in agent.tools],
+            middleware=agent.middleware,
+            system_prompt=agent.system_prompt,
+            max_runs=agent.max_runs,
+            callbacks=agent.callbacks,
+        )
+
+    async def boundary(self) -> None:
+        """Before a step: a draining worker starts nothing new."""
+        if WORKER.draining:
+            await _park(self.run_id)
+
+    def should_pause(self) -> bool | str:
+        if self._model_draining:
+            self._model_draining = False
+            return "draining"
+        return False
+
+    def saw(self, output: Mapping[str, Any], *, model: bool) -> None:
+        if output.get("draining"):
+            if model:
+                self._model_draining = True
+            else:
+                self.drain_seen = True
+
+    async def drive(self, run: AgentRun, traces: list[Any]) -> AgentState:
+        while not run.done:
+            await run.step()
+            if self.drain_seen and not run.done:
+                run.request_pause("draining")
+            self.drain_seen = False
+        state = run.agent_state
+        trace = dump(run.trace)
+        trace["end"] = state.status if state.status != "paused" else f"paused: {state.pause_reason}"
+        traces.append(trace)
+        return state
+
+
+@attrs.frozen
+class _StepModel:
+    """A model whose every call is one recorded step: the reply (or error) as a document."""
+
+    inner: Any
+    execution: _Execution
+
+    @property
+    def name(self) -> str:
+        return str(self.inner.name)
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[Tool], *, on_delta: Any = None
+    ) -> Message:
+        await self.execution.boundary()
+        output = await DBOS.run_step_async(
+            {"name": f"model:{self.name}"}, self._call, messages, tools, on_delta
+        )
+        self.execution.saw(output, model=True)
+        if "error" in output:
+            raise _error_in(output["error"], ChainError)
+        return converter.structure(output["message"], Message)
+
+    async def _call(
+        self, messages: Sequence[Message], tools: Sequence[Tool], on_delta: Any
+    ) -> dict[str, Any]:
+        out: dict[str, Any]
+        try:
+            reply = await self.inner.complete(messages, tools, on_delta=on_delta)
+            if not isinstance(reply, Message):
+                raise TypeError(f"the model returned {reply!r}, not a Message")
+            out = {"message": converter.unstructure(reply, Message)}
+        except ChainError as error:
+            out = {"error": _error_out(error)}
+        except Exception as exc:
+            failure = ChainError("model_error", f"{type(exc).__name__}: {exc}", retryable=False)
+            out = {"error": _error_out(failure)}
+        out["draining"] = WORKER.draining
+        return out
+
+
+@attrs.frozen
+class _StepTool(Tool):
+    """A tool whose every call is one recorded step: the ToolResult as a document."""
+
+    inner: Tool | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
+    execution: _Execution | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
+
+    @classmethod
+    def of(cls, tool: Tool, execution: _Execution) -> _StepTool:
+        return cls(
+            tool.name,
+            tool.description,
+            tool.function,
+            tool.parameters,
+            timeout=tool.timeout,
+            display_text=tool.display_text,
+            context_param=tool.context_param,
+            is_async=tool.is_async,
+            inner=tool,
+            execution=execution,
+        )
+
+    async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
+        assert self.inner is not None and self.execution is not None
+        await self.execution.boundary()
+        output = await DBOS.run_step_async(
+            {"name": f"tool:{self.name}"}, self._call, self.inner, call, context
+        )
+        self.execution.saw(output, model=False)
+        return converter.structure(output["result"], ToolResult)
+
+    @staticmethod
+    async def _call(inner: Tool, call: ToolCall, context: ToolContext) -> dict[str, Any]:
+        result = await inner.invoke(call, context)
+        return {"result": converter.unstructure(result, ToolResult), "draining": WORKER.draining}
+
+
+def _failed(state: AgentState, kind: str, message: str) -> AgentState:
+    return attrs.evolve(state, status="error", error=ChainError(kind, message, retryable=False))
+
+
+def result_doc(state: AgentState, traces: Sequence[Any]) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "state": converter.unstructure(state, AgentState),
+        "traces": list(traces),
+    }
+
+
+@DBOS.workflow(name=WORKFLOW)
+async def run_workflow(submission: dict[str, Any]) -> dict[str, Any]:
+    """One run, from its submission to a terminal (waiting for decisions where asked)."""
+    run_id = DBOS.workflow_id
+    assert run_id is not None
+    WORKER.enter(run_id)
+    try:
+        return await _run(run_id, submission)
+    finally:
+        WORKER.unpark(run_id)
+        WORKER.leave(run_id)
+
+
+async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
+    check_format(submission)
+    state = converter.structure(submission["state"], AgentState)
+    traces: list[Any] = []
+    name = str(submission["agent"])
+    agent = AGENTS.get(name)
+    if agent is None:
+        return result_doc(
+            _failed(
+                state,
+                "unknown_agent",
+                f"No agent is registered under {name!r} on worker {DBOS.executor_id!r} "
+                f"(registered: {sorted(AGENTS)}); register it before launching the worker.",
+            ),
+            traces,
+        )
+    execution = _Execution(run_id, agent)
+    options = _execute_options(submission.get("options") or {})
+    timeout = submission.get("decision_timeout")
+    wait = _FOREVER if timeout is None else float(timeout)
+    decisions: Sequence[Mapping[str, Any]] | None = submission.get("decisions")
+    try:
+        while True:
+            await execution.boundary()
+            if decisions is not None:
+                run = await execution.agent.start_resume(
+                    state, decisions, should_pause=execution.should_pause, **options
+                )
+            else:
+                run = execution.agent.start(state, should_pause=execution.should_pause, **options)
+            state = await execution.drive(run, traces)
+            decisions = None
+            if state.status == "paused" and state.pause_reason == "draining":
+                continue
+            if state.status != "interrupted" or not state.interrupt_data:
+                break
+            if "hitl_tool_call_ids" not in state.interrupt_data:
+                break
+            decisions = await _decisions(execution, state, len(traces), wait)
+            if decisions is None:
+                break
+    except ValueError as exc:  # options the agent refuses
+        state = _failed(state, "invalid_options", str(exc))
+    return result_doc(state, traces)
+
+
+async def _decisions(
+    execution: _Execution, state: AgentState, segment: int, wait: float
+) -> Sequence[Mapping[str, Any]] | None:
+    """Wait up to ``wait`` seconds for decisions that fit; None when none came in time."""
+    assert state.interrupt_data is not None
+    await DBOS.set_event_async(
+        WAITING_EVENT, {"segment": segment, "interrupt": dict(state.interrupt_data)}
+    )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        await execution.boundary()
+        WORKER.park(execution.run_id)  # waiting counts as a boundary for a drain
+        try:
+            left = max(0.0, deadline - loop.time())
+            message = await DBOS.recv_async(DECISIONS_TOPIC, timeout_seconds=left)
+        finally:
+            WORKER.unpark(execution.run_id)
+        if message is None:
+            await DBOS.set_event_async(WAITING_EVENT, None)
+            return None
+        if not isinstance(message, Mapping) or message.get("segment") != segment:
+            continue
+        decisions = message.get("decisions")
+        if not isinstance(decisions, list):
+            continue
+        try:
+            _check_decisions(state.interrupt_data, decisions)
+        except ValueError:
+            continue
+        await DBOS.set_event_async(WAITING_EVENT, None)
+        return decisions

@@ -1,0 +1,332 @@
+"""The durable engine on DBOS, on SQLite and on a real PostgreSQL server.
+
+Workers are real processes (``agentfsm worker``), drained with SIGTERM and
+killed with SIGKILL at random points; another worker finishes their runs.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
+
+from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop
+from agentfsm.durable import Engine, RunExistsError, RunResult
+from agentfsm.providers import ScriptedModel
+from agentfsm.store import ResumeError
+from tests import _durable_agent
+from tests._postgres import binaries, postgres
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENT = "tests._durable_agent:agent"
+LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> Iterator[str]:
+    if binaries() is None:
+        pytest.skip("PostgreSQL is not installed here (.ci/run installs it)")
+    with postgres() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'runs.db'}"
+    server: str = request.getfixturevalue("pg_server")
+    return server.rsplit("/", 1)[0] + f"/t_{uuid.uuid4().hex[:10]}"
+
+
+def _record_agent(*, gated: bool = False) -> Agent:
+    middleware = [HumanInTheLoop({"record": True})] if gated else []
+    model = ScriptedModel(_durable_agent.script, model_name="scripted")
+    return Agent(model, [_durable_agent.record], middleware=middleware)
+
+
+def _assert_paths(result: RunResult) -> None:
+    for trace in result.traces:
+        assert STANDARD.is_path(trace.states), trace.path
+
+
+# ---------------------------------------------------------------- one process
+
+
+@pytest.fixture
+def engine(db: str) -> Iterator[Engine]:
+    engine = Engine(db, polling_interval=0.05)
+    engine.register("plain", _record_agent())
+    engine.register("gated", _record_agent(gated=True))
+    engine.launch(executor_id="in-process")
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def test_a_run_is_a_workflow_its_calls_are_steps(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("job"), agent="plain", run_id="job-1")
+    result = engine.result(run_id, timeout=30)
+    assert result.status == "ok"
+    assert [t.path for t in result.traces] == [f"{LOOP} {LOOP} {LOOP} {LOOP} ok"]
+    assert [m.role for m in result.state.messages] == [
+        "user",
+        *["assistant", "tool"] * 3,
+        "assistant",
+    ]
+    steps = [s["function_name"] for s in engine.client.list_workflow_steps(run_id)]
+    assert steps == ["model:scripted", "tool:record"] * 3 + ["model:scripted"]
+    # step outputs are agentfsm documents in JSON, not pickles
+    first = engine.client.list_workflow_steps(run_id)[0]["output"]
+    assert first["message"]["role"] == "assistant" and first["draining"] is False
+    [record] = engine.runs()
+    assert (record.run_id, record.status, record.agent) == ("job-1", "ok", "plain")
+
+
+def test_an_existing_run_id_and_bad_options_are_refused(engine: Engine) -> None:
+    engine.submit(AgentState.of("once"), agent="plain", run_id="same")
+    with pytest.raises(RunExistsError, match="'same' exists already"):
+        engine.submit(AgentState.of("twice"), agent="plain", run_id="same")
+    with pytest.raises(ValueError, match="not found"):
+        engine.submit(AgentState.of("x"), agent="plain", until_tool="nope")
+    assert engine.result("same", timeout=30).state.messages[0].text == "once"
+
+
+def test_an_unknown_agent_ends_the_run_in_a_clear_error(engine: Engine) -> None:
+    result = engine.result(engine.submit(AgentState.of("x"), agent="ghost"), timeout=30)
+    assert result.status == "error" and result.state.error is not None
+    assert result.state.error.type == "unknown_agent"
+    assert "ghost" in result.state.error.message
+
+
+def _wait_for_decisions(engine: Engine, run_id: str, call_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        interrupt = engine.waiting(run_id)
+        if interrupt is not None and interrupt["hitl_tool_call_ids"] == [call_id]:
+            return dict(interrupt)
+        time.sleep(0.02)
+    raise AssertionError(f"{run_id} never waited for decisions")
+
+
+def test_an_interrupted_run_waits_for_decisions_sent_from_anywhere(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("ask"), agent="gated", run_id="ask")
+    interrupt = _wait_for_decisions(engine, run_id, "ask-0")
+    assert [r["tool_name"] for r in interrupt["action_requests"]] == ["record"]
+    with pytest.raises(ValueError, match=r"Decision count \(0\) does not match"):
+        engine.decide(run_id, [])
+    other = Engine(engine.url)  # another process's view: a client only
+    try:
+        other.decide(run_id, [{"type": "approve"}])
+        _wait_for_decisions(engine, run_id, "ask-1")  # the second call is gated too
+        other.decide(run_id, [{"type": "reject"}])
+        _wait_for_decisions(engine, run_id, "ask-2")
+        other.decide(run_id, [{"type": "edit", "arguments": {"note": "edited"}}])
+        result = other.result(run_id, timeout=30)
+    finally:
+        other.close()
+    assert result.status == "ok"
+    texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]
+    assert texts[0].startswith("recorded n0 ")
+    assert texts[1] == "Tool call 'record' was rejected by a human reviewer."
+    assert texts[2].startswith("recorded edited ")
+    assert [t.terminal for t in result.traces] == ["interrupted"] * 3 + ["ok"]
+    assert [t.entry for t in result.traces] == ["expanding", *["propagating"] * 3]
+    _assert_paths(result)
+    with pytest.raises(ResumeError, match="not waiting for decisions"):
+        engine.decide(run_id, [{"type": "approve"}])
+
+
+def test_a_run_that_gets_no_decision_in_time_ends_interrupted(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("late"), agent="gated", decision_timeout=0.3)
+    result = engine.result(run_id, timeout=30)
+    assert result.status == "interrupted"
+    assert result.state.interrupt_data is not None
+    assert result.state.interrupt_data["hitl_tool_call_ids"] == ["late-0"]
+    # resumable later, as any interrupted state
+    resumed = _record_agent(gated=True).resume_sync(result.state, [{"type": "reject"}])
+    assert resumed.status == "interrupted"
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+class _Workers:
+    """``agentfsm worker`` processes over one database, logging to one file."""
+
+    def __init__(self, url: str, log: Path, *, model_delay: float, tool_delay: float) -> None:
+        self.url = url
+        self.log = log
+        self.env = {
+            **os.environ,
+            "AGENTFSM_TEST_LOG": str(log),
+            "AGENTFSM_TEST_MODEL_DELAY": str(model_delay),
+            "AGENTFSM_TEST_TOOL_DELAY": str(tool_delay),
+            "PYTHONPATH": str(ROOT),
+        }
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, executor: str, *args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentfsm.cli",
+                "worker",
+                "--db",
+                self.url,
+                AGENT,
+                "--executor-id",
+                executor,
+                "--drain-timeout",
+                "20",
+                *args,
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "running" in line, line + (proc.stderr.read() if proc.stderr else "")
+        return proc
+
+    def lines(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def wait_for(self, word: str, after: int) -> None:
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            if any(line.split()[0] == word for line in self.lines()[after:]):
+                return
+            time.sleep(0.002)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture
+def workers(db: str, tmp_path: Path) -> Iterator[_Workers]:
+    # worker processes take seconds to start: the drain runs on SQLite, the kills on both
+    group = _Workers(db, tmp_path / "calls.log", model_delay=0.05, tool_delay=0.05)
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+def _assert_no_recorded_tool_ran_again(results: list[RunResult], lines: list[str]) -> None:
+    """Each run's tool result is one execution's, and no call began after it finished."""
+    for result in results:
+        for message in (m for m in result.state.messages if m.role == "tool"):
+            [kept] = message.tool_results
+            nonce = kept.text.rsplit(" ", 1)[1]
+            done = lines.index(f"done {kept.tool_call_id} {nonce}")
+            assert f"start {kept.tool_call_id}" not in lines[done:], kept.tool_call_id
+
+
+def _finished(engine: Engine, ids: list[str]) -> list[RunResult]:
+    results = [engine.result(run_id, timeout=60) for run_id in ids]
+    for result in results:
+        assert result.status == "ok", result.state
+        prompt = result.state.messages[0].text
+        assert [m.role for m in result.state.messages] == [
+            "user",
+            *["assistant", "tool"] * 3,
+            "assistant",
+        ]
+        calls = [c.call_id for m in result.state.messages for c in m.tool_calls]
+        assert calls == [f"{prompt}-{n}" for n in range(3)]
+        _assert_paths(result)
+    return results
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_sigterm_drains_a_worker_and_another_finishes_its_runs(workers: _Workers) -> None:
+    engine = Engine(workers.url)
+    try:
+        first = workers.start("first")
+        ids = [engine.submit(AgentState.of(f"drain{n}"), agent=AGENT) for n in range(3)]
+        workers.wait_for("start", 0)
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=30)
+        assert first.returncode == 0, err
+        assert "drained" in out
+        assert any(engine._status(i, output=False).status == "ENQUEUED" for i in ids)
+        workers.start("second")
+        results = _finished(engine, ids)
+    finally:
+        engine.close()
+    lines = workers.lines()
+    _assert_no_recorded_tool_ran_again(results, lines)
+    assert len([x for x in lines if x.startswith("start ")]) == 9  # nothing ran twice
+    ends = [e for r in results for e in r.ends[:-1]]
+    assert ends and set(ends) == {"paused: draining"}, ends
+    assert all(r.ends[-1] == "ok" for r in results)
+
+
+def test_workers_killed_at_random_points_lose_nothing_and_rerun_no_recorded_tool(
+    workers: _Workers,
+) -> None:
+    workers.env["AGENTFSM_TEST_MODEL_DELAY"] = workers.env["AGENTFSM_TEST_TOOL_DELAY"] = "0.15"
+    rng = random.Random(os.environ.get("AGENTFSM_TEST_SEED", "16"))
+    engine = Engine(workers.url)
+    try:
+        ids: list[str] = []
+        dead: list[str] = []
+        for round_ in range(3):
+            executor = f"w{round_}"
+            # half the time a new worker adopts the dead ones, else one restarts under its name
+            if dead and rng.random() < 0.5:
+                executor = dead.pop()
+            proc = workers.start(executor, *(a for d in dead for a in ("--recover", d)))
+            if not ids:  # the first worker made the database
+                ids = [engine.submit(AgentState.of(f"kill{n}"), agent=AGENT) for n in range(4)]
+            mark = len(workers.lines())
+            where = rng.choice(["model", "start", "anywhere"])
+            if where == "anywhere":
+                time.sleep(rng.uniform(0.5, 1.5))
+            else:
+                workers.wait_for(where, mark)  # inside a model call, or inside a tool
+                time.sleep(rng.uniform(0.0, 0.03))
+            proc.kill()
+            proc.wait()
+            dead.append(executor)
+        workers.start("last", *(a for d in dead for a in ("--recover", d)))
+        results = _finished(engine, ids)
+    finally:
+        engine.close()
+    _assert_no_recorded_tool_ran_again(results, workers.lines())
+
+
+def test_the_worker_command_needs_an_agent() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "agentfsm.cli", "worker", "--db", "x.db", "nomodule:nothing"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert re.search(r"cannot import 'nomodule'", out.stderr)
