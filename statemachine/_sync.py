@@ -16,6 +16,13 @@ __all__ = ["SyncBridge", "close_model", "run_sync"]
 _T = TypeVar("_T")
 
 
+async def _boxed(coroutine: Coroutine[Any, Any, _T], box: list[_T]) -> None:
+    """Keep the result off the task: on its way out, ``asyncio.Runner`` formats its main
+    task (restoring the SIGINT handler), and a task's repr holds its result's repr, which
+    for a finished run is the whole conversation."""
+    box.append(await coroutine)
+
+
 async def close_model(model: Any) -> None:
     """Close a model's connections, if it holds any (``aclose``)."""
     close = getattr(model, "aclose", None)
@@ -50,8 +57,10 @@ class SyncBridge:
             )
         if self._runner is None:
             self._runner = asyncio.Runner()
+        box: list[_T] = []
         try:
-            return self._runner.run(coroutine)
+            self._runner.run(_boxed(coroutine, box))
+            return box[0]
         finally:
             if finished():
                 try:

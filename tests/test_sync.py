@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentfsm import Agent, AgentState
+from agentfsm._sync import SyncBridge
 from agentfsm.providers import ScriptedModel, say
 
 
@@ -39,3 +40,26 @@ async def test_a_sync_door_inside_a_running_loop_says_what_to_await() -> None:
     with pytest.raises(RuntimeError, match=r"run\.step\(\)"):
         run.step_sync()
     assert (await run.run()) is run.result
+
+
+class _Loud:
+    """A result that counts how often it is formatted."""
+
+    shown = 0
+
+    def __repr__(self) -> str:
+        type(self).shown += 1
+        return "<loud>"
+
+
+def test_the_bridge_never_formats_what_it_returns() -> None:
+    """asyncio.Runner formats its main task when it restores the SIGINT handler; a task's
+    repr holds its result's, which for a run is the whole conversation (O(K) per step)."""
+
+    async def loud() -> _Loud:
+        return _Loud()
+
+    _Loud.shown = 0
+    for _ in range(3):
+        assert isinstance(SyncBridge().run(loud(), None), _Loud)
+    assert _Loud.shown == 0
