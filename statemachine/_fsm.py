@@ -21,6 +21,7 @@ lists), so the dependency has an upper version bound.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -29,6 +30,16 @@ from transitions import Event, Machine
 from transitions.core import listify
 
 __all__ = ["LeanEvent", "SharedMachine"]
+
+#: What a machine hooks into every trigger with; a lean trigger needs all of them empty.
+_MACHINE_HOOKS = operator.itemgetter(
+    "_queued",
+    "_prepare_event",
+    "_finalize_event",
+    "_on_exception",
+    "_before_state_change",
+    "_after_state_change",
+)
 
 
 class LeanEvent(Event):
@@ -51,33 +62,23 @@ class LeanEvent(Event):
 
     def trigger(self, model: object, *args: Any, **kwargs: Any) -> bool:
         machine = self._machine_vars
-        if not (
-            args
-            or kwargs
-            or machine["_queued"]
-            or machine["_prepare_event"]
-            or machine["_finalize_event"]
-            or machine["_on_exception"]
-            or machine["_before_state_change"]
-            or machine["_after_state_change"]
-        ):
+        if not (args or kwargs or any(_MACHINE_HOOKS(machine))):
             attribute = machine["model_attribute"]
             candidates = self.transitions.get(getattr(model, attribute))
             if candidates is not None and len(candidates) == 1:
                 transition = candidates[0]
                 states = machine["states"]
                 dest = states.get(transition.dest)
-                if (
-                    dest is not None
-                    and not dest.on_enter
-                    and not dest.final
-                    and not states[transition.source].on_exit
-                    and not transition.prepare
-                    and not transition.conditions
-                    and not transition.before
-                    and not transition.after
+                if dest is not None and not (
+                    dest.on_enter
+                    or dest.final
+                    or states[transition.source].on_exit
+                    or transition.prepare
+                    or transition.conditions
+                    or transition.before
+                    or transition.after
                 ):
-                    setattr(model, attribute, dest.value)
+                    setattr(model, attribute, dest._name)  # ``State.value``, without the property
                     return True
         return bool(super().trigger(model, *args, **kwargs))
 

@@ -176,6 +176,16 @@ class MachineTable:
         return out
 
     @functools.cached_property
+    def exits(self) -> Mapping[str, Mapping[type[PipelineResult], tuple[str, Any]]]:
+        """``{state: {result type: (trigger, event)}}``: :attr:`triggers` with the shared
+        machine's event of each, so a run's step looks its way out up once."""
+        events = self.machine.events
+        return {
+            state: {kind: (trigger, events[trigger]) for kind, trigger in by_kind.items()}
+            for state, by_kind in self.triggers.items()
+        }
+
+    @functools.cached_property
     def _work(self) -> Mapping[str, Work]:
         return {s: _pipe(steps, self.details.get(s)) for s, steps in self.steps.items()}
 

@@ -378,4 +378,4 @@ class Usage:
     def of(cls, message: Message) -> Usage | None:
         """The usage a reply reports, if any."""
         raw = message.metadata.get("usage")
-        return cls.from_dict(raw) if isinstance(raw, Mapping) else None
+        return None if raw is None or not isinstance(raw, Mapping) else cls.from_dict(raw)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from transitions import MachineError
@@ -38,6 +38,17 @@ class _Cursor:
 
     __slots__ = ("__weakref__", "state")
     state: str
+
+
+def _crashed(source: str, chain: LLMChain, exc: Exception) -> Failed:
+    return Failed(
+        chain,
+        ChainError(
+            "step_error",
+            f"The {source} step raised {type(exc).__name__}: {exc}",
+            retryable=False,
+        ),
+    )
 
 
 class Run:
@@ -75,10 +86,9 @@ class Run:
         #: The options every step of this run is given.
         self.opts: Mapping[str, Any] = opts if opts is not None else {}
         self._work = table.work(extra_steps)
-        self._triggers = table.triggers
+        self._exits = table.exits
         self._terminals = frozenset(table.terminals)
         self._machine = table.machine
-        self._events = self._machine.events
         self._cursor = _Cursor()
         self._pause_reason: Any = None
         self._bridge = SyncBridge()
@@ -109,33 +119,45 @@ class Run:
 
     async def step(self) -> Transition:
         """Do the current state's work and take the one transition it leads to."""
+        moved = self._advance()
+        return moved if moved.__class__ is Transition else await moved  # type: ignore[misc]
+
+    def _advance(self) -> Transition | Coroutine[Any, Any, Transition]:
+        """Start the current state's work: its transition when no step awaited anything,
+        else the coroutine that finishes it. Most states' steps are plain functions, so
+        a run pays for a coroutine only where a step awaits (a model call, tools)."""
         if self.result is not None:
             raise RuntimeError(f"The run is over (it ended in {self.state!r}); nothing to step.")
         source = self._cursor.state
         chain = self.chain
         started = time.perf_counter()
-        detail: Mapping[str, Any] | None
         if self._pause_reason is not None:
-            result: PipelineResult = Paused(chain, self._pause_reason)
-            detail = {"requested": True}
-            self._pause_reason = None
-        else:
-            try:
-                outcome = self._work[source](chain, self.opts)
-                if not isinstance(outcome, tuple):
-                    outcome = await outcome
-                result, detail = outcome
-            except asyncio.CancelledError:
-                self._finish(source, Paused(chain, "cancelled"), started, {"cancelled": True})
-                raise
-            except Exception as exc:  # a step's bug ends the run, it does not crash the host
-                error = ChainError(
-                    "step_error",
-                    f"The {source} step raised {type(exc).__name__}: {exc}",
-                    retryable=False,
-                )
-                result, detail = Failed(chain, error), None
-        result, detail = self._count_tokens(chain, result, detail)
+            reason, self._pause_reason = self._pause_reason, None
+            return self._finish(source, Paused(chain, reason), started, {"requested": True})
+        try:
+            outcome = self._work[source](chain, self.opts)
+        except Exception as exc:  # a step's bug ends the run, it does not crash the host
+            return self._finish(source, _crashed(source, chain, exc), started, None)
+        if outcome.__class__ is tuple:
+            return self._close(source, chain, started, outcome)
+        return self._awaited(source, chain, started, outcome)  # type: ignore[arg-type]
+
+    async def _awaited(
+        self, source: str, chain: LLMChain, started: float, pending: Awaitable[Outcome]
+    ) -> Transition:
+        try:
+            outcome = await pending
+        except asyncio.CancelledError:
+            self._finish(source, Paused(chain, "cancelled"), started, {"cancelled": True})
+            raise
+        except Exception as exc:  # a step's bug ends the run, it does not crash the host
+            return self._finish(source, _crashed(source, chain, exc), started, None)
+        return self._close(source, chain, started, outcome)
+
+    def _close(self, source: str, chain: LLMChain, started: float, outcome: Outcome) -> Transition:
+        result, detail = outcome
+        if result.chain.last_message is not chain.last_message:  # a reply, maybe
+            result, detail = self._count_tokens(chain, result, detail)
         return self._finish(source, result, started, detail)
 
     def _count_tokens(
@@ -182,14 +204,15 @@ class Run:
         started: float,
         detail: Mapping[str, Any] | None,
     ) -> Transition:
-        trigger = self._triggers[source].get(result.__class__)
-        if trigger is None:
+        way_out = self._exits[source].get(result.__class__)
+        if way_out is None:
             raise IllegalTransitionError(
                 f"The {source} step returned {type(result).__name__}, which is not a way out "
                 f"of {source!r}: the {self.table.name} machine has no edge on it from there."
             )
+        trigger, event = way_out
         try:
-            self._events[trigger].trigger(self._cursor)
+            event.trigger(self._cursor)
         except (MachineError, KeyError) as exc:
             raise IllegalTransitionError(
                 f"The {source} step asked for {trigger!r}, which the {self.table.name} machine "
@@ -219,7 +242,9 @@ class Run:
     async def run(self) -> Terminal:
         """Step until a terminal; the result."""
         while self.result is None:
-            await self.step()
+            moved = self._advance()
+            if moved.__class__ is not Transition:
+                await moved  # type: ignore[misc]
         return self.result
 
     def __aiter__(self) -> AsyncIterator[Transition]:

@@ -246,7 +246,11 @@ async def run_tool_calls(chain: LLMChain, calls: Sequence[ToolCall]) -> list[Too
 def add_tool_message(chain: LLMChain, results: Sequence[ToolResult]) -> LLMChain:
     """Append one tool message; an error among the results counts as a failure."""
     message = Message.tool(results)
-    failures = chain.current_failure_count + 1 if any(r.is_error for r in results) else 0
+    failures = 0
+    for tool_result in results:
+        if tool_result.is_error:
+            failures = chain.current_failure_count + 1
+            break
     chain = chain.add_message(message, current_failure_count=failures)
     if chain.callbacks:
         chain.fire("on_tool_response_created", chain, message)
@@ -368,7 +372,12 @@ def expand_tool_results(result: PipelineResult, opts: Opts = None) -> PipelineRe
         return result
     chain = result.chain
     last = chain.last_message
-    if last is None or last.role != "tool" or not any(r.expandable for r in last.tool_results):
+    if last is None or last.role != "tool":
+        return result
+    for tool_result in last.tool_results:
+        if tool_result.expandable:
+            break
+    else:
         return result
     inserted: list[Message] = []
     rewritten: list[ToolResult] = []

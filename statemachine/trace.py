@@ -140,7 +140,10 @@ def total_usage(transitions: Iterable[Transition]) -> Usage:
     """The usage the transitions' details record, summed."""
     total = Usage()
     for transition in transitions:
-        counts = (transition.detail or {}).get("usage")
-        if isinstance(counts, Mapping):
+        detail = transition.detail
+        if detail is None:
+            continue
+        counts = detail.get("usage")
+        if counts is not None and isinstance(counts, Mapping):  # an ABC check is slow
             total += Usage.from_dict(counts)
     return total
