@@ -105,10 +105,13 @@ class SharedMachine(Machine):
         initial = initial if initial is not None else self.initial
         if initial is None:
             raise ValueError("A run needs an initial state: the table's entries name them.")
+        value = self.get_state(initial).value  # an unknown state is refused as set_state would
+        attribute = self.model_attribute
+        models = self.models
         for run in listify(model):
-            if run not in self.models:
-                self.set_state(initial, model=run)
-                self.models.add(run)
+            if run not in models:
+                setattr(run, attribute, value)  # what ``set_state`` does, minus its dispatch
+                models.add(run)
 
     def remove_model(self, model: Any) -> None:
         """Forget models; forgetting one that is not registered is not an error."""

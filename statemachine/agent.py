@@ -14,7 +14,7 @@ from .chain import Callbacks, LLMChain
 from .errors import ChainError
 from .invariants import check_decisions_fit
 from .machine import STANDARD, MachineTable
-from .messages import Message
+from .messages import Message, Usage
 from .modes.standard import StandardMode
 from .options import (
     check_callbacks,
@@ -66,8 +66,7 @@ class AgentRun(Run):
         if self.result is None:
             raise RuntimeError("The run is not over yet; step it to a terminal first.")
         if self._agent_state is None:
-            state = self.agent._finish(self.result)
-            self._agent_state = attrs.evolve(state, usage=self.trace.usage)
+            self._agent_state = self.agent._finish(self.result, self.trace.usage)
         return self._agent_state
 
     def _settle(self, result: Terminal) -> Terminal:
@@ -211,15 +210,19 @@ class Agent:
             callbacks=self.callbacks,
         )
 
-    def _finish(self, result: Terminal) -> AgentState:
+    def _finish(self, result: Terminal, usage: Usage) -> AgentState:
+        """The state a run's ``result`` leaves the host, ``after_model`` hooks applied;
+        built once with every field (``attrs.evolve`` costs more than the run's end)."""
         chain = result.chain
         messages: Sequence[Message] = chain.messages
         if self.system_prompt is not None and messages and messages[0].role == "system":
             messages = messages[1:]
-        state = AgentState(messages, chain.custom_context.get("state") or {})
+        agent_state = chain.custom_context.get("state") or {}
         match result:
             case Ok(_, tool_result):
-                state = attrs.evolve(state, status="ok", tool_result=tool_result)
+                state = AgentState(
+                    messages, agent_state, status="ok", tool_result=tool_result, usage=usage
+                )
                 for middleware in reversed(self.middleware):
                     hook = getattr(middleware, "after_model", None)
                     if hook is None:
@@ -227,20 +230,23 @@ class Agent:
                     try:
                         state = hook(state)
                     except ChainError as error:
-                        return attrs.evolve(state, status="error", error=error)
+                        return attrs.evolve(state, status="error", error=error, usage=usage)
                     if state.status != "ok":
                         break
-                return state
+                return state if state.usage is usage else attrs.evolve(state, usage=usage)
             case Paused():
-                return attrs.evolve(
-                    state, status="paused", pause_reason=chain.custom_context.get("pause_reason")
+                reason = chain.custom_context.get("pause_reason")
+                return AgentState(
+                    messages, agent_state, status="paused", pause_reason=reason, usage=usage
                 )
             case Interrupted(_, data):
-                return attrs.evolve(state, status="interrupted", interrupt_data=data)
+                return AgentState(
+                    messages, agent_state, status="interrupted", interrupt_data=data, usage=usage
+                )
             case Failed(_, failure):
                 if failure.type == "exceeded_max_runs":
                     failure = ChainError(failure.type, MAX_RUNS_MESSAGE, retryable=False)
-                return attrs.evolve(state, status="error", error=failure)
+                return AgentState(messages, agent_state, status="error", error=failure, usage=usage)
         raise AssertionError(f"unexpected result {result!r}")
 
     # ------------------------------------------------------------ resuming
