@@ -27,7 +27,7 @@ pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
 from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, ToolContext, tool
 from agentfsm.durable import Engine, RunExistsError, RunResult
-from agentfsm.durable._workflow import WORKER
+from agentfsm.durable._workflow import WAITING_EVENT, WORKER
 from agentfsm.providers import ScriptedModel
 from agentfsm.store import ResumeError, RunNotFoundError
 from tests import _durable_agent
@@ -229,6 +229,61 @@ def test_a_run_whose_wait_timed_out_is_resumed_later_from_anywhere(
         "late/resume-2": "late/resume-1",
         "late/resume-3": "late/resume-2",
     }
+
+
+def test_two_processes_resuming_at_once_resume_once(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
+    run_id = engine.submit(AgentState.of("both"), agent="gated", decision_timeout=0.3)
+    assert engine.result(run_id, timeout=30).status == "interrupted"
+    clients = [Engine(engine.url), Engine(engine.url)]
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def decide(client: Engine) -> None:
+        barrier.wait()
+        try:
+            client.decide(run_id, [{"type": "approve"}])
+            outcomes.append("sent")
+        except ResumeError as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=decide, args=(c,)) for c in clients]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        result = engine.result(run_id, timeout=30)
+    finally:
+        for client in clients:
+            client.close()
+    assert "sent" in outcomes and len(outcomes) == 2, outcomes
+    assert result.status == "interrupted"  # at the next approval, which came in vain
+    continuations = [w.workflow_id for w in engine.client.list_workflows(forked_from=run_id)]
+    assert continuations == [f"{run_id}/resume-1"]
+    starts = [line for line in log.read_text().splitlines() if line.startswith("start ")]
+    assert starts == ["start both-0"]
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_decisions_sent_as_the_wait_times_out_go_on_in_a_continuation(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("race"), agent="gated", decision_timeout=1.5)
+    _wait_for_decisions(engine, run_id, "race-0")
+    seen = engine.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
+    assert engine.result(run_id, timeout=30).status == "interrupted"
+    # the interleaving of a decide that read the wait just before it timed out
+    other = Engine(engine.url)
+    try:
+        other.client.get_event = lambda *_, **__: seen  # type: ignore[method-assign]
+        other.decide(run_id, [{"type": "reject"}])
+    finally:
+        other.close()
+    # the continuation took the rejection and waits on the next call
+    _wait_for_decisions(engine, run_id, "race-1")
+    assert engine.client.list_workflows(forked_from=run_id)[0].workflow_id == f"{run_id}/resume-1"
 
 
 @pytest.mark.parametrize("db", ["sqlite"], indirect=True)

@@ -227,7 +227,8 @@ class Engine:
 
         Options are those of :meth:`Agent.start`, checked here when ``agent`` is
         registered in this process. An interrupted run waits ``decision_timeout``
-        seconds (default: no limit) for :meth:`decide`, then ends ``interrupted``.
+        seconds (default: no limit) for :meth:`decide`, then ends ``interrupted``
+        (and :meth:`decide` resumes it later).
         An id that exists is refused with :class:`RunExistsError`.
         """
         if until_tool is not None and until_tool_success is not None:
@@ -326,57 +327,63 @@ class Engine:
         waiting = self.client.get_event(tip, WAITING_EVENT, timeout_seconds=0)
         if isinstance(waiting, Mapping):
             _check_decisions(waiting.get("interrupt") or {}, decisions)
-            self.client.send(
-                tip,
-                {"segment": waiting.get("segment"), "decisions": [dict(d) for d in decisions]},
-                DECISIONS_TOPIC,
-            )
+            message = {"segment": waiting.get("segment"), "decisions": [dict(d) for d in decisions]}
+            self.client.send(tip, message, DECISIONS_TOPIC)
+            timed_out = self._timed_out(tip)
+            if timed_out is not None:  # the wait ended as they were sent: they go on anew
+                self._fork(run_id, tip, timed_out, message)
             return
         if _state(status) != "interrupted":
             raise ResumeError(
                 f"Run {run_id!r} is not waiting for decisions and did not end interrupted "
                 f"(it is {_state(status)})"
             )
-        self._continue(run_id, status, decisions)
-
-    def _continue(self, run_id: str, status: Any, decisions: Sequence[Mapping[str, Any]]) -> None:
-        """Queue the continuation of a run that ended interrupted, then send it ``decisions``."""
-        tip = status.workflow_id
         ended = _result(tip, status.output)
         data = ended.state.interrupt_data or {}
-        if "hitl_tool_call_ids" not in data:
+        timed_out = self._timed_out(tip)
+        if "hitl_tool_call_ids" not in data or timed_out is None:
             raise ResumeError(
-                f"Run {run_id!r} ended interrupted by {str(data.get('type'))[:60]!r}, not for "
-                "approval; resume its state with agent.resume(state, answer)."
+                f"Run {run_id!r} ended interrupted by {str(data.get('type'))[:60]!r}, not "
+                "waiting for approval; resume its state with agent.resume(state, answer)."
             )
         _check_decisions(data, decisions)
         agent = AGENTS.get(_agent(status.input) or "")
         check_decisions_fit(ended.state.messages, data, agent.middleware if agent else ())
-        # The wait that timed out is the run's last receive: the fork replays every step
-        # before it and receives the decisions there.
-        waits = [
-            step["function_id"]
-            for step in self.client.list_workflow_steps(tip, load_output=False)
-            if step["function_name"] == "DBOS.recv"
-        ]
-        if not waits:
-            raise ResumeError(f"Run {run_id!r} never waited for decisions; it cannot go on")
-        _, number = self._tip(run_id)
+        self._fork(
+            run_id,
+            tip,
+            timed_out,
+            {"segment": len(ended.traces), "decisions": [dict(d) for d in decisions]},
+        )
+
+    def _timed_out(self, workflow_id: str) -> int | None:
+        """The step of the workflow's decision wait that timed out, if one did.
+
+        A receive that got nothing ends its run: only the last one can have.
+        """
+        steps = self.client.list_workflow_steps(workflow_id, load_output=True)
+        waits = [s for s in steps if s["function_name"] == "DBOS.recv"]
+        if waits and waits[-1]["output"] is None and waits[-1]["error"] is None:
+            return waits[-1]["function_id"]
+        return None
+
+    def _fork(self, run_id: str, tip: str, wait: int, message: Mapping[str, Any]) -> None:
+        """Queue the run's next continuation from ``tip``'s timed-out ``wait``, sent ``message``.
+
+        The fork replays every recorded step before the wait and receives there.
+        """
+        number = 0 if tip == run_id else int(tip.rsplit(_CONTINUATION, 1)[1])
         continuation = f"{run_id}{_CONTINUATION}{number + 1}"
         try:
             with SetWorkflowID(continuation):
                 self.client.fork_workflow(
-                    tip, waits[-1], application_version=APP_VERSION, queue_name=self.queue
+                    tip, wait, application_version=APP_VERSION, queue_name=self.queue
                 )
         except (IntegrityError, DBOSWorkflowIDInUseError) as exc:
             raise ResumeError(
-                f"Run {run_id!r} was resumed meanwhile (as {continuation!r}); decide on it again"
+                f"Run {run_id!r} was resumed meanwhile (as {continuation!r}); see its result"
             ) from exc
-        self.client.send(
-            continuation,
-            {"segment": len(ended.traces), "decisions": [dict(d) for d in decisions]},
-            DECISIONS_TOPIC,
-        )
+        self.client.send(continuation, dict(message), DECISIONS_TOPIC)
 
     def waiting(self, run_id: str) -> Mapping[str, Any] | None:
         """The interrupt data a run waits for decisions on, or None."""

@@ -14,7 +14,12 @@ state boundary with reason ``"draining"`` (after a model reply through
 ``should_pause``, after a tool turn by a requested pause). A paused run goes
 on in a new segment, whose first step is never started on a draining worker:
 the run parks there (nothing more is recorded) and the worker hands it back to
-the queue.
+the queue. The model calls a drained segment made count against the next
+one's ``max_runs``.
+
+A run whose wait for decisions timed out ends ``interrupted``; the engine
+resumes it as a DBOS fork of the workflow from that wait, which replays every
+step before it and receives the decisions there.
 """
 
 from __future__ import annotations
