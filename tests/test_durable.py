@@ -25,10 +25,10 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, ToolContext, tool
+from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, ToolContext, ToolOutput, tool
 from agentfsm.durable import Engine, RunExistsError, RunResult
 from agentfsm.durable._workflow import WAITING_EVENT, WORKER
-from agentfsm.providers import ScriptedModel
+from agentfsm.providers import ScriptedModel, call_tool
 from agentfsm.store import ResumeError, RunNotFoundError
 from tests import _durable_agent
 from tests._postgres import binaries, postgres
@@ -60,6 +60,16 @@ def _record_agent(*, gated: bool = False) -> Agent:
     return Agent(model, [_durable_agent.record], middleware=middleware)
 
 
+@tool
+def ask(question: str) -> ToolOutput:
+    """Ask the user (the run stops until they answer)."""
+    return ToolOutput("asked", interrupt={"type": "ask_user", "question": question})
+
+
+def _asking_agent() -> Agent:
+    return Agent(ScriptedModel([call_tool("ask", question="why?")]), [ask])
+
+
 def _assert_paths(result: RunResult) -> None:
     for trace in result.traces:
         assert STANDARD.is_path(trace.states), trace.path
@@ -73,6 +83,7 @@ def engine(db: str) -> Iterator[Engine]:
     engine = Engine(db, polling_interval=0.05)
     engine.register("plain", _record_agent())
     engine.register("gated", _record_agent(gated=True))
+    engine.register("asking", _asking_agent())
     engine.launch(executor_id="in-process")
     try:
         yield engine
@@ -229,6 +240,22 @@ def test_a_run_whose_wait_timed_out_is_resumed_later_from_anywhere(
         "late/resume-2": "late/resume-1",
         "late/resume-3": "late/resume-2",
     }
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_only_a_run_that_waited_for_approval_is_resumed_by_decide(engine: Engine) -> None:
+    asked = engine.result(engine.submit(AgentState.of("x"), agent="asking"), timeout=30)
+    assert asked.status == "interrupted" and [t.path for t in asked.traces] == [
+        "expanding calling interrupt_check executing propagating interrupted"
+    ]
+    with pytest.raises(ResumeError, match=r"interrupted by 'ask_user', not waiting for approval"):
+        engine.decide(asked.run_id, [{"type": "approve"}])
+    gated = engine.submit(AgentState.of("busy"), agent="gated")
+    _wait_for_decisions(engine, gated, "busy-0")
+    engine.decide(gated, [{"type": "approve"}])
+    _wait_for_decisions(engine, gated, "busy-1")
+    assert engine.client.list_workflows(forked_from=gated) == []  # a waiting run needs no fork
+    assert len(engine.runs()) == 2
 
 
 def test_two_processes_resuming_at_once_resume_once(
