@@ -6,12 +6,15 @@ killed with SIGKILL at random points; another worker finishes their runs.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import random
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,10 +25,11 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop
+from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, ToolContext, ToolOutput, tool
 from agentfsm.durable import Engine, RunExistsError, RunResult
-from agentfsm.providers import ScriptedModel
-from agentfsm.store import ResumeError
+from agentfsm.durable._workflow import WAITING_EVENT, WORKER
+from agentfsm.providers import ScriptedModel, call_tool
+from agentfsm.store import ResumeError, RunNotFoundError
 from tests import _durable_agent
 from tests._postgres import binaries, postgres
 
@@ -56,6 +60,16 @@ def _record_agent(*, gated: bool = False) -> Agent:
     return Agent(model, [_durable_agent.record], middleware=middleware)
 
 
+@tool
+def ask(question: str) -> ToolOutput:
+    """Ask the user (the run stops until they answer)."""
+    return ToolOutput("asked", interrupt={"type": "ask_user", "question": question})
+
+
+def _asking_agent() -> Agent:
+    return Agent(ScriptedModel([call_tool("ask", question="why?")]), [ask])
+
+
 def _assert_paths(result: RunResult) -> None:
     for trace in result.traces:
         assert STANDARD.is_path(trace.states), trace.path
@@ -69,6 +83,7 @@ def engine(db: str) -> Iterator[Engine]:
     engine = Engine(db, polling_interval=0.05)
     engine.register("plain", _record_agent())
     engine.register("gated", _record_agent(gated=True))
+    engine.register("asking", _asking_agent())
     engine.launch(executor_id="in-process")
     try:
         yield engine
@@ -149,15 +164,201 @@ def test_an_interrupted_run_waits_for_decisions_sent_from_anywhere(engine: Engin
         engine.decide(run_id, [{"type": "approve"}])
 
 
-def test_a_run_that_gets_no_decision_in_time_ends_interrupted(engine: Engine) -> None:
-    run_id = engine.submit(AgentState.of("late"), agent="gated", decision_timeout=0.3)
-    result = engine.result(run_id, timeout=30)
-    assert result.status == "interrupted"
-    assert result.state.interrupt_data is not None
-    assert result.state.interrupt_data["hitl_tool_call_ids"] == ["late-0"]
-    # resumable later, as any interrupted state
-    resumed = _record_agent(gated=True).resume_sync(result.state, [{"type": "reject"}])
-    assert resumed.status == "interrupted"
+def _decide_elsewhere(url: str, run_id: str, decisions: list[dict[str, Any]]) -> None:
+    """``decide`` from another process."""
+    code = "import json, sys; from agentfsm.durable import Engine; "
+    code += "Engine(sys.argv[1]).decide(sys.argv[2], json.loads(sys.argv[3]))"
+    subprocess.run(
+        [sys.executable, "-c", code, url, run_id, json.dumps(decisions)],
+        cwd=ROOT,
+        check=True,
+        timeout=60,
+    )
+
+
+def test_a_run_whose_wait_timed_out_is_resumed_later_from_anywhere(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
+    run_id = engine.submit(
+        AgentState.of("late"), agent="gated", run_id="late", decision_timeout=0.3
+    )
+    ended = engine.result(run_id, timeout=30)
+    assert ended.status == "interrupted" and engine.waiting(run_id) is None
+    assert [t.path for t in ended.traces] == ["expanding calling interrupt_check interrupted"]
+    other = Engine(engine.url)  # another process's view: a client only
+    try:
+        for wrong, refusal in [
+            ([], r"Decision count \(0\) does not match"),
+            ([{"type": "approve", "tool_call_id": "forged"}], "names tool call 'forged'"),
+            ([{"type": "grant"}], "Decision type 'grant' not allowed"),
+        ]:
+            with pytest.raises(ValueError, match=refusal):
+                other.decide(run_id, wrong)
+        assert [w.workflow_id for w in other.client.list_workflows()] == ["late"]  # nothing queued
+        _decide_elsewhere(engine.url, run_id, [{"type": "approve"}])
+        # each continuation waits in vain for the next approval, and is resumed in turn
+        assert other.result(run_id, timeout=30).status == "interrupted"
+        other.decide(run_id, [{"type": "reject"}])
+        assert other.result(run_id, timeout=30).status == "interrupted"
+        other.decide(run_id, [{"type": "edit", "arguments": {"note": "edited"}}])
+        result = other.result(run_id, timeout=30)
+        with pytest.raises(ResumeError, match=r"did not end interrupted \(it is ok\)"):
+            other.decide(run_id, [{"type": "approve"}])
+        with pytest.raises(RunNotFoundError):
+            other.decide("nobody", [{"type": "approve"}])
+        [record] = other.runs()
+    finally:
+        other.close()
+    assert (record.run_id, record.status, record.agent) == ("late", "ok", "gated")
+    assert result.run_id == "late" and result.status == "ok"
+    again = "propagating until_check deciding expanding calling interrupt_check"
+    assert [t.path for t in result.traces] == [
+        "expanding calling interrupt_check interrupted",
+        f"{again} interrupted",
+        f"{again} interrupted",
+        f"propagating until_check deciding {LOOP} ok",
+    ]
+    _assert_paths(result)
+    texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]
+    assert texts[0].startswith("recorded n0 ")
+    assert texts[1] == "Tool call 'record' was rejected by a human reviewer."
+    assert texts[2].startswith("recorded edited ")
+    assert [m.role for m in result.state.messages] == [
+        "user",
+        *["assistant", "tool"] * 3,
+        "assistant",
+    ]
+    # the approved and the edited call ran once each, the rejected one never
+    starts = [line for line in log.read_text().splitlines() if line.startswith("start ")]
+    assert starts == ["start late-0", "start late-2"]
+    forks = {w.workflow_id: w.forked_from for w in engine.client.list_workflows()}
+    assert forks == {
+        "late": None,
+        "late/resume-1": "late",
+        "late/resume-2": "late/resume-1",
+        "late/resume-3": "late/resume-2",
+    }
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_only_a_run_that_waited_for_approval_is_resumed_by_decide(engine: Engine) -> None:
+    asked = engine.result(engine.submit(AgentState.of("x"), agent="asking"), timeout=30)
+    assert asked.status == "interrupted" and [t.path for t in asked.traces] == [
+        "expanding calling interrupt_check executing propagating interrupted"
+    ]
+    with pytest.raises(ResumeError, match=r"interrupted by 'ask_user', not waiting for approval"):
+        engine.decide(asked.run_id, [{"type": "approve"}])
+    gated = engine.submit(AgentState.of("busy"), agent="gated")
+    _wait_for_decisions(engine, gated, "busy-0")
+    engine.decide(gated, [{"type": "approve"}])
+    _wait_for_decisions(engine, gated, "busy-1")
+    assert engine.client.list_workflows(forked_from=gated) == []  # a waiting run needs no fork
+    assert len(engine.runs()) == 2
+
+
+def test_two_processes_resuming_at_once_resume_once(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
+    run_id = engine.submit(AgentState.of("both"), agent="gated", decision_timeout=0.3)
+    assert engine.result(run_id, timeout=30).status == "interrupted"
+    clients = [Engine(engine.url), Engine(engine.url)]
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def decide(client: Engine) -> None:
+        barrier.wait()
+        try:
+            client.decide(run_id, [{"type": "approve"}])
+            outcomes.append("sent")
+        except ResumeError as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=decide, args=(c,)) for c in clients]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        result = engine.result(run_id, timeout=30)
+    finally:
+        for client in clients:
+            client.close()
+    assert "sent" in outcomes and len(outcomes) == 2, outcomes
+    assert result.status == "interrupted"  # at the next approval, which came in vain
+    continuations = [w.workflow_id for w in engine.client.list_workflows(forked_from=run_id)]
+    assert continuations == [f"{run_id}/resume-1"]
+    starts = [line for line in log.read_text().splitlines() if line.startswith("start ")]
+    assert starts == ["start both-0"]
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_decisions_sent_as_the_wait_times_out_go_on_in_a_continuation(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("race"), agent="gated", decision_timeout=1.5)
+    _wait_for_decisions(engine, run_id, "race-0")
+    seen = engine.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
+    assert engine.result(run_id, timeout=30).status == "interrupted"
+    # the interleaving of a decide that read the wait just before it timed out
+    other = Engine(engine.url)
+    try:
+        other.client.get_event = lambda *_, **__: seen  # type: ignore[method-assign]
+        other.decide(run_id, [{"type": "reject"}])
+    finally:
+        other.close()
+    # the continuation took the rejection and waits on the next call
+    _wait_for_decisions(engine, run_id, "race-1")
+    assert engine.client.list_workflows(forked_from=run_id)[0].workflow_id == f"{run_id}/resume-1"
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_a_drained_run_keeps_its_max_runs_budget(db: str) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    @tool
+    async def record(note: str, context: ToolContext) -> str:
+        """Record a note (the first call waits for the drain)."""
+        entered.set()
+        await asyncio.to_thread(release.wait, 30)
+        return f"recorded {note}"
+
+    agent = Agent(ScriptedModel(_durable_agent.script, model_name="scripted"), [record])
+    first = Engine(db, polling_interval=0.05)
+    first.register("budget", agent)
+    first.launch(executor_id="first")
+    handed: list[str] = []
+    try:
+        run_id = first.submit(AgentState.of("budget"), agent="budget", max_runs=2)
+        assert entered.wait(30)
+        drainer = threading.Thread(target=lambda: handed.extend(first.drain(timeout=30)))
+        drainer.start()
+        while not WORKER.draining:
+            time.sleep(0.005)
+        release.set()  # the tool call in flight finishes on the draining worker
+        drainer.join(60)
+    finally:
+        first.close()
+    assert handed == [run_id]
+    second = Engine(db, polling_interval=0.05)
+    second.register("budget", agent)
+    second.launch(executor_id="second")
+    try:
+        result = second.result(run_id, timeout=30)
+        steps = [s["function_name"] for s in second.client.list_workflow_steps(run_id)]
+    finally:
+        second.close()
+    # two model calls in all: the second segment had one left, not a fresh two
+    assert steps == ["model:scripted", "tool:record"] * 2
+    assert result.ends == ("paused: draining", "error")
+    assert [t.path for t in result.traces] == [
+        "expanding calling interrupt_check executing propagating paused",
+        "propagating until_check deciding expanding calling interrupt_check executing "
+        "propagating until_check deciding error",
+    ]
+    assert result.state.error is not None and result.state.error.type == "exceeded_max_runs"
+    _assert_paths(result)
 
 
 # ---------------------------------------------------------------- worker processes

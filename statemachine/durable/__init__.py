@@ -5,7 +5,9 @@ recorded step whose output is an agentfsm JSON document, and every other state
 is pure and replays. A worker killed mid-run is replaced by another that
 replays the recorded steps (no recorded tool runs twice) and goes on; a worker
 told to drain pauses its runs at their next state boundary with reason
-``"draining"`` and hands them back to the queue.
+``"draining"`` and hands them back to the queue. A run waiting for approval
+takes :meth:`Engine.decide` from any process, and one whose wait timed out
+(it ended ``interrupted``) is resumed by it later.
 
 Install with ``pip install 'agentfsm[dbos]'``::
 

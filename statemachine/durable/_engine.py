@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
-from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer
+from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer, SetWorkflowID
 from dbos._error import DBOSWorkflowIDInUseError
+from sqlalchemy.exc import IntegrityError
 
 from ..agent import Agent
+from ..invariants import check_decisions_fit
 from ..middleware.human_in_the_loop import _check_decisions
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
 from ..state import AgentState
@@ -30,6 +33,8 @@ RunState = Literal[
 ]
 
 _SERIALIZER: Final = DBOSPortableJSONSerializer()
+#: A resumed run goes on in the workflow ``RUN/resume-N``, a DBOS fork of ``RUN/resume-(N-1)``.
+_CONTINUATION: Final = "/resume-"
 
 
 class DurableError(RuntimeError):
@@ -159,20 +164,19 @@ class Engine:
         """
         if self.executor_id is None:
             return []
+        executor = self.executor_id
         WORKER.draining = True
         deadline = time.monotonic() + timeout
         while WORKER.busy() and time.monotonic() < deadline:
             time.sleep(0.01)
-        # Stop dequeuing; a run dequeued meanwhile parks before its first step.
-        for event in getattr(_dbos_instance(), "background_thread_stop_events", ()):
-            event.set()
-        time.sleep(2 * self.polling_interval)
-        while WORKER.busy() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        # Stop dequeuing for good before listing: a run dequeued until now parks before
+        # its first step, and none can be dequeued after the list is made.
+        DBOS.destroy()
+        self.executor_id = None
         handed = self._requeue(
             self.client.list_workflows(
                 status="PENDING",
-                executor_id=self.executor_id,
+                executor_id=executor,
                 name=WORKFLOW,
                 load_input=False,
                 load_output=False,
@@ -223,7 +227,8 @@ class Engine:
 
         Options are those of :meth:`Agent.start`, checked here when ``agent`` is
         registered in this process. An interrupted run waits ``decision_timeout``
-        seconds (default: no limit) for :meth:`decide`, then ends ``interrupted``.
+        seconds (default: no limit) for :meth:`decide`, then ends ``interrupted``
+        (and :meth:`decide` resumes it later).
         An id that exists is refused with :class:`RunExistsError`.
         """
         if until_tool is not None and until_tool_success is not None:
@@ -265,13 +270,30 @@ class Engine:
             ) from exc
         return str(handle.get_workflow_id())
 
-    def _status(self, run_id: str, *, output: bool) -> Any:
+    def _status(self, run_id: str, *, output: bool, follow: bool = True) -> Any:
+        """The DBOS status of the workflow a run is at: its newest continuation, or itself."""
         found = self.client.list_workflows(
-            workflow_ids=[run_id], load_input=False, load_output=output
+            workflow_ids=[run_id], load_input=output, load_output=output
         )
         if not found:
             raise RunNotFoundError(f"No run {run_id!r} in {self.url}")
+        if follow and found[0].was_forked_from:
+            tip, _ = self._tip(run_id)
+            if tip != run_id:
+                return self._status(tip, output=output, follow=False)
         return found[0]
+
+    def _tip(self, run_id: str) -> tuple[str, int]:
+        """The newest continuation of a run and its number (the run itself and 0 when none)."""
+        prefix = f"{run_id}{_CONTINUATION}"
+        numbered = re.compile(re.escape(prefix) + r"([1-9][0-9]*)")
+        forks = self.client.list_workflows(
+            workflow_id_prefix=prefix, name=WORKFLOW, load_input=False, load_output=False
+        )
+        numbers = [
+            int(m.group(1)) for w in forks if (m := numbered.fullmatch(w.workflow_id)) is not None
+        ]
+        return (f"{prefix}{max(numbers)}", max(numbers)) if numbers else (run_id, 0)
 
     def result(self, run_id: str, *, timeout: float | None = None) -> RunResult:
         """The run's result, waiting up to ``timeout`` seconds (None: until it ends)."""
@@ -289,56 +311,115 @@ class Engine:
             time.sleep(self.polling_interval / 2)
 
     def decide(self, run_id: str, decisions: Sequence[Mapping[str, Any]]) -> None:
-        """Answer the approval requests a run waits on, from any process.
+        """Answer the approval requests of a run, from any process.
 
-        Decisions are checked as :meth:`Agent.resume` checks them (ValueError,
-        nothing sent); a run not waiting is a :class:`ResumeError`.
+        A run that waits for them gets them at once. A run whose wait timed out
+        (it ended ``interrupted``) goes on later: its continuation, the DBOS
+        fork ``RUN/resume-N``, is queued; it replays the recorded steps and
+        takes the decisions, and :meth:`result`, :meth:`waiting` and :meth:`runs`
+        follow it under ``run_id``. Decisions are checked as :meth:`Agent.resume`
+        checks them, against the calls pending in the conversation (ValueError,
+        nothing sent or queued); a run that neither waits nor ended interrupted
+        for approval is a :class:`ResumeError`.
         """
-        waiting = self.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
-        if not isinstance(waiting, Mapping):
-            status = self._status(run_id, output=False)
+        status = self._status(run_id, output=True)
+        tip = status.workflow_id
+        waiting = self.client.get_event(tip, WAITING_EVENT, timeout_seconds=0)
+        if isinstance(waiting, Mapping):
+            _check_decisions(waiting.get("interrupt") or {}, decisions)
+            message = {"segment": waiting.get("segment"), "decisions": [dict(d) for d in decisions]}
+            self.client.send(tip, message, DECISIONS_TOPIC)
+            timed_out = self._timed_out(tip)
+            if timed_out is not None:  # the wait ended as they were sent: they go on anew
+                self._fork(run_id, tip, timed_out, message)
+            return
+        if _state(status) != "interrupted":
             raise ResumeError(
-                f"Run {run_id!r} is not waiting for decisions (it is {_state(status)})"
+                f"Run {run_id!r} is not waiting for decisions and did not end interrupted "
+                f"(it is {_state(status)})"
             )
-        _check_decisions(waiting.get("interrupt") or {}, decisions)
-        self.client.send(
+        ended = _result(tip, status.output)
+        data = ended.state.interrupt_data or {}
+        timed_out = self._timed_out(tip)
+        if "hitl_tool_call_ids" not in data or timed_out is None:
+            raise ResumeError(
+                f"Run {run_id!r} ended interrupted by {str(data.get('type'))[:60]!r}, not "
+                "waiting for approval; resume its state with agent.resume(state, answer)."
+            )
+        _check_decisions(data, decisions)
+        agent = AGENTS.get(_agent(status.input) or "")
+        check_decisions_fit(ended.state.messages, data, agent.middleware if agent else ())
+        self._fork(
             run_id,
-            {"segment": waiting.get("segment"), "decisions": [dict(d) for d in decisions]},
-            DECISIONS_TOPIC,
+            tip,
+            timed_out,
+            {"segment": len(ended.traces), "decisions": [dict(d) for d in decisions]},
         )
+
+    def _timed_out(self, workflow_id: str) -> int | None:
+        """The step of the workflow's decision wait that timed out, if one did.
+
+        A receive that got nothing ends its run: only the last one can have.
+        """
+        steps = self.client.list_workflow_steps(workflow_id, load_output=True)
+        waits = [s for s in steps if s["function_name"] == "DBOS.recv"]
+        if waits and waits[-1]["output"] is None and waits[-1]["error"] is None:
+            return waits[-1]["function_id"]
+        return None
+
+    def _fork(self, run_id: str, tip: str, wait: int, message: Mapping[str, Any]) -> None:
+        """Queue the run's next continuation from ``tip``'s timed-out ``wait``, sent ``message``.
+
+        The fork replays every recorded step before the wait and receives there.
+        """
+        number = 0 if tip == run_id else int(tip.rsplit(_CONTINUATION, 1)[1])
+        continuation = f"{run_id}{_CONTINUATION}{number + 1}"
+        try:
+            with SetWorkflowID(continuation):
+                self.client.fork_workflow(
+                    tip, wait, application_version=APP_VERSION, queue_name=self.queue
+                )
+        except (IntegrityError, DBOSWorkflowIDInUseError) as exc:
+            raise ResumeError(
+                f"Run {run_id!r} was resumed meanwhile (as {continuation!r}); see its result"
+            ) from exc
+        self.client.send(continuation, dict(message), DECISIONS_TOPIC)
 
     def waiting(self, run_id: str) -> Mapping[str, Any] | None:
         """The interrupt data a run waits for decisions on, or None."""
-        event = self.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
+        tip = self._status(run_id, output=False).workflow_id
+        event = self.client.get_event(tip, WAITING_EVENT, timeout_seconds=0)
         return event.get("interrupt") if isinstance(event, Mapping) else None
 
     def runs(self, *, limit: int = 100) -> list[RunRecord]:
-        """The newest runs first."""
-        return [
-            RunRecord(
-                w.workflow_id,
-                _state(w),
-                _agent(w.input),
-                w.executor_id,
-                _seconds(w.created_at),
-                _seconds(w.updated_at),
+        """The newest runs first (of the ``limit`` newest workflows), each as it stands now.
+
+        A resumed run is listed once, under its id, as its newest continuation stands.
+        """
+        records = []
+        for w in self.client.list_workflows(
+            name=WORKFLOW, sort_desc=True, limit=limit, load_input=True, load_output=True
+        ):
+            if w.forked_from is not None and _CONTINUATION in w.workflow_id:
+                continue  # listed under the run it continues
+            now = self._status(w.workflow_id, output=True) if w.was_forked_from else w
+            records.append(
+                RunRecord(
+                    w.workflow_id,
+                    _state(now),
+                    _agent(w.input),
+                    now.executor_id,
+                    _seconds(w.created_at),
+                    _seconds(now.updated_at),
+                )
             )
-            for w in self.client.list_workflows(
-                name=WORKFLOW, sort_desc=True, limit=limit, load_input=True, load_output=True
-            )
-        ]
+        return records
 
     def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.close()
-
-
-def _dbos_instance() -> Any:
-    from dbos import _dbos
-
-    return getattr(_dbos, "_dbos_global_instance", None)
 
 
 def _agent(inputs: Any) -> str | None:

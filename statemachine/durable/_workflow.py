@@ -14,7 +14,12 @@ state boundary with reason ``"draining"`` (after a model reply through
 ``should_pause``, after a tool turn by a requested pause). A paused run goes
 on in a new segment, whose first step is never started on a draining worker:
 the run parks there (nothing more is recorded) and the worker hands it back to
-the queue.
+the queue. The model calls a drained segment made count against the next
+one's ``max_runs``.
+
+A run whose wait for decisions timed out ends ``interrupted``; the engine
+resumes it as a DBOS fork of the workflow from that wait, which replays every
+step before it and receives the decisions there.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ import attrs
 from dbos import DBOS
 
 from ..agent import Agent, AgentRun
+from ..chain import LLMChain
 from ..errors import ChainError
 from ..messages import Message, ToolCall, ToolResult
 from ..middleware.human_in_the_loop import _check_decisions
 from ..serialization import FORMAT, _error_in, _error_out, check_format, converter, dump
 from ..state import AgentState
+from ..steps import get_run_count
 from ..store.checkpoint import _execute_options
 from ..tools import Tool, ToolContext
 
@@ -237,6 +244,14 @@ class _StepTool(Tool):
         return {"result": converter.unstructure(result, ToolResult), "draining": WORKER.draining}
 
 
+def _spent(chain: LLMChain, calls: int) -> LLMChain:
+    """The chain with ``calls`` model calls already counted against ``max_runs``."""
+    if not calls:
+        return chain
+    mode_state = dict(chain.custom_context.get("mode_state") or {})
+    return chain.update_custom_context({"mode_state": {**mode_state, "run_count": calls}})
+
+
 def _failed(state: AgentState, kind: str, message: str) -> AgentState:
     return attrs.evolve(state, status="error", error=ChainError(kind, message, retryable=False))
 
@@ -283,6 +298,7 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
     timeout = submission.get("decision_timeout")
     wait = _FOREVER if timeout is None else float(timeout)
     decisions: Sequence[Mapping[str, Any]] | None = submission.get("decisions")
+    spent = 0  # model calls of the execute a drain cut into segments
     try:
         while True:
             await execution.boundary()
@@ -292,10 +308,13 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
                 )
             else:
                 run = execution.agent.start(state, should_pause=execution.should_pause, **options)
+            run.chain = _spent(run.chain, spent)
             state = await execution.drive(run, traces)
             decisions = None
             if state.status == "paused" and state.pause_reason == "draining":
+                spent = get_run_count(run.chain)  # the next segment goes on with what is left
                 continue
+            spent = 0
             if state.status != "interrupted" or not state.interrupt_data:
                 break
             if "hitl_tool_call_ids" not in state.interrupt_data:
