@@ -47,7 +47,7 @@ class WhileNeedsResponse:
     """
 
     async def run(self, chain: LLMChain, opts: Opts = None) -> Terminal:
-        return _terminal(await self._loop(reset_run_count(ensure_mode_state(chain)), opts))
+        return _terminal(await self._loop(reset_run_count(chain), opts))
 
     async def _loop(self, chain: LLMChain, opts: Opts) -> PipelineResult:
         while True:

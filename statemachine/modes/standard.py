@@ -19,7 +19,7 @@ from ..chain import LLMChain
 from ..machine import STANDARD, MachineTable
 from ..results import Terminal
 from ..run import Run
-from ..steps import Step, ensure_mode_state, reset_run_count
+from ..steps import Step, reset_run_count
 from ..trace import Trace
 
 __all__ = ["StandardMode", "StandardOptions", "entry_state"]
@@ -65,7 +65,7 @@ class StandardOptions:
             opts["should_pause"] = opts.pop("should_pause?")
         if "tool_names" in opts and "until_tool" not in opts:
             opts["until_tool"] = opts.pop("tool_names")
-        known = {f.name for f in attrs.fields(cls)}
+        known = _OPTION_NAMES
         unknown = set(opts) - known
         if unknown:
             raise ValueError(f"Unknown option(s) {sorted(unknown)}. Options: {sorted(known)}")
@@ -80,6 +80,9 @@ class StandardOptions:
             "tool_names": list(self.until_tool) or None,
             "require_tool_success": self.require_tool_success,
         }
+
+
+_OPTION_NAMES = frozenset(f.name for f in attrs.fields(StandardOptions))
 
 
 def _situation(chain: LLMChain) -> str:
@@ -137,7 +140,7 @@ class StandardMode:
         """A run over ``chain``, at its entry state, not yet stepped."""
         options = self.options(opts, **kw)
         situation = _situation(chain)
-        chain = reset_run_count(ensure_mode_state(chain))
+        chain = reset_run_count(chain)  # creates mode_state when there is none
         if situation == _PENDING and chain.last_message not in chain.exchanged_messages:
             # The pending reply is this run's to approve and execute.
             assert chain.last_message is not None
