@@ -30,7 +30,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 import attrs
@@ -177,17 +177,45 @@ converter.register_unstructure_hook(ChainError, _error_out)
 converter.register_structure_hook(ChainError, _error_in)
 
 
-#: Compact JSON text (one encoder, built once: ``json.dumps`` with options builds one per call).
-_compact: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_encoder: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def _compact_encoder() -> Callable[[Any], str]:
+    """Compact JSON text of plain data, the C encoder built once (``json.dumps`` with
+    options builds one per call). It does not look for cycles: the callers' data has none
+    or is retried through :func:`_compact_any`'s checked path."""
+    try:
+        # (markers, default, encoder, indent, key/item separators, sort_keys, skipkeys, allow_nan)
+        encode = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+            None,
+            _encoder.default,
+            json.encoder.encode_basestring,
+            None,
+            ":",
+            ",",
+            False,
+            False,
+            True,
+        )
+        probe: Any = {"a": [1, 2.5, None, True, "é\n"]}
+        if "".join(encode(probe, 0)) == _encoder.encode(probe):
+            return lambda value: "".join(encode(value, 0))
+    except Exception:  # no C accelerator, or another signature: the checked encoder
+        pass
+    return _encoder.encode
+
+
+#: Compact JSON text (``separators=(",", ":")``, ``ensure_ascii=False``).
+_compact: Final = _compact_encoder()
 
 
 def _compact_any(value: Mapping[str, Any]) -> str:
     """A mapping of ``Any`` values as compact JSON: plain JSON data as is (the converter
-    would hand it back unchanged), anything else through the converter."""
+    would hand it back unchanged), anything else (or a cycle) through the converter."""
     try:
         return _compact(value)
-    except (TypeError, ValueError):
-        return _compact(converter.unstructure(dict(value)))
+    except (TypeError, ValueError, RecursionError):
+        return _encoder.encode(converter.unstructure(dict(value)))
 
 
 def parse_json(text: str | bytes | bytearray) -> Any:

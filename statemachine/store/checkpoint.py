@@ -336,11 +336,10 @@ class Checkpointer:
     def _pending(self) -> StoreWrite:
         run = self.run
         packer = self._packer
-        steps = len(run.trace.transitions)
-        transitions = tuple(
-            (seq, packer.transition_text(t))
-            for seq, t in enumerate(run.trace.transitions[self._saved : steps], start=self._saved)
-        )
+        trace = run.trace.transitions
+        steps = len(trace)
+        text = packer.transition_text
+        transitions = [(seq, text(trace[seq])) for seq in range(self._saved, steps)]
         result = agent_state = summary = None
         status: RunStatus = "running"
         if run.result is not None:
@@ -354,12 +353,8 @@ class Checkpointer:
                 except Exception:  # an after_model hook's failure is the host's to see
                     agent_state = None
         header = None if self._header is None else _compact(self._header)
-        messages = tuple(
-            enumerate(packer.message_texts(self._messages_saved), self._messages_saved)
-        )
-        contexts = tuple(
-            enumerate(packer.context_texts(self._contexts_saved), self._contexts_saved)
-        )
+        messages = list(enumerate(packer.message_texts(self._messages_saved), self._messages_saved))
+        contexts = list(enumerate(packer.context_texts(self._contexts_saved), self._contexts_saved))
         return StoreWrite(
             segment=self.segment,
             state=run.state,
