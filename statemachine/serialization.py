@@ -321,6 +321,7 @@ class Packer:
         # their chain) and each edge's opening, bounded as a machine's edges are.
         self._chain_text: tuple[LLMChain, str] | None = None
         self._heads: dict[tuple[str, str, str], str] = {}
+        self._texts: list[str] = []
 
     def message(self, message: Message) -> int:
         index = self._message_index.get(id(message))
@@ -439,8 +440,25 @@ class Packer:
         return [converter.unstructure(dict(c)) for c in self.contexts[start:]]
 
     def message_texts(self, start: int = 0) -> list[str]:
-        """:meth:`message_docs` as compact JSON text."""
-        return [_compact(converter.unstructure(m, Message)) for m in self.messages[start:]]
+        """:meth:`message_docs` as compact JSON text, kept for :meth:`agent_state_text`."""
+        texts = [_compact(converter.unstructure(m, Message)) for m in self.messages[start:]]
+        known = self._texts
+        known.extend([""] * (start - len(known)))  # a seeded table's rows: not written here
+        known[start:] = texts
+        return texts
+
+    def agent_state_text(self, state: AgentState) -> str:
+        """``state`` as compact JSON; messages :meth:`message_texts` wrote are not written again."""
+        index, known = self._message_index, self._texts
+        parts = []
+        for message in state.messages:
+            i = index.get(id(message))
+            if i is None or i >= len(known) or not known[i]:
+                return _compact(converter.unstructure(state, AgentState))
+            parts.append(known[i])
+        rest = _compact(converter.unstructure(attrs.evolve(state, messages=()), AgentState))
+        head = '{"messages":[' + ",".join(parts) + "]"
+        return head + ("}" if rest == "{}" else "," + rest[1:]) if parts else rest
 
     def context_texts(self, start: int = 0) -> list[str]:
         """:meth:`context_docs` as compact JSON text."""

@@ -539,6 +539,15 @@ def _edges_of_a_run() -> list[Any]:
     return list(run.trace.transitions)
 
 
+class _Rows:
+    """A store that keeps the last agent state row it was given."""
+
+    agent_state: str | None = None
+
+    def write(self, run_id: str, write: StoreWrite) -> None:
+        self.agent_state = write.agent_state or self.agent_state
+
+
 @attrs.frozen
 class _Where:
     """Detail data json cannot write as is: the converter's path."""
@@ -548,7 +557,7 @@ class _Where:
 
 
 def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
-    from agentfsm.serialization import Packer, _compact
+    from agentfsm.serialization import Packer, _compact, converter
     from agentfsm.trace import Transition
 
     transitions = _edges_of_a_run()
@@ -563,6 +572,21 @@ def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
         assert texts.transition_text(transition) == _compact(docs.transition(transition))
     assert texts.message_texts() == [_compact(d) for d in docs.message_docs()]
     assert texts.context_texts() == [_compact(d) for d in docs.context_docs()]
+
+    agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
+    run = agent.start(AgentState.of("go", topic="sums"))
+    rows = _Rows()
+    checkpointer = checkpoint(run, rows)
+    run.run_sync()
+    state = run.agent_state
+    assert state.messages and state.state
+    whole = _compact(converter.unstructure(state, AgentState))
+    assert checkpointer._packer._texts  # the messages' rows are reused, not written again
+    assert rows.agent_state == whole
+    assert Packer().agent_state_text(state) == whole
+    assert Packer().agent_state_text(AgentState()) == _compact(
+        converter.unstructure(AgentState(), AgentState)
+    )
 
     where = Transition("a", "b", "c", chain, 0.5, {"at": _Where("x.py", 3)})
     assert Packer().transition_text(where) == _compact(Packer().transition(where))

@@ -349,7 +349,7 @@ class Checkpointer:
             if hasattr(type(run), "agent_state"):  # an agent's run maps back to its state
                 try:
                     state = run.agent_state  # type: ignore[attr-defined]
-                    agent_state = _compact(converter.unstructure(state, AgentState))
+                    agent_state = packer.agent_state_text(state)
                 except Exception:  # an after_model hook's failure is the host's to see
                     agent_state = None
         header = None if self._header is None else _compact(self._header)
