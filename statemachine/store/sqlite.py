@@ -169,6 +169,7 @@ class SQLiteStore:
         self._lock = threading.Lock()
         if read_only:
             self._con = _open_read_only(self.path, timeout)
+            self._cursor = self._con.cursor()
             return
         self._con = sqlite3.connect(
             self.path, timeout=timeout, isolation_level=None, check_same_thread=False
@@ -179,6 +180,7 @@ class SQLiteStore:
         except BaseException:
             self._con.close()
             raise
+        self._cursor = self._con.cursor()  # the writes' own: no cursor made per statement
 
     def _open(self) -> None:
         con = self._con
@@ -214,50 +216,52 @@ class SQLiteStore:
             now + self.lease if running else None,
         )
         with self._lock:
-            con = self._con
+            con, cur = self._con, self._cursor
             try:
-                con.execute("BEGIN IMMEDIATE")
+                cur.execute("BEGIN IMMEDIATE")
                 try:
                     # The lease holder's write renews its lease in one statement; a write
                     # that finds another owner (or none, or no run) is checked in full.
                     if (
                         write.create
-                        or con.execute(_RENEW_RUN, (*row, run_id, write.owner)).rowcount != 1
+                        or cur.execute(_RENEW_RUN, (*row, run_id, write.owner)).rowcount != 1
                     ):
-                        self._check_claim(con, run_id, write, now)
-                        con.execute(_UPSERT_RUN, (run_id, now, *row))
-                    self._insert(con, run_id, write)
-                    con.execute("COMMIT")
+                        self._check_claim(cur, run_id, write, now)
+                        cur.execute(_UPSERT_RUN, (run_id, now, *row))
+                    self._insert(cur, run_id, write)
+                    cur.execute("COMMIT")
                 except BaseException:
                     if con.in_transaction:
-                        con.execute("ROLLBACK")
+                        cur.execute("ROLLBACK")
                     raise
             except sqlite3.DatabaseError as exc:
                 raise _store_error(self.path, exc) from exc
 
     @staticmethod
-    def _insert(con: sqlite3.Connection, run_id: str, write: StoreWrite) -> None:
+    def _insert(cur: sqlite3.Cursor, run_id: str, write: StoreWrite) -> None:
         if write.header is not None:
-            con.execute(
+            cur.execute(
                 "INSERT OR REPLACE INTO segments VALUES (?, ?, ?)",
                 (run_id, write.segment, write.header),
             )
-        for table, rows in (("messages", write.messages), ("contexts", write.contexts)):
-            if rows:
-                con.executemany(
-                    f"INSERT OR REPLACE INTO {table} VALUES (?, ?, ?)",
-                    [(run_id, i, doc) for i, doc in rows],
-                )
+        if write.messages:
+            cur.executemany(
+                "INSERT OR REPLACE INTO messages VALUES (?, ?, ?)",
+                [(run_id, i, doc) for i, doc in write.messages],
+            )
+        if write.contexts:
+            cur.executemany(
+                "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
+                [(run_id, i, doc) for i, doc in write.contexts],
+            )
         if write.transitions:
-            con.executemany(
+            cur.executemany(
                 "INSERT OR REPLACE INTO transitions VALUES (?, ?, ?, ?)",
                 [(run_id, write.segment, seq, doc) for seq, doc in write.transitions],
             )
 
-    def _check_claim(
-        self, con: sqlite3.Connection, run_id: str, write: StoreWrite, now: float
-    ) -> None:
-        row = con.execute(
+    def _check_claim(self, cur: sqlite3.Cursor, run_id: str, write: StoreWrite, now: float) -> None:
+        row = cur.execute(
             "SELECT owner, lease_until, steps FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         if row is None:
@@ -269,7 +273,7 @@ class SQLiteStore:
                     "or start with replace=True to overwrite it."
                 )
             for table in _TABLES:
-                con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                cur.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             return
         owner, until, steps = row
         if not write.claim and owner != write.owner and write.steps < steps:
