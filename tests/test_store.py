@@ -600,3 +600,38 @@ def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
         Packer().transition(looped)
     with pytest.raises((ValueError, RecursionError)):
         Packer().transition_text(looped)
+
+
+def test_a_store_whose_transitions_are_without_rowid_still_saves_and_loads(
+    db: Path, log: Path
+) -> None:
+    with sqlite3.connect(db) as con:  # the layout stores were first made with
+        con.execute(
+            "CREATE TABLE transitions (run_id TEXT NOT NULL, segment INTEGER NOT NULL, "
+            "seq INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (run_id, segment, seq)) "
+            "WITHOUT ROWID"
+        )
+    con.close()
+    store = SQLiteStore(db)
+    run = start_run(
+        make_agent(log), AgentState.of(PROMPT), store, run_id="old", should_pause=lambda: True
+    )
+    run.run_sync()
+    resumed = asyncio.run(restore_run(make_agent(log), "old", store))
+    resumed.run_sync()
+    saved = load_run(store, "old", strict=False)
+    assert saved.status == "ok" and len(saved.traces) == 2
+    for trace in saved.traces:
+        assert STANDARD.is_path(trace.states, trace.triggers), trace.path
+    layout = {
+        name: sql
+        for name, sql in store._con.execute("SELECT name, sql FROM sqlite_master")
+        if name in ("transitions", "messages")
+    }
+    assert "WITHOUT ROWID" in layout["transitions"] and "WITHOUT ROWID" in layout["messages"]
+    assert (
+        "WITHOUT ROWID"
+        not in SQLiteStore(db.with_name("new.db"))
+        ._con.execute("SELECT sql FROM sqlite_master WHERE name = 'transitions'")
+        .fetchone()[0]
+    )
