@@ -1,8 +1,11 @@
-"""What durability costs: ms per model call with no store, SQLiteStore, DBOS on SQLite and
-on PostgreSQL (next to the same number of bare DBOS steps), and runs per second with one
-and two workers.
+"""What durability costs: µs per model call with no store and with SQLiteStore (and what the
+store adds), ms per model call of DBOS on SQLite and on PostgreSQL (next to the same number
+of bare DBOS steps), and runs per second with one and two workers.
 
-    pip install -e '.[dbos]' && python benchmarks/durable.py [--quick]
+    pip install -e '.[dbos]' && python benchmarks/durable.py [--quick] [--clock cpu] [--local]
+
+``--clock cpu`` times the local table in this thread's CPU time, steadier on a shared
+machine; ``--local`` stops after it.
 
 The workload is the standard machine on a zero-latency scripted model that asks for one
 trivial tool K times, then answers (K+1 model calls, K tool calls). PostgreSQL is a
@@ -74,24 +77,33 @@ async def _bare(steps: int) -> int:
     return steps
 
 
-def _median_ms_per_call(runs: int, k: int, once: Callable[[int], None]) -> float:
-    times = []
-    for i in range(runs):
-        started = time.perf_counter()
-        once(i)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) / (k + 1) * 1000
-
-
-def bench_local(k: int, runs: int, folder: Path) -> tuple[float, float]:
+def bench_local(
+    k: int, runs: int, folder: Path, clock: Callable[[], float]
+) -> tuple[float, float, float]:
+    """µs per model call with no store, with SQLiteStore, and the store's own share: the
+    median of paired differences, each pair run back to back so both see the same machine."""
     agent = _agent(k)
-    bare = _median_ms_per_call(runs, k, lambda i: agent.execute_sync(AgentState.of("go")))
     store = SQLiteStore(folder / f"store-{k}.db")
 
-    def stored(i: int) -> None:
-        start_run(agent, AgentState.of("go"), store, run_id=f"r{k}-{i}").run_sync()
+    def timed(once: Callable[[], object]) -> float:
+        started = clock()
+        once()
+        return (clock() - started) / (k + 1) * 1e6
 
-    return bare, _median_ms_per_call(runs, k, stored)
+    def bare() -> object:
+        return agent.execute_sync(AgentState.of("go"))
+
+    def stored(i: int) -> Callable[[], object]:
+        return lambda: start_run(agent, AgentState.of("go"), store, run_id=f"r{k}-{i}").run_sync()
+
+    timed(bare), timed(stored(-1))  # warm up
+    pairs = [(timed(bare), timed(stored(i))) for i in range(runs)]
+    store.close()
+    return (
+        statistics.median(b for b, _ in pairs),
+        statistics.median(s for _, s in pairs),
+        statistics.median(s - b for b, s in pairs),
+    )
 
 
 def bench_dbos(url: str, k: int, runs: int) -> tuple[float, float]:
@@ -176,14 +188,19 @@ def bench_workers(url: str, workers: int, runs: int, delay: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--local", action="store_true", help="only the no store / SQLite table")
     args = parser.parse_args()
     reps = 3 if args.quick else 7
+    clock = time.perf_counter if args.clock == "wall" else time.thread_time
     folder = Path(tempfile.mkdtemp(prefix="agentfsm-bench-"))
-    print("| K | no store | SQLiteStore | ms per model call |")
-    print("|---:|---:|---:|---|")
+    print(f"| K | no store | SQLiteStore | store adds | µs per model call ({args.clock}) |")
+    print("|---:|---:|---:|---:|---|")
     for k in (10, 50, 200, 500):
-        bare, stored = bench_local(k, max(2, reps // (1 + k // 100)), folder)
-        print(f"| {k} | {bare:.3f} | {stored:.3f} | |")
+        bare, stored, adds = bench_local(k, max(3, 3 * reps // (1 + k // 100)), folder, clock)
+        print(f"| {k} | {bare:.0f} | {stored:.0f} | {adds:.0f} | |")
+    if args.local:
+        return
     with postgres() as pg_url:
         k = 10
         rows = []

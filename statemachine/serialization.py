@@ -27,9 +27,10 @@ back as lists.
 from __future__ import annotations
 
 import json
+import math
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
 
 import attrs
@@ -176,6 +177,47 @@ converter.register_unstructure_hook(ChainError, _error_out)
 converter.register_structure_hook(ChainError, _error_in)
 
 
+_encoder: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def _compact_encoder() -> Callable[[Any], str]:
+    """Compact JSON text of plain data, the C encoder built once (``json.dumps`` with
+    options builds one per call). It does not look for cycles: the callers' data has none
+    or is retried through :func:`_compact_any`'s checked path."""
+    try:
+        # (markers, default, encoder, indent, key/item separators, sort_keys, skipkeys, allow_nan)
+        encode = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+            None,
+            _encoder.default,
+            json.encoder.encode_basestring,
+            None,
+            ":",
+            ",",
+            False,
+            False,
+            True,
+        )
+        probe: Any = {"a": [1, 2.5, None, True, "é\n"]}
+        if "".join(encode(probe, 0)) == _encoder.encode(probe):
+            return lambda value: "".join(encode(value, 0))
+    except Exception:  # no C accelerator, or another signature: the checked encoder
+        pass
+    return _encoder.encode
+
+
+#: Compact JSON text (``separators=(",", ":")``, ``ensure_ascii=False``).
+_compact: Final = _compact_encoder()
+
+
+def _compact_any(value: Mapping[str, Any]) -> str:
+    """A mapping of ``Any`` values as compact JSON: plain JSON data as is (the converter
+    would hand it back unchanged), anything else (or a cycle) through the converter."""
+    try:
+        return _compact(value)
+    except (TypeError, ValueError, RecursionError):
+        return _encoder.encode(converter.unstructure(dict(value)))
+
+
 def parse_json(text: str | bytes | bytearray) -> Any:
     """JSON text as data; anything but JSON (or JSON nested too deeply) is a FormatError."""
     try:
@@ -275,6 +317,11 @@ class Packer:
         self._context_index = {id(c): i for i, c in enumerate(self.contexts)}
         self._runs: dict[int, tuple[Sequence[Message], Runs]] = {}
         self._grown: dict[int, tuple[list[Message], int, Runs]] = {}
+        # transition_text's parts: the last chain's text (consecutive transitions share
+        # their chain) and each edge's opening, bounded as a machine's edges are.
+        self._chain_text: tuple[LLMChain, str] | None = None
+        self._heads: dict[tuple[str, str, str], str] = {}
+        self._texts: list[str] = []
 
     def message(self, message: Message) -> int:
         index = self._message_index.get(id(message))
@@ -360,14 +407,66 @@ class Packer:
             record["detail"] = converter.unstructure(dict(transition.detail))
         return record
 
+    def transition_text(self, transition: Transition) -> str:
+        """:meth:`transition` as compact JSON text, the same record, written from parts
+        it caches: a chain is written once for the transitions in a row that carry it."""
+        chain = transition.chain
+        cached = self._chain_text
+        if cached is not None and cached[0] is chain:
+            chain_text = cached[1]
+        else:
+            chain_text = _compact(self.chain(chain))
+            self._chain_text = (chain, chain_text)
+        edge = (transition.source, transition.trigger, transition.dest)
+        head = self._heads.get(edge)
+        if head is None:
+            source, trigger, dest = (_compact(name) for name in edge)
+            head = f'{{"source":{source},"trigger":{trigger},"dest":{dest},"chain":'
+            if len(self._heads) < _HEADS_MAX:
+                self._heads[edge] = head
+        text = head + chain_text
+        elapsed = transition.elapsed
+        if elapsed:
+            plain = type(elapsed) is float and math.isfinite(elapsed)
+            text += ',"elapsed":' + (repr(elapsed) if plain else _compact(elapsed))
+        if transition.detail is not None:
+            text += ',"detail":' + _compact_any(transition.detail)
+        return text + "}"
+
     def message_docs(self, start: int = 0) -> list[Any]:
         return [converter.unstructure(m, Message) for m in self.messages[start:]]
 
     def context_docs(self, start: int = 0) -> list[Any]:
         return [converter.unstructure(dict(c)) for c in self.contexts[start:]]
 
+    def message_texts(self, start: int = 0) -> list[str]:
+        """:meth:`message_docs` as compact JSON text, kept for :meth:`agent_state_text`."""
+        texts = [_compact(converter.unstructure(m, Message)) for m in self.messages[start:]]
+        known = self._texts
+        known.extend([""] * (start - len(known)))  # a seeded table's rows: not written here
+        known[start:] = texts
+        return texts
+
+    def agent_state_text(self, state: AgentState) -> str:
+        """``state`` as compact JSON; messages :meth:`message_texts` wrote are not written again."""
+        index, known = self._message_index, self._texts
+        parts = []
+        for message in state.messages:
+            i = index.get(id(message))
+            if i is None or i >= len(known) or not known[i]:
+                return _compact(converter.unstructure(state, AgentState))
+            parts.append(known[i])
+        rest = _compact(converter.unstructure(attrs.evolve(state, messages=()), AgentState))
+        head = '{"messages":[' + ",".join(parts) + "]"
+        return head + ("}" if rest == "{}" else "," + rest[1:]) if parts else rest
+
+    def context_texts(self, start: int = 0) -> list[str]:
+        """:meth:`context_docs` as compact JSON text."""
+        return [_compact_any(c) for c in self.contexts[start:]]
+
 
 _MAX_RETRY_DEFAULT: Final = attrs.fields(LLMChain).max_retry_count.default
+_HEADS_MAX: Final = 256
 
 
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:

@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from agentfsm import (
@@ -510,3 +511,127 @@ def test_a_lease_expires_so_a_holder_that_hangs_blocks_no_one_for_ever(db: Path,
         "checkpoint_failed: RunInUseError"
     )
     assert load_run(store, "hang", strict=False).status == "ok"
+
+
+def test_a_holder_whose_lease_was_taken_over_is_refused_while_the_taker_runs(
+    db: Path, log: Path
+) -> None:
+    store = SQLiteStore(db, lease=0.2)
+    run = start_run(make_agent(log), AgentState.of(PROMPT), store, run_id="taken")
+    run.step_sync()
+    time.sleep(0.3)  # the holder hangs past its lease
+    taker = asyncio.run(restore_run(make_agent(log), "taken", SQLiteStore(db)))
+    run.run_sync()  # the old holder renews nothing: its next write finds another owner
+    assert run.agent_state.pause_reason.startswith("checkpoint_failed: RunInUseError")
+    taker.run_sync()
+    saved = load_run(store, "taken", strict=False)
+    assert saved.status == "ok"
+    whole_path(saved)
+
+
+# ---------------------------------------------------------------- checkpoint rows
+
+
+def _edges_of_a_run() -> list[Any]:
+    agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
+    run = agent.start(AgentState.of("go"))
+    run.run_sync()
+    return list(run.trace.transitions)
+
+
+class _Rows:
+    """A store that keeps the last agent state row it was given."""
+
+    agent_state: str | None = None
+
+    def write(self, run_id: str, write: StoreWrite) -> None:
+        self.agent_state = write.agent_state or self.agent_state
+
+
+@attrs.frozen
+class _Where:
+    """Detail data json cannot write as is: the converter's path."""
+
+    file: str
+    line: int
+
+
+def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
+    from agentfsm.serialization import Packer, _compact, converter
+    from agentfsm.trace import Transition
+
+    transitions = _edges_of_a_run()
+    chain = transitions[-1].chain
+    transitions += [
+        Transition("a", "b", "c", chain, 0.0, {"nested": ("tuple", 1), "n": None}),
+        Transition("a", "b", "c", chain, 2, {"odd": {1: "int key"}}),
+        Transition("a", "b", "c", chain, float("inf"), None),
+    ]
+    texts, docs = Packer(), Packer()
+    for transition in transitions:
+        assert texts.transition_text(transition) == _compact(docs.transition(transition))
+    assert texts.message_texts() == [_compact(d) for d in docs.message_docs()]
+    assert texts.context_texts() == [_compact(d) for d in docs.context_docs()]
+
+    agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
+    run = agent.start(AgentState.of("go", topic="sums"))
+    rows = _Rows()
+    checkpointer = checkpoint(run, rows)
+    run.run_sync()
+    state = run.agent_state
+    assert state.messages and state.state
+    whole = _compact(converter.unstructure(state, AgentState))
+    assert checkpointer._packer._texts  # the messages' rows are reused, not written again
+    assert rows.agent_state == whole
+    assert Packer().agent_state_text(state) == whole
+    assert Packer().agent_state_text(AgentState()) == _compact(
+        converter.unstructure(AgentState(), AgentState)
+    )
+
+    where = Transition("a", "b", "c", chain, 0.5, {"at": _Where("x.py", 3)})
+    assert Packer().transition_text(where) == _compact(Packer().transition(where))
+    assert json.loads(Packer().transition_text(where))["detail"] == {
+        "at": {"file": "x.py", "line": 3}
+    }
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    looped = Transition("a", "b", "c", chain, 0.5, cyclic)
+    with pytest.raises((ValueError, RecursionError)):  # as the converter's path refuses it
+        Packer().transition(looped)
+    with pytest.raises((ValueError, RecursionError)):
+        Packer().transition_text(looped)
+
+
+def test_a_store_whose_transitions_are_without_rowid_still_saves_and_loads(
+    db: Path, log: Path
+) -> None:
+    with sqlite3.connect(db) as con:  # the layout stores were first made with
+        con.execute(
+            "CREATE TABLE transitions (run_id TEXT NOT NULL, segment INTEGER NOT NULL, "
+            "seq INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (run_id, segment, seq)) "
+            "WITHOUT ROWID"
+        )
+    con.close()
+    store = SQLiteStore(db)
+    run = start_run(
+        make_agent(log), AgentState.of(PROMPT), store, run_id="old", should_pause=lambda: True
+    )
+    run.run_sync()
+    resumed = asyncio.run(restore_run(make_agent(log), "old", store))
+    resumed.run_sync()
+    saved = load_run(store, "old", strict=False)
+    assert saved.status == "ok" and len(saved.traces) == 2
+    for trace in saved.traces:
+        assert STANDARD.is_path(trace.states, trace.triggers), trace.path
+    layout = {
+        name: sql
+        for name, sql in store._con.execute("SELECT name, sql FROM sqlite_master")
+        if name in ("transitions", "messages")
+    }
+    assert "WITHOUT ROWID" in layout["transitions"] and "WITHOUT ROWID" in layout["messages"]
+    assert (
+        "WITHOUT ROWID"
+        not in SQLiteStore(db.with_name("new.db"))
+        ._con.execute("SELECT sql FROM sqlite_master WHERE name = 'transitions'")
+        .fetchone()[0]
+    )

@@ -36,7 +36,6 @@ given a taken id with :class:`RunExistsError` (unless ``replace=True``).
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -60,6 +59,7 @@ from ..serialization import (
     Packer,
     UnknownToolError,
     Unpacker,
+    _compact,
     check_format,
     converter,
     parse_json,
@@ -148,10 +148,6 @@ def _saved_options(value: Any) -> dict[str, Any]:
     ):
         raise FormatError(f"Saved options {value!r} are malformed")
     return options
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def load_run(
@@ -340,32 +336,25 @@ class Checkpointer:
     def _pending(self) -> StoreWrite:
         run = self.run
         packer = self._packer
-        steps = len(run.trace.transitions)
-        transitions = tuple(
-            (seq, _json(packer.transition(t)))
-            for seq, t in enumerate(run.trace.transitions[self._saved : steps], start=self._saved)
-        )
+        trace = run.trace.transitions
+        steps = len(trace)
+        text = packer.transition_text
+        transitions = [(seq, text(trace[seq])) for seq in range(self._saved, steps)]
         result = agent_state = summary = None
         status: RunStatus = "running"
         if run.result is not None:
-            result = _json(packer.result(run.result))
+            result = _compact(packer.result(run.result))
             status = _STATUS[type(run.result)]
             summary = _summary(run.result)
             if hasattr(type(run), "agent_state"):  # an agent's run maps back to its state
                 try:
                     state = run.agent_state  # type: ignore[attr-defined]
-                    agent_state = _json(converter.unstructure(state, AgentState))
+                    agent_state = packer.agent_state_text(state)
                 except Exception:  # an after_model hook's failure is the host's to see
                     agent_state = None
-        header = None if self._header is None else _json(self._header)
-        messages = tuple(
-            (i, _json(doc))
-            for i, doc in enumerate(packer.message_docs(self._messages_saved), self._messages_saved)
-        )
-        contexts = tuple(
-            (i, _json(doc))
-            for i, doc in enumerate(packer.context_docs(self._contexts_saved), self._contexts_saved)
-        )
+        header = None if self._header is None else _compact(self._header)
+        messages = list(enumerate(packer.message_texts(self._messages_saved), self._messages_saved))
+        contexts = list(enumerate(packer.context_texts(self._contexts_saved), self._contexts_saved))
         return StoreWrite(
             segment=self.segment,
             state=run.state,
