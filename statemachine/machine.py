@@ -57,9 +57,9 @@ __all__ = [
 
 #: What a state's work gives the run: the result, and a detail for its transition.
 Outcome: TypeAlias = tuple[PipelineResult, Mapping[str, Any] | None]
-#: A state's work, its steps piped: the chain and the run's options in, an outcome out
-#: (directly when no step awaited anything).
-Work: TypeAlias = Callable[[LLMChain, Mapping[str, Any]], Outcome | Awaitable[Outcome]]
+#: A state's work, its steps piped: ``Continue(chain)`` and the run's options in, an
+#: outcome out (directly when no step awaited anything).
+Work: TypeAlias = Callable[[Continue, Mapping[str, Any]], Outcome | Awaitable[Outcome]]
 #: What a state's transition records about its work (``Transition.detail``), from the
 #: chain the state started with and the result its steps gave.
 Detail: TypeAlias = Callable[[LLMChain, PipelineResult], Mapping[str, Any] | None]
@@ -246,26 +246,26 @@ def _pipe(steps: tuple[Step, ...], detail: Detail | None) -> Work:
     first one that returns an awaitable on, the work goes on in one.
     """
 
-    def work(chain: LLMChain, opts: Mapping[str, Any]) -> Outcome | Awaitable[Outcome]:
-        result: Any = Continue(chain)
+    def work(start: Continue, opts: Mapping[str, Any]) -> Outcome | Awaitable[Outcome]:
+        result: Any = start
         rest = iter(steps)
         for step in rest:
             result = step(result, opts)
             if result.__class__ is not Continue:
                 if result.__class__ not in _RESULTS:
-                    return _awaiting(chain, result, step, rest, opts, detail)
+                    return _awaiting(start.chain, result, step, rest, opts, detail)
                 break
-        return result, None if detail is None else detail(chain, result)
+        return result, None if detail is None else detail(start.chain, result)
 
     if len(steps) != 1:
         return work
     (only,) = steps
 
-    def one_step(chain: LLMChain, opts: Mapping[str, Any]) -> Outcome | Awaitable[Outcome]:
-        result: Any = only(Continue(chain), opts)
+    def one_step(start: Continue, opts: Mapping[str, Any]) -> Outcome | Awaitable[Outcome]:
+        result: Any = only(start, opts)
         if result.__class__ not in _RESULTS:
-            return _awaiting(chain, result, only, _NO_STEPS, opts, detail)
-        return result, None if detail is None else detail(chain, result)
+            return _awaiting(start.chain, result, only, _NO_STEPS, opts, detail)
+        return result, None if detail is None else detail(start.chain, result)
 
     return one_step
 

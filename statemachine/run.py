@@ -91,6 +91,7 @@ class Run:
         self._machine = table.machine
         self._cursor = _Cursor()
         self._pause_reason: Any = None
+        self._carried: Continue | None = None
         self._bridge = SyncBridge()
         #: Tokens this run may use (input and output, summed over its model calls);
         #: past it, the run ends in ``exceeded_token_budget``. None: no bound.
@@ -133,13 +134,18 @@ class Run:
         started = time.perf_counter()
         if self._pause_reason is not None:
             reason, self._pause_reason = self._pause_reason, None
-            return self._finish(source, Paused(chain, reason), started, {"requested": True})
+            return self._finish(
+                source, chain, started, (Paused(chain, reason), {"requested": True})
+            )
+        carried = self._carried  # the last state's Continue, when it is still the run's chain
+        if carried is None or carried.chain is not chain:
+            carried = Continue(chain)
         try:
-            outcome = self._work[source](chain, self.opts)
+            outcome = self._work[source](carried, self.opts)
         except Exception as exc:  # a step's bug ends the run, it does not crash the host
-            return self._finish(source, _crashed(source, chain, exc), started, None)
+            return self._finish(source, chain, started, (_crashed(source, chain, exc), None))
         if outcome.__class__ is tuple:
-            return self._close(source, chain, started, outcome)
+            return self._finish(source, chain, started, outcome)
         return self._awaited(source, chain, started, outcome)  # type: ignore[arg-type]
 
     async def _awaited(
@@ -148,17 +154,11 @@ class Run:
         try:
             outcome = await pending
         except asyncio.CancelledError:
-            self._finish(source, Paused(chain, "cancelled"), started, {"cancelled": True})
+            self._finish(source, chain, started, (Paused(chain, "cancelled"), {"cancelled": True}))
             raise
         except Exception as exc:  # a step's bug ends the run, it does not crash the host
-            return self._finish(source, _crashed(source, chain, exc), started, None)
-        return self._close(source, chain, started, outcome)
-
-    def _close(self, source: str, chain: LLMChain, started: float, outcome: Outcome) -> Transition:
-        result, detail = outcome
-        if result.chain.last_message is not chain.last_message:  # a reply, maybe
-            result, detail = self._count_tokens(chain, result, detail)
-        return self._finish(source, result, started, detail)
+            outcome = (_crashed(source, chain, exc), None)
+        return self._finish(source, chain, started, outcome)
 
     def _count_tokens(
         self, before: LLMChain, result: PipelineResult, detail: Mapping[str, Any] | None
@@ -197,13 +197,11 @@ class Run:
             self._counted = len(transitions)
         return self._usage
 
-    def _finish(
-        self,
-        source: str,
-        result: PipelineResult,
-        started: float,
-        detail: Mapping[str, Any] | None,
-    ) -> Transition:
+    def _finish(self, source: str, chain: LLMChain, started: float, outcome: Outcome) -> Transition:
+        """Take the transition the work's ``outcome`` leads to (from ``chain``), and record it."""
+        result, detail = outcome
+        if result.chain.last_message is not chain.last_message:  # a reply, maybe
+            result, detail = self._count_tokens(chain, result, detail)
         way_out = self._exits[source].get(result.__class__)
         if way_out is None:
             raise IllegalTransitionError(
@@ -225,6 +223,7 @@ class Run:
         )
         self.trace.transitions.append(transition)
         self.chain = result.chain
+        self._carried = result if result.__class__ is Continue else None
         if dest in self._terminals:
             terminal = normalize_pause(result)
             assert not isinstance(terminal, Continue)
