@@ -92,6 +92,7 @@ class Run:
         self._cursor = _Cursor()
         self._pause_reason: Any = None
         self._carried: Continue | None = None
+        self._busy = False
         self._bridge = SyncBridge()
         #: Tokens this run may use (input and output, summed over its model calls);
         #: past it, the run ends in ``exceeded_token_budget``. None: no bound.
@@ -111,6 +112,12 @@ class Run:
     @property
     def done(self) -> bool:
         return self.result is not None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a state's work is in flight (a model call or a tool, say); between
+        steps a run is idle, however long its host waits before the next one."""
+        return self._busy
 
     def request_pause(self, reason: Any) -> None:
         """Make the next step pause the run with ``reason`` instead of doing its work."""
@@ -132,6 +139,7 @@ class Run:
         source = self._cursor.state
         chain = self.chain
         started = time.perf_counter()
+        self._busy = True
         if self._pause_reason is not None:
             reason, self._pause_reason = self._pause_reason, None
             return self._finish(
@@ -199,6 +207,7 @@ class Run:
 
     def _finish(self, source: str, chain: LLMChain, started: float, outcome: Outcome) -> Transition:
         """Take the transition the work's ``outcome`` leads to (from ``chain``), and record it."""
+        self._busy = False
         result, detail = outcome
         if result.chain.last_message is not chain.last_message:  # a reply, maybe
             result, detail = self._count_tokens(chain, result, detail)

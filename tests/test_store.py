@@ -28,6 +28,7 @@ from agentfsm import (
     Ok,
     Paused,
     Trace,
+    tool,
 )
 from agentfsm import _runs_cli as runs_cli
 from agentfsm.modes import StandardMode
@@ -635,3 +636,34 @@ def test_a_store_whose_transitions_are_without_rowid_still_saves_and_loads(
         ._con.execute("SELECT sql FROM sqlite_master WHERE name = 'transitions'")
         .fetchone()[0]
     )
+
+
+def test_a_holder_awaiting_a_long_tool_keeps_its_lease(db: Path) -> None:
+    """The lease (0.3 s here) outlives no checkpoint, but a step in flight renews it:
+    a second resumer is refused while the tool runs, and takes over once the holder's
+    host stops stepping."""
+    napped: list[float] = []
+
+    @tool
+    async def nap(seconds: float) -> str:
+        """Sleep."""
+        napped.append(seconds)
+        await asyncio.sleep(seconds)
+        return "rested"
+
+    def agent() -> Agent:
+        return Agent(ScriptedModel([call_tool("nap", seconds=1.2), say("done")]), [nap])
+
+    async def main() -> None:
+        run = start_run(agent(), AgentState.of("rest"), SQLiteStore(db, lease=0.3), run_id="nap")
+        holder = asyncio.create_task(run.run())
+        await asyncio.sleep(0.8)  # the tool naps; the last checkpoint's lease ran out long ago
+        assert run.busy and run.state == "executing"
+        with pytest.raises(RunInUseError, match="one place at a time"):
+            await restore_run(agent(), "nap", SQLiteStore(db, lease=0.3))
+        await holder
+        assert run.agent_state.status == "ok"
+
+    asyncio.run(main())
+    assert napped == [1.2]
+    assert load_run(SQLiteStore(db), "nap", strict=False).status == "ok"

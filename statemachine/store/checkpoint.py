@@ -36,10 +36,13 @@ given a taken id with :class:`RunExistsError` (unless ``replace=True``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -287,6 +290,7 @@ class Checkpointer:
         self._saved = saved
         self._messages_saved, self._contexts_saved = marks
         self._header: dict[str, Any] | None = None
+        self._renewing: asyncio.TimerHandle | None = None
         if new_segment:
             self._header = {
                 "format": FORMAT,
@@ -311,6 +315,37 @@ class Checkpointer:
         # between are pure: a resumed run does them again from the last one written.
         if run.done or self.error is not None or len(run.chain.messages) != self._written:
             self.flush()
+        if self._renewing is None and not run.done:
+            self._keep_lease()
+
+    def _keep_lease(self) -> None:
+        """While a step is in flight (a long tool, a slow model), renew the run's lease
+        every third of it, so no other process takes the run over meanwhile; between
+        steps the lease is left to the writes, so a host that stops stepping lets it
+        lapse. The timer runs on the run's event loop and holds the run weakly: a sync
+        tool without a timeout blocks the loop and renews nothing."""
+        lease = getattr(self.store, "lease", None)
+        if not lease or getattr(self.store, "renew", None) is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        every = lease / 3
+        holder = weakref.ref(self)
+
+        def tick() -> None:
+            checkpointer = holder()
+            if checkpointer is None or checkpointer.run.done:
+                return
+            if checkpointer.run.busy and checkpointer.error is None:
+                with contextlib.suppress(Exception):  # the next write reports a failing store
+                    checkpointer.store.renew(checkpointer.run_id, checkpointer.owner)  # type: ignore[attr-defined]
+            checkpointer._renewing = loop.call_later(every, tick)
+
+        self._renewing = loop.call_later(every, tick)
+
+        self._renewing = loop.call_later(every, tick)
 
     def flush(self) -> bool:
         """Write everything not saved yet; on failure ask the run to pause. True if written."""

@@ -241,6 +241,20 @@ class SQLiteStore:
             except sqlite3.DatabaseError as exc:
                 raise _store_error(self.path, exc) from exc
 
+    def renew(self, run_id: str, owner: str) -> bool:
+        """Extend ``owner``'s lease on a running run by :attr:`lease` seconds from now;
+        False when ``owner`` no longer holds it (it ended, or another process took it)."""
+        with self._lock:
+            try:  # one statement: it commits by itself
+                renewed = self._con.execute(
+                    "UPDATE runs SET lease_until = ? "
+                    "WHERE run_id = ? AND owner = ? AND status = 'running'",
+                    (time.time() + self.lease, run_id, owner),
+                )
+            except sqlite3.DatabaseError as exc:
+                raise _store_error(self.path, exc) from exc
+        return renewed.rowcount == 1
+
     @staticmethod
     def _insert(cur: sqlite3.Cursor, run_id: str, write: StoreWrite) -> None:
         if write.header is not None:
