@@ -169,13 +169,13 @@ class Run:
         return self._finish(source, chain, started, outcome)
 
     def _count_tokens(
-        self, before: LLMChain, result: PipelineResult, detail: Mapping[str, Any] | None
+        self, result: PipelineResult, detail: Mapping[str, Any] | None
     ) -> tuple[PipelineResult, Mapping[str, Any] | None]:
-        """A new reply's usage goes into the step's detail (the trace sums them). A
-        reply that takes the run past its token budget and asks for tools fails the
-        run before they run; a final answer past it is kept."""
+        """A new last message's usage, when it is a reply, goes into the step's detail (the
+        trace sums them). A reply that takes the run past its token budget and asks for
+        tools fails the run before they run; a final answer past it is kept."""
         reply = result.chain.last_message
-        if reply is None or reply is before.last_message or reply.role != "assistant":
+        if reply is None or reply.role != "assistant":
             return result, detail
         usage = Usage.of(reply)
         if usage is None:
@@ -210,7 +210,7 @@ class Run:
         self._busy = False
         result, detail = outcome
         if result.chain.last_message is not chain.last_message:  # a reply, maybe
-            result, detail = self._count_tokens(chain, result, detail)
+            result, detail = self._count_tokens(result, detail)
         way_out = self._exits[source].get(result.__class__)
         if way_out is None:
             raise IllegalTransitionError(

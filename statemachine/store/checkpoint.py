@@ -290,7 +290,7 @@ class Checkpointer:
         self._saved = saved
         self._messages_saved, self._contexts_saved = marks
         self._header: dict[str, Any] | None = None
-        self._renewing: asyncio.TimerHandle | None = None
+        self._lease_kept = False  # the renewal timer was set up (or the store has no lease)
         if new_segment:
             self._header = {
                 "format": FORMAT,
@@ -315,7 +315,8 @@ class Checkpointer:
         # between are pure: a resumed run does them again from the last one written.
         if run.done or self.error is not None or len(run.chain.messages) != self._written:
             self.flush()
-        if self._renewing is None and not run.done:
+        if not self._lease_kept and not run.done:
+            self._lease_kept = True
             self._keep_lease()
 
     def _keep_lease(self) -> None:
@@ -341,11 +342,9 @@ class Checkpointer:
             if checkpointer.run.busy and checkpointer.error is None:
                 with contextlib.suppress(Exception):  # the next write reports a failing store
                     checkpointer.store.renew(checkpointer.run_id, checkpointer.owner)  # type: ignore[attr-defined]
-            checkpointer._renewing = loop.call_later(every, tick)
+            loop.call_later(every, tick)
 
-        self._renewing = loop.call_later(every, tick)
-
-        self._renewing = loop.call_later(every, tick)
+        loop.call_later(every, tick)
 
     def flush(self) -> bool:
         """Write everything not saved yet; on failure ask the run to pause. True if written."""
