@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from agentfsm import LLMChain, Message, ToolOutput, tool
@@ -57,3 +62,83 @@ def texts(chain: LLMChain) -> list[tuple[str, str]]:
         else:
             out.append((m.role, m.text))
     return out
+
+
+# ---------------------------------------------------------------- a store file's saved rows
+
+#: What ``edit_saved`` does to a row: edit its JSON in place, replace its text, or delete it.
+Change = Callable[[Any], None] | str | None
+
+
+def saved_rows(db: str | os.PathLike[str], run_id: str = "r") -> list[tuple[str, int, int, str]]:
+    """Every saved row of a run in a ``SQLiteStore`` file: ``(kind, segment, index, text)``,
+    kind one of ``header`` (its index is the segment), ``transitions``, ``messages`` and
+    ``contexts``."""
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        logged = con.execute(
+            "SELECT segment, doc FROM log WHERE run_id = ? ORDER BY rowid", (run_id,)
+        ).fetchall()
+    rows = []
+    for segment, text in logged:
+        doc = json.loads(text)
+        if "header" in doc:
+            rows.append(("header", segment, segment, doc["header"]))
+        for kind in ("messages", "contexts", "transitions"):
+            rows += [(kind, segment, index, row) for index, row in doc.get(kind, [])]
+    return rows
+
+
+def edit_saved(
+    db: str | os.PathLike[str],
+    kind: str,
+    index: int,
+    change: Change,
+    *,
+    run_id: str = "r",
+    segment: int = 0,
+) -> None:
+    """Change one saved row of a run as anyone who can write the store's file could (see
+    :func:`saved_rows` for the kinds; a transition's ``index`` is its place in ``segment``)."""
+
+    def changed(text: str) -> str | None:
+        if change is None or isinstance(change, str):
+            return change
+        data = json.loads(text)
+        change(data)
+        return json.dumps(data)
+
+    edited = 0
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        for rowid, row_segment, text in con.execute(
+            "SELECT rowid, segment, doc FROM log WHERE run_id = ?", (run_id,)
+        ).fetchall():
+            doc = json.loads(text)
+            if kind == "header":
+                if row_segment != index or "header" not in doc:
+                    continue
+                new = changed(doc.pop("header"))
+                if new is not None:
+                    doc["header"] = new
+            else:
+                if kind == "transitions" and row_segment != segment:
+                    continue
+                pairs = doc.get(kind, [])
+                if not any(i == index for i, _ in pairs):
+                    continue
+                doc[kind] = [
+                    (i, new)
+                    for i, row in pairs
+                    for new in [changed(row) if i == index else row]
+                    if new is not None
+                ]
+            con.execute("UPDATE log SET doc = ? WHERE rowid = ?", (json.dumps(doc), rowid))
+            edited += 1
+        con.commit()
+    assert edited, f"run {run_id!r} has no saved {kind} {index}"
+
+
+def edit_store(db: str | os.PathLike[str], sql: str, *params: Any) -> None:
+    """Run one SQL statement on a store's file, as anyone who can write it could."""
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        con.execute(sql, params)
+        con.commit()

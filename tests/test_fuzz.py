@@ -8,9 +8,10 @@ document or a saved run either loads or raises ``FormatError`` (or
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from agentfsm.providers._model import tool_call
 from agentfsm.serialization import FormatError, UnknownToolError, dumps, loads
 from agentfsm.steps import run_tool_calls
 from agentfsm.store import ResumeError, SQLiteStore, load_run, restore_run, start_run
-from tests.support import add, chain_of, remember
+from tests.support import add, chain_of, edit_saved, edit_store, remember, saved_rows
 
 FUZZ = settings(
     max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -154,41 +155,45 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
-ROWS = [
-    ("messages", "doc", "idx"),
-    ("contexts", "doc", "idx"),
-    ("transitions", "doc", "seq"),
-    ("segments", "header", "segment"),
-    ("runs", "result", None),
-    ("runs", "agent_state", None),
-]
+Edit = Callable[[Path, str], None]
 
 
-@st.composite
-def row_edits(draw: st.DrawFn, db: Path) -> tuple[str, str, str, str]:
-    """An UPDATE of one row of a saved run (the table, the column, the WHERE, the new text)."""
-    table, column, key = draw(st.sampled_from(ROWS))
-    con = sqlite3.connect(db)
-    if key is None:
-        rows = [(None, con.execute(f"SELECT {column} FROM runs").fetchone()[0])]
-    else:
-        rows = con.execute(f"SELECT {key}, {column} FROM {table}").fetchall()
-    con.close()
-    index, original = draw(st.sampled_from(rows))
-    text = draw(st.one_of(texts, mutated(original)))
-    return table, column, "" if key is None else f" WHERE {key} = {index}", text
+def _targets(db: Path) -> list[tuple[str, str, Edit]]:
+    """Every row of the saved run a file's owner could change: (what, its text, the edit)."""
+    targets: list[tuple[str, str, Edit]] = [
+        (kind, text, functools.partial(_edit_saved, kind, segment, index))
+        for kind, segment, index, text in saved_rows(db)
+    ]
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        result, agent_state = con.execute("SELECT result, agent_state FROM runs").fetchone()
+        logged = con.execute("SELECT rowid, doc FROM log").fetchall()
+    targets.append(("result", result, _edit_run("result")))
+    targets.append(("agent_state", agent_state, _edit_run("agent_state")))
+    targets += [("checkpoint", doc, _edit_checkpoint(rowid)) for rowid, doc in logged]
+    return targets
+
+
+def _edit_saved(kind: str, segment: int, index: int, path: Path, text: str) -> None:
+    edit_saved(path, kind, index, text, segment=segment)
+
+
+def _edit_run(column: str) -> Edit:
+    return lambda path, text: edit_store(path, f"UPDATE runs SET {column} = ?", text)
+
+
+def _edit_checkpoint(rowid: int) -> Edit:
+    sql = "UPDATE log SET doc = ? WHERE rowid = ?"
+    return lambda path, text: edit_store(path, sql, text, rowid)
 
 
 @FUZZ
 @given(data=st.data())
 async def test_any_store_row_loads_or_is_a_format_error(saved: Path, data: st.DataObject) -> None:
-    table, column, where, text = data.draw(row_edits(saved))
-    copy = saved.with_name(f"edited-{table}.db")
+    what, original, edit = data.draw(st.sampled_from(_targets(saved)))
+    text = data.draw(st.one_of(texts, mutated(original)))
+    copy = saved.with_name(f"edited-{what}.db")
     copy.write_bytes(saved.read_bytes())
-    con = sqlite3.connect(copy)
-    con.execute(f"UPDATE {table} SET {column} = ?{where}", (text,))
-    con.commit()
-    con.close()
+    edit(copy, text)
     agent = Agent(
         ScriptedModel([say("done")]),
         [add, remember],

@@ -43,7 +43,7 @@ from agentfsm.providers._model import tool_call
 from agentfsm.serialization import loads
 from agentfsm.store import SQLiteStore, load_run, start_run
 from tests.providers.fake_server import FakeServer, Reply
-from tests.support import add, boom, submit
+from tests.support import add, boom, edit_saved, submit
 
 
 @tool(timeout=0.05)
@@ -486,12 +486,8 @@ def _edit(store: Any, *statements: str) -> None:
 
 def _skip_the_approval(tmp: pathlib.Path) -> Any:
     store, agent = _saved_interrupt(tmp)
-    _edit(
-        store,
-        "UPDATE transitions SET doc = json_set(doc, '$.trigger', 'clear', '$.dest', 'executing')"
-        " WHERE seq = 2",
-        "UPDATE runs SET result = NULL",
-    )
+    edit_saved(store.path, "transitions", 2, lambda t: t.update(trigger="clear", dest="executing"))
+    _edit(store, "UPDATE runs SET result = NULL")
     return agent.resume_run_sync("r", store)
 
 
@@ -507,7 +503,7 @@ def _forged_decision(tmp: pathlib.Path) -> Any:
 
 def _made_up_state(tmp: pathlib.Path) -> Any:
     store, _ = _saved_interrupt(tmp)
-    _edit(store, "UPDATE transitions SET doc = json_set(doc, '$.dest', 'owned') WHERE seq = 2")
+    edit_saved(store.path, "transitions", 2, lambda t: t.update(dest="owned"))
     return load_run(store, "r", tools=[gated])
 
 

@@ -17,6 +17,7 @@ from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.serialization import FormatError, loads
 from agentfsm.store import SQLiteStore, load_run, start_run
 from agentfsm.testing import assert_path
+from tests.support import edit_saved, edit_store
 
 DELETED: list[str] = []
 
@@ -49,21 +50,8 @@ def interrupted(tmp_path: Path) -> Path:
     return db
 
 
-def edit_rows(db: Path, sql: str, *params: Any) -> None:
-    con = sqlite3.connect(db)
-    con.execute(sql, params)
-    con.commit()
-    con.close()
-
-
 def edit_transition(db: Path, seq: int, change: Callable[[dict[str, Any]], None]) -> None:
-    con = sqlite3.connect(db)
-    (doc,) = con.execute("SELECT doc FROM transitions WHERE seq = ?", (seq,)).fetchone()
-    record = json.loads(doc)
-    change(record)
-    con.execute("UPDATE transitions SET doc = ? WHERE seq = ?", (json.dumps(record), seq))
-    con.commit()
-    con.close()
+    edit_saved(db, "transitions", seq, change)
 
 
 def forge_clear(record: dict[str, Any]) -> None:
@@ -73,7 +61,7 @@ def forge_clear(record: dict[str, Any]) -> None:
 def test_two_sql_updates_do_not_run_a_gated_tool(interrupted: Path) -> None:
     # The attack: the last transition says the approval check let the call through.
     edit_transition(interrupted, 2, forge_clear)
-    edit_rows(interrupted, "UPDATE runs SET result = NULL")
+    edit_store(interrupted, "UPDATE runs SET result = NULL")
     with SQLiteStore(interrupted) as store:
         state = agent().resume_run_sync("r", store)
         assert DELETED == []
@@ -92,8 +80,8 @@ def test_two_sql_updates_do_not_run_a_gated_tool(interrupted: Path) -> None:
 
 def test_a_forged_run_window_at_interrupt_check_asks_again(interrupted: Path) -> None:
     # Cut the run back to interrupt_check and hide the pending reply from the check.
-    edit_rows(interrupted, "DELETE FROM transitions WHERE seq = 2")
-    edit_rows(interrupted, "UPDATE runs SET result = NULL")
+    edit_saved(interrupted, "transitions", 2, None)
+    edit_store(interrupted, "UPDATE runs SET result = NULL")
     edit_transition(interrupted, 1, lambda r: r["chain"].pop("exchanged"))
     with SQLiteStore(interrupted) as store:
         state = agent().resume_run_sync("r", store)
@@ -101,8 +89,8 @@ def test_a_forged_run_window_at_interrupt_check_asks_again(interrupted: Path) ->
 
 
 def test_a_run_killed_at_interrupt_check_restores_in_place(interrupted: Path) -> None:
-    edit_rows(interrupted, "DELETE FROM transitions WHERE seq = 2")
-    edit_rows(interrupted, "UPDATE runs SET result = NULL")
+    edit_saved(interrupted, "transitions", 2, None)
+    edit_store(interrupted, "UPDATE runs SET result = NULL")
     with SQLiteStore(interrupted) as store:
         assert agent().resume_run_sync("r", store).status == "interrupted"
         saved = load_run(store, "r", tools=[delete])
@@ -123,30 +111,47 @@ def test_approval_added_after_a_crash_at_executing_is_asked(tmp_path: Path) -> N
     assert DELETED == []
 
 
+def _set(key: str, value: str) -> Callable[[dict[str, Any]], None]:
+    return lambda record: record.update({key: value})
+
+
 @pytest.mark.parametrize(
-    ("sql", "message"),
+    ("edit", "message"),
     [
-        (
-            "UPDATE segments SET header = json_set(header, '$.machine', 'evil')",
+        pytest.param(
+            lambda db: edit_saved(db, "header", 0, _set("machine", "evil")),
             "No machine named 'evil'",
+            id="machine",
         ),
-        ("UPDATE segments SET header = json_set(header, '$.entry', 'executing')", "not an entry"),
-        (
-            "UPDATE transitions SET doc = json_set(doc, '$.dest', 'owned') WHERE seq = 2",
+        pytest.param(
+            lambda db: edit_saved(db, "header", 0, _set("entry", "executing")),
+            "not an entry",
+            id="entry",
+        ),
+        pytest.param(
+            lambda db: edit_saved(db, "transitions", 2, _set("dest", "owned")),
             "is not a move of the standard machine",
+            id="dest",
         ),
-        (
-            "UPDATE transitions SET doc = json_set(doc, '$.trigger', 'sudo') WHERE seq = 1",
+        pytest.param(
+            lambda db: edit_saved(db, "transitions", 1, _set("trigger", "sudo")),
             "is not a move of the standard machine",
+            id="trigger",
         ),
-        ("DELETE FROM transitions WHERE seq = 1", "is not a move"),
-        ("UPDATE runs SET result = NULL", "stops at 'interrupted' but has no result"),
+        pytest.param(
+            lambda db: edit_saved(db, "transitions", 1, None), "is not a move", id="deleted"
+        ),
+        pytest.param(
+            lambda db: edit_store(db, "UPDATE runs SET result = NULL"),
+            "stops at 'interrupted' but has no result",
+            id="result",
+        ),
     ],
 )
 def test_a_made_up_machine_state_or_path_is_refused(
-    interrupted: Path, sql: str, message: str
+    interrupted: Path, edit: Callable[[Path], None], message: str
 ) -> None:
-    edit_rows(interrupted, sql)
+    edit(interrupted)
     refused = (FormatError, UnknownMachineError)  # a machine not declared here is its own case
     with SQLiteStore(interrupted) as store, pytest.raises(refused, match=message):
         agent().resume_run_sync("r", store, [{"type": "approve"}])
@@ -218,7 +223,7 @@ def test_deeply_nested_json_is_a_format_error() -> None:
 
 
 def test_a_deeply_nested_store_row_is_a_format_error(interrupted: Path) -> None:
-    edit_rows(interrupted, "UPDATE messages SET doc = ? WHERE idx = 0", DEEP)
+    edit_saved(interrupted, "messages", 0, DEEP)
     with SQLiteStore(interrupted) as store, pytest.raises(FormatError, match="nested too deeply"):
         load_run(store, "r", tools=[delete])
 

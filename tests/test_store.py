@@ -50,7 +50,7 @@ from agentfsm.store import (
     start_run,
 )
 from tests._crash_worker import PROMPT, make_agent
-from tests.support import add
+from tests.support import add, saved_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -226,8 +226,8 @@ def test_an_interrupted_run_resumes_with_decisions(db: Path, log: Path) -> None:
     assert saved.steps == sum(len(t) for t in saved.traces)
     assert store.runs()[0].steps == saved.steps
     whole_path(saved)
-    rows = sqlite3.connect(db).execute("SELECT count(*) FROM messages").fetchone()[0]
-    assert rows == len(saved.chain.messages)  # resumed segments reuse the saved message rows
+    rows = [index for kind, _, index, _ in saved_rows(db, "hitl") if kind == "messages"]
+    assert rows == list(range(len(saved.chain.messages)))  # each message saved once
 
 
 def test_runs_that_are_over_or_missing_are_not_resumed(db: Path, log: Path) -> None:
@@ -603,39 +603,32 @@ def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
         Packer().transition_text(looped)
 
 
-def test_a_store_whose_transitions_are_without_rowid_still_saves_and_loads(
-    db: Path, log: Path
-) -> None:
-    with sqlite3.connect(db) as con:  # the layout stores were first made with
-        con.execute(
-            "CREATE TABLE transitions (run_id TEXT NOT NULL, segment INTEGER NOT NULL, "
-            "seq INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (run_id, segment, seq)) "
-            "WITHOUT ROWID"
-        )
+def test_a_store_made_before_the_log_loads_and_its_runs_go_on(db: Path, log: Path) -> None:
+    # A run paused after its first reply, saved in a table per kind of row.
+    with sqlite3.connect(db) as con:
+        con.executescript((ROOT / "tests" / "golden" / "store-tables.sql").read_text())
     con.close()
     store = SQLiteStore(db)
-    run = start_run(
-        make_agent(log), AgentState.of(PROMPT), store, run_id="old", should_pause=lambda: True
-    )
-    run.run_sync()
+    saved = load_run(store, "old", strict=False)
+    assert (saved.status, saved.state, saved.steps) == ("paused", "paused", 2)
+    assert [m.role for m in saved.chain.messages] == ["user", "assistant"]
     resumed = asyncio.run(restore_run(make_agent(log), "old", store))
     resumed.run_sync()
     saved = load_run(store, "old", strict=False)
-    assert saved.status == "ok" and len(saved.traces) == 2
-    for trace in saved.traces:
-        assert STANDARD.is_path(trace.states, trace.triggers), trace.path
-    layout = {
-        name: sql
-        for name, sql in store._con.execute("SELECT name, sql FROM sqlite_master")
-        if name in ("transitions", "messages")
-    }
-    assert "WITHOUT ROWID" in layout["transitions"] and "WITHOUT ROWID" in layout["messages"]
-    assert (
-        "WITHOUT ROWID"
-        not in SQLiteStore(db.with_name("new.db"))
-        ._con.execute("SELECT sql FROM sqlite_master WHERE name = 'transitions'")
-        .fetchone()[0]
-    )
+    assert saved.status == "ok"
+    assert [t.entry for t in saved.traces] == ["expanding", "interrupt_check"]
+    whole_path(saved)
+    (info,) = store.runs()
+    assert (info.status, info.state, info.steps, info.segments) == ("ok", "ok", saved.steps, 2)
+    assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
+    store.delete("old")
+    with sqlite3.connect(db) as con:
+        left = [
+            con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("segments", "messages", "contexts", "transitions", "log", "runs")
+        ]
+    con.close()
+    assert left == [0] * 6
 
 
 def test_a_holder_awaiting_a_long_tool_keeps_its_lease(db: Path) -> None:

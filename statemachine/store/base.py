@@ -80,7 +80,7 @@ class StoreWrite:
     agent_state: str | None = None
     #: One line for listings: the pause reason, the error, the interrupt...
     summary: str | None = None
-    #: Who writes: a running run's writer holds a lease on it, renewed by each write,
+    #: Who writes: a running run's writer holds a lease on it, renewed by its writes,
     #: given up by the write that ends it. A write by another owner in the meantime
     #: is refused with :class:`RunInUseError`.
     owner: str | None = None

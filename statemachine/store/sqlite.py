@@ -1,9 +1,9 @@
 """SQLiteStore: runs in one SQLite file (stdlib ``sqlite3``, WAL), the embedded store.
 
 ``synchronous="NORMAL"`` survives a killed process; ``"FULL"`` also a power cut.
-A running run's writer holds a lease on it (renewed by every checkpoint, given
-up when the run ends), so a second process resuming the same run is refused
-until the run ends or the lease expires (the holder died).
+A running run's writer holds a lease on it (renewed by a checkpoint once half of
+it is spent, given up when the run ends), so a second process resuming the same
+run is refused until the run ends or the lease expires (the holder died).
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
-from typing import Final, Literal
+from typing import Any, Final, Literal, TypeGuard
 
-from ..serialization import FORMAT, FormatError, check_format
+from ..serialization import FORMAT, FormatError, _compact, check_format, parse_json
 from .base import (
     RunExistsError,
     RunInfo,
     RunInUseError,
     RunNotFoundError,
+    RunStatus,
     StoredRun,
     StoreError,
     StoreWrite,
@@ -47,27 +48,22 @@ CREATE TABLE IF NOT EXISTS runs (
     owner TEXT,
     lease_until REAL
 );
-CREATE TABLE IF NOT EXISTS segments (
-    run_id TEXT NOT NULL, segment INTEGER NOT NULL, header TEXT NOT NULL,
-    PRIMARY KEY (run_id, segment)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS messages (
-    run_id TEXT NOT NULL, idx INTEGER NOT NULL, doc TEXT NOT NULL,
-    PRIMARY KEY (run_id, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS contexts (
-    run_id TEXT NOT NULL, idx INTEGER NOT NULL, doc TEXT NOT NULL,
-    PRIMARY KEY (run_id, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS transitions (
-    run_id TEXT NOT NULL, segment INTEGER NOT NULL, seq INTEGER NOT NULL, doc TEXT NOT NULL,
-    PRIMARY KEY (run_id, segment, seq)
+CREATE TABLE IF NOT EXISTS log (
+    run_id TEXT NOT NULL, segment INTEGER NOT NULL, steps INTEGER NOT NULL,
+    state TEXT NOT NULL, updated REAL NOT NULL, doc TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS log_run ON log (run_id);
 """
-# transitions is a rowid table (stores made before keep theirs WITHOUT ROWID; both read and
-# write alike): its rows, most of a checkpoint's bytes, are appended at the end of the rowid
-# b-tree, which grows by a fresh page, where a WITHOUT ROWID b-tree rebalances three leaves.
-# A checkpoint writes a seventh fewer WAL frames.
+# A checkpoint is one row of ``log``: every row it adds, as one JSON document. SQLite's
+# cost per commit is its pages (each a WAL frame and two writes): a row appended to one
+# table and one index entry is two pages, where a table per kind of row was five. The
+# ``runs`` row is written when the run starts, ends, changes hands or its lease is half
+# spent; listings read a running run's state and steps from its newest log row.
+#
+# Stores made before the log keep their tables (segments, messages, contexts,
+# transitions): their rows are read first, the log's after, and new rows go to the log.
+
+_LEGACY_TABLES: Final = ("segments", "messages", "contexts", "transitions")
 
 _UPSERT_RUN: Final = """
 INSERT INTO runs (run_id, created, status, state, segments, steps, summary, updated,
@@ -86,7 +82,23 @@ UPDATE runs SET status = ?, state = ?, segments = ?, steps = ?, summary = ?, upd
 WHERE run_id = ? AND owner = ?
 """
 
-_TABLES: Final = ("runs", "segments", "messages", "contexts", "transitions")
+_HOLDER: Final = "SELECT owner, lease_until FROM runs WHERE run_id = ? AND status = 'running'"
+
+_APPEND: Final = "INSERT INTO log VALUES (?, ?, ?, ?, ?, ?)"
+
+# A run's state, steps and time are its newest checkpoint's (the runs row may be older).
+_LIST: Final = """
+SELECT r.run_id, r.status, coalesce(l.state, r.state), coalesce(l.steps, r.steps),
+       max(r.segments, coalesce(l.segment + 1, 0)), r.summary, r.created,
+       max(r.updated, coalesce(l.updated, 0)) AS last
+FROM runs AS r LEFT JOIN log AS l
+    ON l.rowid = (SELECT max(rowid) FROM log WHERE run_id = r.run_id)
+ORDER BY last DESC, r.run_id
+"""
+_LIST_LEGACY: Final = (
+    "SELECT run_id, status, state, steps, segments, summary, created, updated FROM runs "
+    "ORDER BY updated DESC, run_id"
+)
 
 
 def _alive(owner: str) -> bool:
@@ -147,10 +159,114 @@ def _open_read_only(path: str, timeout: float) -> sqlite3.Connection:
     return con
 
 
+def _tables(con: sqlite3.Connection) -> tuple[str, ...]:
+    """The tables that hold runs' rows in this file: the log, and those made before it."""
+    names = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    return tuple(table for table in ("log", *_LEGACY_TABLES) if table in names)
+
+
+def _checkpoint_doc(write: StoreWrite) -> str:
+    """A checkpoint's new rows as one JSON document; each row's text is kept as a string."""
+    doc: dict[str, Any] = {}
+    if write.header is not None:
+        doc["header"] = write.header
+    if write.messages:
+        doc["messages"] = write.messages
+    if write.contexts:
+        doc["contexts"] = write.contexts
+    if write.transitions:
+        doc["transitions"] = write.transitions
+    return _compact(doc)
+
+
+class _Rows:
+    """A run's rows gathered from its checkpoints, a later row replacing an earlier one of
+    the same place (a write retried after a failure writes its rows again)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.headers: dict[int, str] = {}
+        self.transitions: dict[int, dict[int, str]] = {}
+        self.messages: dict[int, str] = {}
+        self.contexts: dict[int, str] = {}
+
+    def damaged(self, what: str) -> FormatError:
+        return FormatError(f"Run {self.run_id!r} {what}: the store is damaged")
+
+    def legacy(self, con: sqlite3.Connection) -> None:
+        """The rows of a store made before the log."""
+        key = (self.run_id,)
+        for segment, header in con.execute(
+            "SELECT segment, header FROM segments WHERE run_id=?", key
+        ):
+            self.headers[segment] = header
+        for segment, seq, doc in con.execute(
+            "SELECT segment, seq, doc FROM transitions WHERE run_id = ?", key
+        ):
+            self.transitions.setdefault(segment, {})[seq] = doc
+        self.messages.update(con.execute("SELECT idx, doc FROM messages WHERE run_id = ?", key))
+        self.contexts.update(con.execute("SELECT idx, doc FROM contexts WHERE run_id = ?", key))
+
+    def add(self, segment: object, text: object) -> None:
+        """One checkpoint's document (untrusted: a file may have been edited)."""
+        doc = parse_json(text) if isinstance(text, str) else None
+        if not isinstance(doc, dict) or not _is_index(segment):
+            raise self.damaged("has a checkpoint that is not one")
+        header = doc.get("header")
+        if header is not None:
+            if not isinstance(header, str):
+                raise self.damaged("has a segment header that is not text")
+            self.headers[segment] = header
+        self.messages.update(self._pairs(doc, "messages"))
+        self.contexts.update(self._pairs(doc, "contexts"))
+        self.transitions.setdefault(segment, {}).update(self._pairs(doc, "transitions"))
+
+    def _pairs(self, doc: dict[str, Any], kind: str) -> list[tuple[int, str]]:
+        pairs = doc.get(kind, [])
+        if not isinstance(pairs, list) or not all(
+            isinstance(p, list) and len(p) == 2 and _is_index(p[0]) and isinstance(p[1], str)
+            for p in pairs
+        ):
+            raise self.damaged(f"has {kind} that are not (index, text) pairs")
+        return [(i, text) for i, text in pairs]
+
+    def stored(
+        self, status: RunStatus, state: str, result: str | None, agent_state: str | None
+    ) -> StoredRun:
+        segments = len(self.headers)
+        if sorted(self.headers) != list(range(segments)) or not set(self.transitions) <= set(
+            self.headers
+        ):
+            raise self.damaged("has segments without their header")
+        return StoredRun(
+            self.run_id,
+            status,
+            state,
+            tuple(self.headers[n] for n in range(segments)),
+            tuple(
+                tuple(doc for _, doc in sorted(self.transitions.get(n, {}).items()))
+                for n in range(segments)
+            ),
+            self._table("messages", self.messages),
+            self._table("contexts", self.contexts),
+            result,
+            agent_state,
+        )
+
+    def _table(self, kind: str, rows: dict[int, str]) -> tuple[str, ...]:
+        if sorted(rows) != list(range(len(rows))):
+            raise FormatError(f"The {kind} of run {self.run_id!r} have gaps: the store is damaged")
+        return tuple(rows[i] for i in range(len(rows)))
+
+
+def _is_index(value: object) -> TypeGuard[int]:
+    return type(value) is int and value >= 0
+
+
 class SQLiteStore:
     """Runs in one SQLite file (WAL mode): the embedded default :class:`Store`.
 
-    A checkpoint is one short transaction of a few inserts. ``synchronous``
+    A checkpoint is one short transaction that appends one row. ``synchronous``
     trades durability for speed: ``"NORMAL"`` (default) loses nothing when the
     process is killed, ``"FULL"`` nothing on a power cut either. ``read_only``
     opens an existing store for reading and never writes to the file (a file
@@ -168,19 +284,20 @@ class SQLiteStore:
     ) -> None:
         self.path = os.fspath(path)
         self._synchronous = synchronous
-        #: Seconds a running run stays claimed after its last checkpoint.
+        #: Seconds a running run stays claimed after its writer last renewed it.
         self.lease = lease
         self._lock = threading.Lock()
         if read_only:
             self._con = _open_read_only(self.path, timeout)
-            self._cursor = self._con.cursor()
-            return
-        self._con = sqlite3.connect(
-            self.path, timeout=timeout, isolation_level=None, check_same_thread=False
-        )
+        else:
+            self._con = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
         try:
             with _guard(self.path):
-                self._open()
+                if not read_only:
+                    self._open()
+                self._tables = _tables(self._con)
         except BaseException:
             self._con.close()
             raise
@@ -206,6 +323,44 @@ class SQLiteStore:
 
     def write(self, run_id: str, write: StoreWrite) -> None:
         now = time.time()
+        doc = _checkpoint_doc(write)
+        with self._lock:
+            con, cur = self._con, self._cursor
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    if (
+                        write.create
+                        or write.status != "running"
+                        or not self._holds(cur, run_id, write.owner, now)
+                    ):
+                        self._write_run(cur, run_id, write, now)
+                    cur.execute(
+                        _APPEND, (run_id, write.segment, write.steps, write.state, now, doc)
+                    )
+                    cur.execute("COMMIT")
+                except BaseException:
+                    if con.in_transaction:
+                        cur.execute("ROLLBACK")
+                    raise
+            except sqlite3.DatabaseError as exc:
+                raise _store_error(self.path, exc) from exc
+
+    def _holds(self, cur: sqlite3.Cursor, run_id: str, owner: str | None, now: float) -> bool:
+        """Whether ``owner`` holds the running run with more than half its lease left: its
+        checkpoint then leaves the run's row as it is."""
+        row = cur.execute(_HOLDER, (run_id,)).fetchone()
+        return (
+            owner is not None
+            and row is not None
+            and row[0] == owner
+            and row[1] is not None
+            and row[1] - now > self.lease / 2
+        )
+
+    def _write_run(self, cur: sqlite3.Cursor, run_id: str, write: StoreWrite, now: float) -> None:
+        """The run's row: its holder renews its lease in one statement; a write that finds
+        another owner (or none, or no run) is checked in full."""
         running = write.status == "running"
         row = (
             write.status,
@@ -219,27 +374,9 @@ class SQLiteStore:
             write.owner if running else None,
             now + self.lease if running else None,
         )
-        with self._lock:
-            con, cur = self._con, self._cursor
-            try:
-                cur.execute("BEGIN IMMEDIATE")
-                try:
-                    # The lease holder's write renews its lease in one statement; a write
-                    # that finds another owner (or none, or no run) is checked in full.
-                    if (
-                        write.create
-                        or cur.execute(_RENEW_RUN, (*row, run_id, write.owner)).rowcount != 1
-                    ):
-                        self._check_claim(cur, run_id, write, now)
-                        cur.execute(_UPSERT_RUN, (run_id, now, *row))
-                    self._insert(cur, run_id, write)
-                    cur.execute("COMMIT")
-                except BaseException:
-                    if con.in_transaction:
-                        cur.execute("ROLLBACK")
-                    raise
-            except sqlite3.DatabaseError as exc:
-                raise _store_error(self.path, exc) from exc
+        if write.create or cur.execute(_RENEW_RUN, (*row, run_id, write.owner)).rowcount != 1:
+            self._check_claim(cur, run_id, write, now)
+            cur.execute(_UPSERT_RUN, (run_id, now, *row))
 
     def renew(self, run_id: str, owner: str) -> bool:
         """Extend ``owner``'s lease on a running run by :attr:`lease` seconds from now;
@@ -255,32 +392,11 @@ class SQLiteStore:
                 raise _store_error(self.path, exc) from exc
         return renewed.rowcount == 1
 
-    @staticmethod
-    def _insert(cur: sqlite3.Cursor, run_id: str, write: StoreWrite) -> None:
-        if write.header is not None:
-            cur.execute(
-                "INSERT OR REPLACE INTO segments VALUES (?, ?, ?)",
-                (run_id, write.segment, write.header),
-            )
-        if write.messages:
-            cur.executemany(
-                "INSERT OR REPLACE INTO messages VALUES (?, ?, ?)",
-                [(run_id, i, doc) for i, doc in write.messages],
-            )
-        if write.contexts:
-            cur.executemany(
-                "INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
-                [(run_id, i, doc) for i, doc in write.contexts],
-            )
-        if write.transitions:
-            cur.executemany(
-                "INSERT OR REPLACE INTO transitions VALUES (?, ?, ?, ?)",
-                [(run_id, write.segment, seq, doc) for seq, doc in write.transitions],
-            )
-
     def _check_claim(self, cur: sqlite3.Cursor, run_id: str, write: StoreWrite, now: float) -> None:
         row = cur.execute(
-            "SELECT owner, lease_until, steps FROM runs WHERE run_id = ?", (run_id,)
+            "SELECT owner, lease_until, max(steps, coalesce("
+            "(SELECT max(steps) FROM log WHERE run_id = ?1), 0)) FROM runs WHERE run_id = ?1",
+            (run_id,),
         ).fetchone()
         if row is None:
             return
@@ -290,8 +406,7 @@ class SQLiteStore:
                     f"A run {run_id!r} exists in {self.path}; pick another id, resume it, "
                     "or start with replace=True to overwrite it."
                 )
-            for table in _TABLES:
-                cur.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            self._forget(cur, run_id)
             return
         owner, until, steps = row
         if not write.claim and owner != write.owner and write.steps < steps:
@@ -308,61 +423,40 @@ class SQLiteStore:
         ):
             raise RunInUseError(
                 f"Run {run_id!r} is being run by another process (its lease holds for "
-                f"{until - now:.0f}s more, renewed at each checkpoint); resume it from one "
+                f"{until - now:.0f}s more, renewed while it runs); resume it from one "
                 "place at a time. If that process died, resume after the lease expires."
             )
+
+    def _forget(self, cur: sqlite3.Cursor, run_id: str) -> None:
+        for table in ("runs", *self._tables):
+            cur.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
     def read(self, run_id: str) -> StoredRun:
         with self._lock, _guard(self.path):
             con = self._con
             row = con.execute(
-                "SELECT status, state, segments, result, agent_state FROM runs WHERE run_id = ?",
+                "SELECT status, state, result, agent_state FROM runs WHERE run_id = ?",
                 (run_id,),
             ).fetchone()
             if row is None:
                 raise RunNotFoundError(f"No run {run_id!r} in {self.path}")
-            status, state, segments, result, agent_state = row
-            headers = [
-                h
-                for (h,) in con.execute(
-                    "SELECT header FROM segments WHERE run_id = ? ORDER BY segment", (run_id,)
-                )
-            ]
-            by_segment: list[list[str]] = [[] for _ in range(segments)]
-            for segment, doc in con.execute(
-                "SELECT segment, doc FROM transitions WHERE run_id = ? ORDER BY segment, seq",
-                (run_id,),
-            ):
-                by_segment[segment].append(doc)
-            messages = self._table(con, "messages", run_id)
-            contexts = self._table(con, "contexts", run_id)
-        return StoredRun(
-            run_id,
-            status,
-            state,
-            tuple(headers),
-            tuple(tuple(t) for t in by_segment),
-            messages,
-            contexts,
-            result,
-            agent_state,
-        )
-
-    @staticmethod
-    def _table(con: sqlite3.Connection, table: str, run_id: str) -> tuple[str, ...]:
-        rows = con.execute(
-            f"SELECT idx, doc FROM {table} WHERE run_id = ? ORDER BY idx", (run_id,)
-        ).fetchall()
-        if any(i != n for n, (i, _) in enumerate(rows)):
-            raise FormatError(f"The {table} of run {run_id!r} have gaps: the store is damaged")
-        return tuple(doc for _, doc in rows)
+            status, state, result, agent_state = row
+            rows = _Rows(run_id)
+            if "segments" in self._tables:
+                rows.legacy(con)
+            if "log" in self._tables:
+                for segment, then, doc in con.execute(
+                    "SELECT segment, state, doc FROM log WHERE run_id = ? ORDER BY rowid",
+                    (run_id,),
+                ):
+                    rows.add(segment, doc)
+                    state = then  # the newest checkpoint's (the runs row may be older)
+        return rows.stored(status, state, result, agent_state)
 
     def runs(self) -> list[RunInfo]:
         with self._lock, _guard(self.path):
-            rows = self._con.execute(
-                "SELECT run_id, status, state, steps, segments, summary, created, updated "
-                "FROM runs ORDER BY updated DESC, run_id"
-            ).fetchall()
+            query = _LIST if "log" in self._tables else _LIST_LEGACY
+            rows = self._con.execute(query).fetchall()
         return [RunInfo(*row) for row in rows]
 
     def delete(self, run_id: str) -> None:
@@ -371,8 +465,7 @@ class SQLiteStore:
             con = self._con
             con.execute("BEGIN IMMEDIATE")
             try:
-                for table in _TABLES:
-                    con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                self._forget(self._cursor, run_id)
                 con.execute("COMMIT")
             except BaseException:
                 if con.in_transaction:
