@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -50,7 +51,7 @@ from agentfsm.store import (
     start_run,
 )
 from tests._crash_worker import PROMPT, make_agent
-from tests.support import add, saved_rows
+from tests.support import add, edit_store, saved_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -660,3 +661,31 @@ def test_a_holder_awaiting_a_long_tool_keeps_its_lease(db: Path) -> None:
     asyncio.run(main())
     assert napped == [1.2]
     assert load_run(SQLiteStore(db), "nap", strict=False).status == "ok"
+
+
+def test_a_checkpoint_renews_the_lease_once_half_of_it_is_spent(db: Path) -> None:
+    store = SQLiteStore(db, lease=60.0)
+    agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
+    run = start_run(agent, AgentState.of("go"), store, run_id="r")
+
+    def lease() -> float:
+        with contextlib.closing(sqlite3.connect(db)) as con:
+            return float(con.execute("SELECT lease_until FROM runs").fetchone()[0])
+
+    granted = lease()
+    run.step_sync()
+    run.step_sync()  # the reply: a checkpoint
+    assert lease() == granted  # more than half left: the run's row is not written
+    (info,) = store.runs()  # a listing still sees how far the run got
+    assert (info.state, info.steps) == ("interrupt_check", 2)
+    edit_store(db, "UPDATE runs SET lease_until = ?", time.time() + 20)
+    run.step_sync()
+    run.step_sync()  # the tool's result: a checkpoint, now with a renewal
+    assert lease() > time.time() + 50
+    assert run.run_sync().__class__ is Ok
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        assert con.execute("SELECT status, owner, lease_until FROM runs").fetchone() == (
+            "ok",
+            None,
+            None,
+        )

@@ -82,9 +82,14 @@ UPDATE runs SET status = ?, state = ?, segments = ?, steps = ?, summary = ?, upd
 WHERE run_id = ? AND owner = ?
 """
 
-_HOLDER: Final = "SELECT owner, lease_until FROM runs WHERE run_id = ? AND status = 'running'"
-
 _APPEND: Final = "INSERT INTO log VALUES (?, ?, ?, ?, ?, ?)"
+
+# The holder's checkpoint while more than half its lease is left: one statement, so one
+# transaction of its own, that appends only if the run's row says so.
+_APPEND_HELD: Final = """
+INSERT INTO log SELECT ?1, ?2, ?3, ?4, ?5, ?6 FROM runs
+WHERE run_id = ?1 AND owner = ?7 AND status = 'running' AND lease_until > ?8
+"""
 
 # A run's state, steps and time are its newest checkpoint's (the runs row may be older).
 _LIST: Final = """
@@ -324,20 +329,24 @@ class SQLiteStore:
     def write(self, run_id: str, write: StoreWrite) -> None:
         now = time.time()
         doc = _checkpoint_doc(write)
+        row = (run_id, write.segment, write.steps, write.state, now, doc)
         with self._lock:
             con, cur = self._con, self._cursor
             try:
+                if (
+                    write.status == "running"
+                    and not write.create
+                    and write.owner is not None
+                    and cur.execute(
+                        _APPEND_HELD, (*row, write.owner, now + self.lease / 2)
+                    ).rowcount
+                    == 1
+                ):
+                    return
                 cur.execute("BEGIN IMMEDIATE")
                 try:
-                    if (
-                        write.create
-                        or write.status != "running"
-                        or not self._holds(cur, run_id, write.owner, now)
-                    ):
-                        self._write_run(cur, run_id, write, now)
-                    cur.execute(
-                        _APPEND, (run_id, write.segment, write.steps, write.state, now, doc)
-                    )
+                    self._write_run(cur, run_id, write, now)
+                    cur.execute(_APPEND, row)
                     cur.execute("COMMIT")
                 except BaseException:
                     if con.in_transaction:
@@ -345,18 +354,6 @@ class SQLiteStore:
                     raise
             except sqlite3.DatabaseError as exc:
                 raise _store_error(self.path, exc) from exc
-
-    def _holds(self, cur: sqlite3.Cursor, run_id: str, owner: str | None, now: float) -> bool:
-        """Whether ``owner`` holds the running run with more than half its lease left: its
-        checkpoint then leaves the run's row as it is."""
-        row = cur.execute(_HOLDER, (run_id,)).fetchone()
-        return (
-            owner is not None
-            and row is not None
-            and row[0] == owner
-            and row[1] is not None
-            and row[1] - now > self.lease / 2
-        )
 
     def _write_run(self, cur: sqlite3.Cursor, run_id: str, write: StoreWrite, now: float) -> None:
         """The run's row: its holder renews its lease in one statement; a write that finds
