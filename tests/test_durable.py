@@ -200,10 +200,11 @@ def test_a_run_whose_wait_timed_out_is_resumed_later_from_anywhere(
         _decide_elsewhere(engine.url, run_id, [{"type": "approve"}])
         # each continuation waits in vain for the next approval, and is resumed in turn
         assert other.result(run_id, timeout=30).status == "interrupted"
-        other.decide(run_id, [{"type": "reject"}])
+        other.decide(f"{run_id}/resume-1", [{"type": "reject"}])  # a continuation's id: the run's
         assert other.result(run_id, timeout=30).status == "interrupted"
         other.decide(run_id, [{"type": "edit", "arguments": {"note": "edited"}}])
         result = other.result(run_id, timeout=30)
+        assert other.result(f"{run_id}/resume-1", timeout=30) == result
         with pytest.raises(ResumeError, match=r"did not end interrupted \(it is ok\)"):
             other.decide(run_id, [{"type": "approve"}])
         with pytest.raises(RunNotFoundError):

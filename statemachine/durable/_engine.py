@@ -271,14 +271,16 @@ class Engine:
         return str(handle.get_workflow_id())
 
     def _status(self, run_id: str, *, output: bool, follow: bool = True) -> Any:
-        """The DBOS status of the workflow a run is at: its newest continuation, or itself."""
+        """The DBOS status of the workflow a run is at: its newest continuation, or itself
+        (``run_id`` may name the run or any of its continuations)."""
         found = self.client.list_workflows(
             workflow_ids=[run_id], load_input=output, load_output=output
         )
         if not found:
             raise RunNotFoundError(f"No run {run_id!r} in {self.url}")
-        if follow and found[0].was_forked_from:
-            tip, _ = self._tip(run_id)
+        root = _root(found[0])
+        if follow and (found[0].was_forked_from or root != run_id):
+            tip, _ = self._tip(root)
             if tip != run_id:
                 return self._status(tip, output=output, follow=False)
         return found[0]
@@ -301,7 +303,7 @@ class Engine:
         while True:
             status = self._status(run_id, output=True)
             if status.status == "SUCCESS":
-                return _result(run_id, status.output)
+                return _result(_root(status), status.output)
             if status.status in ("ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
                 raise DurableError(
                     f"Run {run_id!r} ended {status.status} in the engine: {status.error}"
@@ -323,7 +325,7 @@ class Engine:
         for approval is a :class:`ResumeError`.
         """
         status = self._status(run_id, output=True)
-        tip = status.workflow_id
+        tip, run_id = status.workflow_id, _root(status)
         waiting = self.client.get_event(tip, WAITING_EVENT, timeout_seconds=0)
         if isinstance(waiting, Mapping):
             _check_decisions(waiting.get("interrupt") or {}, decisions)
@@ -445,6 +447,13 @@ def _state(status: Any) -> RunState:
     if kind == "CANCELLED":
         return "cancelled"
     return "failed"
+
+
+def _root(workflow: Any) -> str:
+    """The id of the run a workflow is: a continuation's (``RUN/resume-N``) or its own."""
+    if workflow.forked_from is not None and _CONTINUATION in workflow.workflow_id:
+        return str(workflow.workflow_id).rsplit(_CONTINUATION, 1)[0]
+    return str(workflow.workflow_id)
 
 
 def _result(run_id: str, output: Any) -> RunResult:
