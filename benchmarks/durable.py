@@ -1,11 +1,13 @@
 """What durability costs: µs per model call with no store and with SQLiteStore (and what the
 store adds), ms per model call of DBOS on SQLite and on PostgreSQL (next to the same number
-of bare DBOS steps), and runs per second with one and two workers.
+of bare DBOS steps), and runs per second with one and two workers (next to how busy the
+machine's CPUs were: two workers can only double one's rate while the CPUs have room).
 
-    pip install -e '.[dbos]' && python benchmarks/durable.py [--quick] [--clock cpu] [--local]
+    pip install -e '.[dbos]'
+    python benchmarks/durable.py [--quick] [--clock cpu] [--local | --workers]
 
 ``--clock cpu`` times the local table in this thread's CPU time, steadier on a shared
-machine; ``--local`` stops after it.
+machine; ``--local`` stops after it, ``--workers`` runs only the workers table.
 
 The workload is the standard machine on a zero-latency scripted model that asks for one
 trivial tool K times, then answers (K+1 model calls, K tool calls). PostgreSQL is a
@@ -135,7 +137,18 @@ def bench_dbos(url: str, k: int, runs: int) -> tuple[float, float]:
     return statistics.median(durable), statistics.median(bare)
 
 
-def bench_workers(url: str, workers: int, runs: int, delay: float) -> float:
+def _cpu_busy() -> tuple[float, float]:
+    """The machine's busy and total CPU time so far (Linux ``/proc/stat``), in ticks."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def bench_workers(
+    url: str, workers: int, runs: int, delay: float, concurrency: int
+) -> tuple[float, float]:
+    """Runs per second of ``workers`` worker processes, each running up to ``concurrency``
+    runs at once, and how busy the machine's CPUs were meanwhile (0 to 1)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -156,7 +169,7 @@ def bench_workers(url: str, workers: int, runs: int, delay: float) -> float:
                 "--executor-id",
                 f"b{w}",
                 "--concurrency",
-                "4",
+                str(concurrency),
             ],
             cwd=ROOT,
             env=env,
@@ -170,6 +183,7 @@ def bench_workers(url: str, workers: int, runs: int, delay: float) -> float:
         for proc in procs:
             assert proc.stdout is not None and "running" in proc.stdout.readline()
         time.sleep(1.5)  # the workers find the queue
+        busy, total = _cpu_busy()
         started = time.perf_counter()
         ids = [
             engine.submit(AgentState.of(f"w{workers}-{n}"), agent="tests._durable_agent:agent")
@@ -177,7 +191,9 @@ def bench_workers(url: str, workers: int, runs: int, delay: float) -> float:
         ]
         for run_id in ids:
             engine.result(run_id, timeout=300)
-        return runs / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        busy_after, total_after = _cpu_busy()
+        return runs / elapsed, (busy_after - busy) / max(total_after - total, 1.0)
     finally:
         for proc in procs:
             proc.terminate()
@@ -190,38 +206,47 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--local", action="store_true", help="only the no store / SQLite table")
+    parser.add_argument("--workers", action="store_true", help="only the workers table")
     args = parser.parse_args()
     reps = 3 if args.quick else 7
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
     folder = Path(tempfile.mkdtemp(prefix="agentfsm-bench-"))
-    print(f"| K | no store | SQLiteStore | store adds | µs per model call ({args.clock}) |")
-    print("|---:|---:|---:|---:|---|")
-    for k in (10, 50, 200, 500):
-        bare, stored, adds = bench_local(k, max(3, 3 * reps // (1 + k // 100)), folder, clock)
-        print(f"| {k} | {bare:.0f} | {stored:.0f} | {adds:.0f} | |")
+    if not args.workers:
+        print(f"| K | no store | SQLiteStore | store adds | µs per model call ({args.clock}) |")
+        print("|---:|---:|---:|---:|---|")
+        for k in (10, 50, 200, 500):
+            bare, stored, adds = bench_local(k, max(3, 3 * reps // (1 + k // 100)), folder, clock)
+            print(f"| {k} | {bare:.0f} | {stored:.0f} | {adds:.0f} | |")
     if args.local:
         return
     with postgres() as pg_url:
-        k = 10
-        rows = []
-        for name, url in (
-            ("DBOS on SQLite", f"sqlite:///{folder / 'dbos.db'}"),
-            ("DBOS on PostgreSQL", pg_url.rsplit("/", 1)[0] + "/bench"),
-        ):
-            durable, bare = bench_dbos(url, k, reps)
-            rows.append((name, durable, bare))
-        print(f"\n| engine (K={k}) | ms per model call | same number of bare DBOS steps | ratio |")
-        print("|---|---:|---:|---:|")
-        for name, durable, bare in rows:
-            print(f"| {name} | {durable:.2f} | {bare:.2f} | {durable / bare:.2f}x |")
-        print("\n| DBOS on PostgreSQL | model delay | runs/s, 1 worker | 2 workers | speed-up |")
-        print("|---|---:|---:|---:|---:|")
-        for delay in (0.1, 0.0):
-            base = pg_url.rsplit("/", 1)[0]
-            one = bench_workers(f"{base}/w1_{int(delay * 1000)}", 1, 24, delay)
-            two = bench_workers(f"{base}/w2_{int(delay * 1000)}", 2, 24, delay)
-            delay_ms = f"{delay * 1000:.0f} ms"
-            print(f"| 3 tool turns | {delay_ms} | {one:.2f} | {two:.2f} | {two / one:.2f}x |")
+        if not args.workers:
+            k = 10
+            rows = []
+            for name, url in (
+                ("DBOS on SQLite", f"sqlite:///{folder / 'dbos.db'}"),
+                ("DBOS on PostgreSQL", pg_url.rsplit("/", 1)[0] + "/bench"),
+            ):
+                durable, bare = bench_dbos(url, k, reps)
+                rows.append((name, durable, bare))
+            print(f"\n| engine (K={k}) | ms per model call | as many bare DBOS steps | ratio |")
+            print("|---|---:|---:|---:|")
+            for name, durable, bare in rows:
+                print(f"| {name} | {durable:.2f} | {bare:.2f} | {durable / bare:.2f}x |")
+        print(
+            "\n| DBOS on PostgreSQL, 3 tool turns | runs at once per worker | runs/s, 1 worker "
+            "| 2 workers | speed-up | CPUs busy, 1 / 2 workers |"
+        )
+        print("|---|---:|---:|---:|---:|---:|")
+        base = pg_url.rsplit("/", 1)[0]
+        for delay, concurrency in ((0.1, 2), (0.1, 4), (0.0, 4)):
+            name = f"{int(delay * 1000)}_{concurrency}"
+            one, one_busy = bench_workers(f"{base}/w1_{name}", 1, 32, delay, concurrency)
+            two, two_busy = bench_workers(f"{base}/w2_{name}", 2, 32, delay, concurrency)
+            print(
+                f"| model delay {delay * 1000:.0f} ms | {concurrency} | {one:.2f} | {two:.2f} "
+                f"| {two / one:.2f}x | {one_busy:.0%} / {two_busy:.0%} |"
+            )
 
 
 if __name__ == "__main__":
