@@ -632,10 +632,12 @@ def test_a_store_made_before_the_log_loads_and_its_runs_go_on(db: Path, log: Pat
     assert left == [0] * 6
 
 
-def test_a_holder_awaiting_a_long_tool_keeps_its_lease(db: Path) -> None:
+@pytest.mark.parametrize("moved", [False, True], ids=["one loop", "moved to another loop"])
+def test_a_holder_awaiting_a_long_tool_keeps_its_lease(db: Path, moved: bool) -> None:
     """The lease (0.3 s here) outlives no checkpoint, but a step in flight renews it:
     a second resumer is refused while the tool runs, and takes over once the holder's
-    host stops stepping."""
+    host stops stepping. A run stepped on one event loop, then run on another, keeps
+    renewing it there."""
     napped: list[float] = []
 
     @tool
@@ -648,8 +650,11 @@ def test_a_holder_awaiting_a_long_tool_keeps_its_lease(db: Path) -> None:
     def agent() -> Agent:
         return Agent(ScriptedModel([call_tool("nap", seconds=1.2), say("done")]), [nap])
 
+    run = start_run(agent(), AgentState.of("rest"), SQLiteStore(db, lease=0.3), run_id="nap")
+    if moved:
+        run.step_sync()  # on the sync doors' own loop
+
     async def main() -> None:
-        run = start_run(agent(), AgentState.of("rest"), SQLiteStore(db, lease=0.3), run_id="nap")
         holder = asyncio.create_task(run.run())
         await asyncio.sleep(0.8)  # the tool naps; the last checkpoint's lease ran out long ago
         assert run.busy and run.state == "executing"

@@ -44,7 +44,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
@@ -290,7 +290,8 @@ class Checkpointer:
         self._saved = saved
         self._messages_saved, self._contexts_saved = marks
         self._header: dict[str, Any] | None = None
-        self._lease_kept = False  # the renewal timer was set up (or the store has no lease)
+        #: The event loop the lease renewal runs on (``False``: the store has no lease).
+        self._lease_loop: asyncio.AbstractEventLoop | Literal[False] | None = None
         if new_segment:
             self._header = {
                 "format": FORMAT,
@@ -315,29 +316,33 @@ class Checkpointer:
         # between are pure: a resumed run does them again from the last one written.
         if run.done or self.error is not None or len(run.chain.messages) != self._written:
             self.flush()
-        if not self._lease_kept and not run.done:
-            self._lease_kept = True
-            self._keep_lease()
+        if self._lease_loop is not False and not run.done:
+            loop = asyncio._get_running_loop()
+            if loop is not self._lease_loop and loop is not None:
+                self._keep_lease(loop)
 
-    def _keep_lease(self) -> None:
+    def _keep_lease(self, loop: asyncio.AbstractEventLoop) -> None:
         """While a step is in flight (a long tool, a slow model), renew the run's lease
         every third of it, so no other process takes the run over meanwhile; between
         steps the lease is left to the writes, so a host that stops stepping lets it
-        lapse. The timer runs on the run's event loop and holds the run weakly: a sync
-        tool without a timeout blocks the loop and renews nothing."""
+        lapse. The timer runs on the loop the run steps on (moved with the run when it
+        goes on on another loop) and holds the run weakly: a sync tool without a timeout
+        blocks the loop and renews nothing."""
         lease = getattr(self.store, "lease", None)
         if not lease or getattr(self.store, "renew", None) is None:
+            self._lease_loop = False
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
+        self._lease_loop = loop
         every = lease / 3
         holder = weakref.ref(self)
 
         def tick() -> None:
             checkpointer = holder()
-            if checkpointer is None or checkpointer.run.done:
+            if (
+                checkpointer is None
+                or checkpointer.run.done
+                or checkpointer._lease_loop is not loop
+            ):
                 return
             if checkpointer.run.busy and checkpointer.error is None:
                 with contextlib.suppress(Exception):  # the next write reports a failing store
