@@ -609,6 +609,9 @@ def test_a_store_made_before_the_log_loads_and_its_runs_go_on(db: Path, log: Pat
     with sqlite3.connect(db) as con:
         con.executescript((ROOT / "tests" / "golden" / "store-tables.sql").read_text())
     con.close()
+    with SQLiteStore(db, read_only=True) as reader:  # as `agentfsm runs` opens it: no log yet
+        assert [(r.run_id, r.status, r.steps) for r in reader.runs()] == [("old", "paused", 2)]
+        assert load_run(reader, "old", strict=False).steps == 2
     store = SQLiteStore(db)
     saved = load_run(store, "old", strict=False)
     assert (saved.status, saved.state, saved.steps) == ("paused", "paused", 2)
