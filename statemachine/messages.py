@@ -6,7 +6,6 @@ Every class here is a frozen attrs value; a change is a new value (``attrs.evolv
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal, overload
 
@@ -47,9 +46,6 @@ def message_tuple(value: Iterable[Message]) -> tuple[Message, ...]:
     return value if type(value) is tuple else tuple(value)
 
 
-_append_lock = threading.Lock()
-
-
 class MessageLog(Sequence["Message"]):
     """An immutable sequence of messages whose ``append`` costs O(1).
 
@@ -73,12 +69,20 @@ class MessageLog(Sequence["Message"]):
         return value if type(value) is cls else cls(value)
 
     def append(self, message: Message) -> MessageLog:
-        """A new log: this one plus ``message``."""
-        with _append_lock:
-            items = self._items
-            if len(items) != self._len:
-                items = items[: self._len]
+        """A new log: this one plus ``message``.
+
+        No lock: ``list.append`` is atomic, and a list only ever grows. When two
+        logs of one length append at once, the one whose message did not land
+        right after its prefix copies it; the other's slot is never overwritten.
+        """
+        items = self._items
+        length = self._len
+        if len(items) == length:
             items.append(message)
+            if items[length] is not message:  # another log took the slot first
+                items = [*items[:length], message]
+        else:
+            items = [*items[:length], message]
         new = object.__new__(MessageLog)
         new._items = items
         new._len = self._len + 1
