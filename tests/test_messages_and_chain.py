@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import pytest
 
 from agentfsm import (
@@ -13,7 +16,7 @@ from agentfsm import (
     ToolCall,
     ToolResult,
 )
-from agentfsm.messages import DEFAULT_RESULT_CONTENT
+from agentfsm.messages import DEFAULT_RESULT_CONTENT, MessageLog
 from agentfsm.providers import ScriptedModel
 
 
@@ -108,3 +111,39 @@ def test_chain_error_equality_and_retryable() -> None:
     assert not ChainError("bad_request", "x").retryable
     assert ChainError("a", "b") == ChainError("a", "b")
     assert ChainError("timeout", "t", retryable=False).retryable is False
+
+
+def test_a_message_log_is_never_changed_by_appends_to_it_or_its_branches() -> None:
+    base = MessageLog([Message.user("hi")])
+    first = base.append(Message.assistant("a"))
+    second = base.append(Message.assistant("b"))  # a branch: copies the prefix
+    assert [m.text for m in base] == ["hi"]
+    assert [m.text for m in first] == ["hi", "a"]
+    assert [m.text for m in second] == ["hi", "b"]
+    assert [m.text for m in first.append(Message.user("c"))] == ["hi", "a", "c"]
+
+
+def test_message_logs_appended_to_from_many_threads_keep_their_own_messages() -> None:
+    latest = [MessageLog([Message.user("hi")])]  # threads race to grow the newest log
+    grown: list[tuple[MessageLog, Message, MessageLog]] = []
+
+    def append(worker: int) -> None:
+        for i in range(500):
+            log = latest[0]
+            message = Message.user(f"{worker}:{i}")
+            new = latest[0] = log.append(message)
+            grown.append((log, message, new))
+
+    threads = [threading.Thread(target=append, args=(w,)) for w in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, in the middle of appends too
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(grown) == 2000
+    for log, message, new in grown:
+        assert list(new) == [*log, message]
