@@ -209,17 +209,22 @@ class LLMChain:
 
 
 def _make_replace() -> Callable[..., LLMChain]:
-    """Build ``_replace(chain, **changes)`` with one line per field: half the cost of a loop."""
+    """Build ``_replace(chain, **changes)`` with one line per field: half the cost of a loop.
+
+    Each field is written through its slot's own setter, which costs less than
+    ``object.__setattr__`` (no look-up by name on every write).
+    """
     names = [field.name for field in attrs.fields(LLMChain)]
     params = ", ".join(f"{n}=_MISSING" for n in names)
-    body = "\n".join(f"    _set(new, {n!r}, chain.{n} if {n} is _MISSING else {n})" for n in names)
+    body = "\n".join(f"    _set_{n}(new, chain.{n} if {n} is _MISSING else {n})" for n in names)
     source = f"def _replace(chain, *, {params}):\n    new = _new(_cls)\n{body}\n    return new\n"
     namespace: dict[str, Any] = {
         "_MISSING": object(),
-        "_set": object.__setattr__,
         "_new": object.__new__,
         "_cls": LLMChain,
     }
+    for n in names:
+        namespace[f"_set_{n}"] = vars(LLMChain)[n].__set__
     exec(compile(source, "<LLMChain._replace>", "exec"), namespace)
     return namespace["_replace"]  # type: ignore[no-any-return]
 
