@@ -76,11 +76,10 @@ def get_run_count(chain: LLMChain) -> int:
     return int(mode_state.get("run_count", 0))
 
 
-def _increment_run_count(chain: LLMChain) -> LLMChain:
-    mode_state = chain.custom_context.get("mode_state") or {}
-    return chain.update_custom_context(
-        {"mode_state": {**mode_state, "run_count": int(mode_state.get("run_count", 0)) + 1}}
-    )
+def _counted(context: Mapping[str, Any]) -> dict[str, Any]:
+    """``mode_state`` of ``context`` with one more model call in ``run_count``."""
+    mode_state = context.get("mode_state") or {}
+    return {**mode_state, "run_count": int(mode_state.get("run_count", 0)) + 1}
 
 
 # ------------------------------------------------------------------ the model call
@@ -92,6 +91,11 @@ async def execute_step(chain: LLMChain) -> Continue | Failed:
     Refuses to call once ``current_failure_count`` reached ``max_retry_count``.
     An exception that is not a :class:`ChainError` is reported as ``model_error``.
     """
+    return await _model_call(chain, count=False)
+
+
+async def _model_call(chain: LLMChain, *, count: bool) -> Continue | Failed:
+    """``execute_step``; with ``count``, a reply also adds one to ``run_count``."""
     try:
         if chain.current_failure_count >= chain.max_retry_count:
             chain.fire("on_retries_exceeded", chain)
@@ -117,17 +121,21 @@ async def execute_step(chain: LLMChain) -> Continue | Failed:
                     "invalid_response", f"The model returned {reply!r}, not an assistant Message"
                 ),
             )
-        if reply.is_tool_call:
-            chain = chain.add_message(reply)
-        else:
-            chain = chain.add_message(reply, current_failure_count=0)
-        if chain.callbacks:
-            chain.fire("on_llm_new_message", chain, reply)
-            for call in reply.tool_calls:
-                chain.fire("on_tool_call_identified", chain, call)
-            chain.fire("on_message_processed", chain, reply)
-            if "usage" in reply.metadata:
-                chain.fire("on_llm_token_usage", chain, reply.metadata["usage"])
+        changes: dict[str, Any] = {} if reply.is_tool_call else {"current_failure_count": 0}
+        if not chain.callbacks:
+            if count:  # no callback sees the chain before it is counted: one copy
+                context = chain.custom_context
+                changes["custom_context"] = {**context, "mode_state": _counted(context)}
+            return Continue(chain.add_message(reply, **changes))
+        chain = chain.add_message(reply, **changes)
+        chain.fire("on_llm_new_message", chain, reply)
+        for call in reply.tool_calls:
+            chain.fire("on_tool_call_identified", chain, call)
+        chain.fire("on_message_processed", chain, reply)
+        if "usage" in reply.metadata:
+            chain.fire("on_llm_token_usage", chain, reply.metadata["usage"])
+        if count:
+            chain = chain.update_custom_context({"mode_state": _counted(chain.custom_context)})
         return Continue(chain)
     except ChainError as error:  # a callback raised
         return Failed(chain, error)
@@ -142,10 +150,7 @@ async def call_llm(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """One model call; on success ``run_count += 1``, on failure ``Failed``, count kept."""
     if not isinstance(result, Continue):
         return result
-    stepped = await execute_step(result.chain)
-    if isinstance(stepped, Continue):
-        return Continue(_increment_run_count(stepped.chain))
-    return stepped
+    return await _model_call(result.chain, count=True)
 
 
 def check_response_complete(result: PipelineResult, opts: Opts = None) -> PipelineResult:

@@ -77,6 +77,15 @@ class TestCallLlm:
         assert result.chain.custom_context["mode_state"] == {"run_count": 2, "x": 2}
         assert result.chain.last_message == Message.assistant("hi", metadata={"model": "scripted"})
 
+    async def test_callbacks_see_the_reply_before_it_is_counted(self) -> None:
+        seen: list[int] = []
+        chain = _chain(say("hi")).add_callback(
+            {"on_llm_new_message": lambda c, _: seen.append(get_run_count(c))}
+        )
+        result = await call_llm(Continue(ensure_mode_state(chain)))
+        assert isinstance(result, Continue)
+        assert (seen, get_run_count(result.chain)) == ([0], 1)
+
     async def test_failure_keeps_the_count(self) -> None:
         chain = ensure_mode_state(_chain(fail("rate_limited", "slow down")))
         result = await call_llm(Continue(chain))
