@@ -21,7 +21,6 @@ lists), so the dependency has an upper version bound.
 
 from __future__ import annotations
 
-import operator
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -30,16 +29,6 @@ from transitions import Event, Machine
 from transitions.core import listify
 
 __all__ = ["LeanEvent", "SharedMachine"]
-
-#: What a machine hooks into every trigger with; a lean trigger needs all of them empty.
-_MACHINE_HOOKS = operator.itemgetter(
-    "_queued",
-    "_prepare_event",
-    "_finalize_event",
-    "_on_exception",
-    "_before_state_change",
-    "_after_state_change",
-)
 
 
 class LeanEvent(Event):
@@ -61,8 +50,21 @@ class LeanEvent(Event):
         self._machine_vars: dict[str, Any] = vars(machine)
 
     def trigger(self, model: object, *args: Any, **kwargs: Any) -> bool:
+        if args or kwargs:
+            return bool(super().trigger(model, *args, **kwargs))
+        return self.fire(model)
+
+    def fire(self, model: object) -> bool:
+        """``trigger(model)``, without the cost of variable arguments (a run's every move)."""
         machine = self._machine_vars
-        if not (args or kwargs or any(_MACHINE_HOOKS(machine))):
+        if not (
+            machine["_queued"]
+            or machine["_prepare_event"]
+            or machine["_finalize_event"]
+            or machine["_on_exception"]
+            or machine["_before_state_change"]
+            or machine["_after_state_change"]
+        ):
             attribute = machine["model_attribute"]
             candidates = self.transitions.get(getattr(model, attribute))
             if candidates is not None and len(candidates) == 1:
@@ -80,7 +82,7 @@ class LeanEvent(Event):
                 ):
                     setattr(model, attribute, dest._name)  # ``State.value``, without the property
                     return True
-        return bool(super().trigger(model, *args, **kwargs))
+        return bool(super().trigger(model))
 
 
 class SharedMachine(Machine):

@@ -219,7 +219,7 @@ class Run:
             )
         trigger, event = way_out
         try:
-            event.trigger(self._cursor)
+            event.fire(self._cursor)
         except (MachineError, KeyError) as exc:
             raise IllegalTransitionError(
                 f"The {source} step asked for {trigger!r}, which the {self.table.name} machine "
