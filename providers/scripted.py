@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from agentfsm.errors import ChainError
-from agentfsm.messages import Message, MessageDelta, Status, ToolCall
+from agentfsm.messages import Message, MessageDelta, Status, ToolCall, slot_builder
 from agentfsm.tools import Tool
 
 from .base import DeltaHandler
@@ -29,6 +29,7 @@ Reply: TypeAlias = Message | str | BaseException
 Script: TypeAlias = Callable[[Sequence[Message]], Reply | Awaitable[Reply]]
 
 _ids = itertools.count(1)
+_message = slot_builder(Message)
 
 
 def say(text: str, *, status: Status = "complete") -> Message:
@@ -130,11 +131,12 @@ class ScriptedModel:
                 await asyncio.sleep(0)
         if "model" in message.metadata:
             return message
-        return Message(
+        return _message(
             message.role,
             message.content,
             message.tool_calls,
             message.tool_results,
             message.status,
             {"model": self.model_name, **message.metadata},
+            (),
         )

@@ -6,8 +6,8 @@ Every class here is a frozen attrs value; a change is a new value (``attrs.evolv
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Literal, overload
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, Literal, TypeVar, overload
 
 import attrs
 
@@ -336,6 +336,24 @@ class MessageDelta:
         if self.tool_call_index is not None:
             return "tool_call"
         return "text"
+
+
+_T = TypeVar("_T", bound=attrs.AttrsInstance)
+
+
+def slot_builder(cls: type[_T]) -> Callable[..., _T]:
+    """``cls(*fields)`` for a hot path: a frozen attrs class built from every field, in order.
+
+    Each field is written through its slot's setter (``object.__setattr__`` costs
+    more); no converter, validator or default runs, so the values must be final.
+    """
+    names = [field.name for field in attrs.fields(cls)]
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    namespace.update({f"_set_{n}": vars(cls)[n].__set__ for n in names})
+    body = "".join(f"    _set_{n}(new, {n})\n" for n in names)
+    source = f"def build({', '.join(names)}):\n    new = _new(_cls)\n{body}    return new\n"
+    exec(compile(source, f"<{cls.__name__} builder>", "exec"), namespace)
+    return namespace["build"]  # type: ignore[no-any-return]
 
 
 def _count(value: Any) -> int:

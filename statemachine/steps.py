@@ -20,7 +20,7 @@ import attrs
 
 from .chain import LLMChain
 from .errors import ChainError
-from .messages import Message, ToolCall, ToolResult
+from .messages import Message, ToolCall, ToolResult, slot_builder
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
 from .tools import ToolContext
 
@@ -53,6 +53,7 @@ __all__ = [
 Opts = Mapping[str, Any] | None
 Step = Callable[[PipelineResult, Opts], PipelineResult | Awaitable[PipelineResult]]
 _NO_OPTS: Final[Mapping[str, Any]] = {}
+_message = slot_builder(Message)
 
 # ------------------------------------------------------------------ mode state
 
@@ -250,7 +251,7 @@ async def run_tool_calls(chain: LLMChain, calls: Sequence[ToolCall]) -> list[Too
 
 def add_tool_message(chain: LLMChain, results: Sequence[ToolResult]) -> LLMChain:
     """Append one tool message; an error among the results counts as a failure."""
-    message = Message.tool(results)
+    message = _message("tool", None, (), tuple(results), "complete", {}, ())  # Message.tool
     failures = 0
     for tool_result in results:
         if tool_result.is_error:

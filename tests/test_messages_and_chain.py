@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 
+import attrs
 import pytest
 
 from agentfsm import (
@@ -16,7 +17,7 @@ from agentfsm import (
     ToolCall,
     ToolResult,
 )
-from agentfsm.messages import DEFAULT_RESULT_CONTENT, MessageLog
+from agentfsm.messages import DEFAULT_RESULT_CONTENT, MessageLog, slot_builder
 from agentfsm.providers import ScriptedModel
 
 
@@ -147,3 +148,12 @@ def test_message_logs_appended_to_from_many_threads_keep_their_own_messages() ->
     assert len(grown) == 2000
     for log, message, new in grown:
         assert list(new) == [*log, message]
+
+
+def test_a_slot_builder_makes_the_value_the_class_makes() -> None:
+    build = slot_builder(ToolResult)
+    built = build("c1", "add", "3", False, False, None, {"n": 1}, None)
+    assert type(built) is ToolResult
+    assert built == ToolResult("c1", "add", "3", state_updates={"n": 1})
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        built.name = "other"  # type: ignore[misc]
