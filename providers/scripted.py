@@ -75,6 +75,9 @@ class ScriptedRequest:
     tools: Sequence[Tool]
 
 
+_request = slot_builder(ScriptedRequest)
+
+
 @attrs.define(eq=False)
 class ScriptedModel:
     """Answers from ``script`` (a list of replies, or a function of the conversation).
@@ -106,7 +109,7 @@ class ScriptedModel:
         on_delta: DeltaHandler | None = None,
     ) -> Message:
         index = len(self.requests)
-        self.requests.append(ScriptedRequest(messages, tools))
+        self.requests.append(_request(messages, tools))  # ScriptedRequest(messages, tools)
         if self.delay:
             await asyncio.sleep(self.delay)
         if callable(self.script):

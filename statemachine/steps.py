@@ -54,6 +54,7 @@ Opts = Mapping[str, Any] | None
 Step = Callable[[PipelineResult, Opts], PipelineResult | Awaitable[PipelineResult]]
 _NO_OPTS: Final[Mapping[str, Any]] = {}
 _message = slot_builder(Message)
+_context = slot_builder(ToolContext)
 
 # ------------------------------------------------------------------ mode state
 
@@ -223,9 +224,8 @@ async def run_tool_calls(chain: LLMChain, calls: Sequence[ToolCall]) -> list[Too
             continue
         if chain.callbacks:
             chain.fire("on_tool_execution_started", chain, call, tool)
-        invocation: Awaitable[ToolResult] = tool.invoke(
-            call, ToolContext(state, chain.custom_context, call.call_id)
-        )
+        context = _context(state, chain.custom_context, call.call_id, None)  # ToolContext(...)
+        invocation: Awaitable[ToolResult] = tool.invoke(call, context)
         if tool.is_async or tool.timeout is not None:
             waiting.append((index, invocation))
         else:
