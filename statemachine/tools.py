@@ -40,7 +40,7 @@ from ._arguments import (
     structure,
     type_ok,
 )
-from .messages import Content, ContentPart, ToolCall, ToolResult
+from .messages import Content, ContentPart, ToolCall, ToolResult, slot_builder
 
 __all__ = ["Tool", "ToolContext", "ToolOutput", "tool"]
 
@@ -409,13 +409,13 @@ def _to_result(call: ToolCall, value: Any) -> ToolResult:
         )
     kind = type(value)
     if kind is str:
-        return ToolResult(call.call_id, call.name, value)
+        return _plain(call, value)
     if kind is int or kind is float:
-        return ToolResult(call.call_id, call.name, repr(value))
+        return _plain(call, repr(value))
     if isinstance(value, str):
-        return ToolResult(call.call_id, call.name, value)
+        return _plain(call, value)
     if isinstance(value, list | tuple) and value and all(isinstance(v, ContentPart) for v in value):
-        return ToolResult(call.call_id, call.name, tuple(value))
+        return _plain(call, tuple(value))
     try:
         data = _json_value(value, "$", 0)
         text = data if isinstance(data, str) else json.dumps(data)
@@ -423,7 +423,15 @@ def _to_result(call: ToolCall, value: Any) -> ToolResult:
         return _error(call, f"ERROR: tool {call.name!r} returned {exc}")
     except (TypeError, ValueError) as exc:
         return _error(call, f"ERROR: tool {call.name!r} returned a value that is not JSON: {exc}")
-    return ToolResult(call.call_id, call.name, text)
+    return _plain(call, text)
+
+
+_result = slot_builder(ToolResult)
+
+
+def _plain(call: ToolCall, content: Content) -> ToolResult:
+    """``ToolResult(call.call_id, call.name, content)``, built through its slots' setters."""
+    return _result(call.call_id, call.name, content, False, False, None, None, None)
 
 
 class _NoJSON(ValueError):
