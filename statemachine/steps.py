@@ -463,10 +463,13 @@ def propagate_state(result: PipelineResult, opts: Opts = None) -> PipelineResult
     last = result.chain.last_message
     if last is None or last.role != "tool":
         return result
-    updates = [r.state_updates for r in last.tool_results if r.state_updates and not r.is_interrupt]
-    if not updates:
+    state: Mapping[str, Any] | None = None
+    for tool_result in last.tool_results:
+        delta = tool_result.state_updates
+        if delta and not tool_result.is_interrupt:
+            if state is None:
+                state = result.chain.custom_context.get("state") or {}
+            state = deep_merge(state, delta)
+    if state is None:
         return result
-    state: Mapping[str, Any] = result.chain.custom_context.get("state") or {}
-    for delta in updates:
-        state = deep_merge(state, delta)
     return Continue(result.chain.update_custom_context({"state": state}))
