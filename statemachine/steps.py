@@ -55,6 +55,7 @@ Step = Callable[[PipelineResult, Opts], PipelineResult | Awaitable[PipelineResul
 _NO_OPTS: Final[Mapping[str, Any]] = {}
 _message = slot_builder(Message)
 _context = slot_builder(ToolContext)
+_continue = slot_builder(Continue)  # Continue(chain), on the two steps of every model call
 
 # ------------------------------------------------------------------ mode state
 
@@ -128,7 +129,7 @@ async def _model_call(chain: LLMChain, *, count: bool) -> Continue | Failed:
             if count:  # no callback sees the chain before it is counted: one copy
                 context = chain.custom_context
                 changes["custom_context"] = {**context, "mode_state": _counted(context)}
-            return Continue(chain.add_message(reply, **changes))
+            return _continue(chain.add_message(reply, **changes))
         chain = chain.add_message(reply, **changes)
         chain.fire("on_llm_new_message", chain, reply)
         for call in reply.tool_calls:
@@ -277,7 +278,7 @@ async def execute_tools(result: PipelineResult, opts: Opts = None) -> PipelineRe
     if not isinstance(result, Continue):
         return result
     try:
-        return Continue(await execute_tool_calls(result.chain))
+        return _continue(await execute_tool_calls(result.chain))
     except ChainError as error:
         return Failed(result.chain, error)
 
