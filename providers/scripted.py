@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from agentfsm.errors import ChainError
-from agentfsm.messages import Message, MessageDelta, Status, ToolCall, slot_builder
+from agentfsm.messages import Message, MessageDelta, Status, ToolCall, _slot_builder
 from agentfsm.tools import Tool
 
 from .base import DeltaHandler
@@ -29,7 +29,7 @@ Reply: TypeAlias = Message | str | BaseException
 Script: TypeAlias = Callable[[Sequence[Message]], Reply | Awaitable[Reply]]
 
 _ids = itertools.count(1)
-_message = slot_builder(Message)
+_message = _slot_builder(Message)
 
 
 def say(text: str, *, status: Status = "complete") -> Message:
@@ -75,7 +75,7 @@ class ScriptedRequest:
     tools: Sequence[Tool]
 
 
-_request = slot_builder(ScriptedRequest)
+_request = _slot_builder(ScriptedRequest)
 
 
 @attrs.define(eq=False)
@@ -141,5 +141,5 @@ class ScriptedModel:
             message.tool_results,
             message.status,
             {"model": self.model_name, **message.metadata},
-            (),
+            message.thinking,
         )

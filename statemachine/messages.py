@@ -341,7 +341,7 @@ class MessageDelta:
 _T = TypeVar("_T", bound=attrs.AttrsInstance)
 
 
-def slot_builder(cls: type[_T]) -> Callable[..., _T]:
+def _slot_builder(cls: type[_T]) -> Callable[..., _T]:
     """``cls(*fields)`` for a hot path: a frozen attrs class built from every field, in order.
 
     Each field is written through its slot's setter (``object.__setattr__`` costs

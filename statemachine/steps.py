@@ -20,7 +20,7 @@ import attrs
 
 from .chain import LLMChain
 from .errors import ChainError
-from .messages import Message, ToolCall, ToolResult, slot_builder
+from .messages import Message, ToolCall, ToolResult, _slot_builder
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
 from .tools import ToolContext
 
@@ -53,9 +53,9 @@ __all__ = [
 Opts = Mapping[str, Any] | None
 Step = Callable[[PipelineResult, Opts], PipelineResult | Awaitable[PipelineResult]]
 _NO_OPTS: Final[Mapping[str, Any]] = {}
-_message = slot_builder(Message)
-_context = slot_builder(ToolContext)
-_continue = slot_builder(Continue)  # Continue(chain), on the two steps of every model call
+_message = _slot_builder(Message)
+_context = _slot_builder(ToolContext)
+_continue = _slot_builder(Continue)  # Continue(chain), on the two steps of every model call
 
 # ------------------------------------------------------------------ mode state
 

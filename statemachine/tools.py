@@ -40,7 +40,7 @@ from ._arguments import (
     structure,
     type_ok,
 )
-from .messages import Content, ContentPart, ToolCall, ToolResult, slot_builder
+from .messages import Content, ContentPart, ToolCall, ToolResult, _slot_builder
 
 __all__ = ["Tool", "ToolContext", "ToolOutput", "tool"]
 
@@ -426,7 +426,7 @@ def _to_result(call: ToolCall, value: Any) -> ToolResult:
     return _plain(call, text)
 
 
-_result = slot_builder(ToolResult)
+_result = _slot_builder(ToolResult)
 
 
 def _plain(call: ToolCall, content: Content) -> ToolResult:

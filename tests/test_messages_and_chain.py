@@ -17,7 +17,7 @@ from agentfsm import (
     ToolCall,
     ToolResult,
 )
-from agentfsm.messages import DEFAULT_RESULT_CONTENT, MessageLog, slot_builder
+from agentfsm.messages import DEFAULT_RESULT_CONTENT, MessageLog, Thinking, _slot_builder
 from agentfsm.providers import ScriptedModel
 
 
@@ -151,9 +151,16 @@ def test_message_logs_appended_to_from_many_threads_keep_their_own_messages() ->
 
 
 def test_a_slot_builder_makes_the_value_the_class_makes() -> None:
-    build = slot_builder(ToolResult)
+    build = _slot_builder(ToolResult)
     built = build("c1", "add", "3", False, False, None, {"n": 1}, None)
     assert type(built) is ToolResult
     assert built == ToolResult("c1", "add", "3", state_updates={"n": 1})
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         built.name = "other"  # type: ignore[misc]
+
+
+async def test_a_scripted_reply_keeps_its_thinking_when_the_model_names_itself() -> None:
+    thought = Thinking("first, add", signature="sig")
+    model = ScriptedModel([Message.assistant("3", thinking=[thought])], model_name="m")
+    reply = await model.complete([Message.user("1 + 2?")], [])
+    assert (reply.text, reply.thinking, reply.metadata) == ("3", (thought,), {"model": "m"})
