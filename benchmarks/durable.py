@@ -1,7 +1,7 @@
 """What durability costs: µs per model call with no store and with SQLiteStore (and what the
 store adds), ms per model call of DBOS on SQLite and on PostgreSQL (next to the same number
-of bare DBOS steps), and runs per second with one and two workers (next to how busy the
-machine's CPUs were: two workers can only double one's rate while the CPUs have room).
+of bare DBOS steps), and runs per second with one and two workers (4 and 8 runs at once per
+worker, the default, next to how busy the machine's CPUs were).
 
     pip install -e '.[dbos]'
     python benchmarks/durable.py [--quick] [--clock cpu] [--local | --workers]
@@ -207,6 +207,9 @@ def main() -> None:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--local", action="store_true", help="only the no store / SQLite table")
     parser.add_argument("--workers", action="store_true", help="only the workers table")
+    parser.add_argument(
+        "--runs", type=int, default=32, metavar="N", help="runs per workers measurement (32)"
+    )
     args = parser.parse_args()
     reps = 3 if args.quick else 7
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
@@ -239,10 +242,10 @@ def main() -> None:
         )
         print("|---|---:|---:|---:|---:|---:|")
         base = pg_url.rsplit("/", 1)[0]
-        for delay, concurrency in ((0.1, 2), (0.1, 4), (0.0, 4)):
+        for delay, concurrency in ((0.1, 4), (0.1, 8), (0.0, 4)):
             name = f"{int(delay * 1000)}_{concurrency}"
-            one, one_busy = bench_workers(f"{base}/w1_{name}", 1, 32, delay, concurrency)
-            two, two_busy = bench_workers(f"{base}/w2_{name}", 2, 32, delay, concurrency)
+            one, one_busy = bench_workers(f"{base}/w1_{name}", 1, args.runs, delay, concurrency)
+            two, two_busy = bench_workers(f"{base}/w2_{name}", 2, args.runs, delay, concurrency)
             print(
                 f"| model delay {delay * 1000:.0f} ms | {concurrency} | {one:.2f} | {two:.2f} "
                 f"| {two / one:.2f}x | {one_busy:.0%} / {two_busy:.0%} |"
