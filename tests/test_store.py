@@ -697,3 +697,22 @@ def test_a_checkpoint_renews_the_lease_once_half_of_it_is_spent(db: Path) -> Non
             None,
             None,
         )
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "UPDATE messages SET idx = 'x' WHERE idx = 1",
+        "UPDATE transitions SET seq = -1 WHERE seq = 1",
+        "UPDATE segments SET segment = 'x'",
+    ],
+)
+def test_an_edited_row_of_a_store_made_before_the_log_is_a_format_error(
+    db: Path, edit: str
+) -> None:
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        con.executescript((ROOT / "tests" / "golden" / "store-tables.sql").read_text())
+        con.execute(edit)
+        con.commit()
+    with SQLiteStore(db) as store, pytest.raises(FormatError, match="the store is damaged"):
+        load_run(store, "old", strict=False)

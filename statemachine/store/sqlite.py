@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final, Literal, TypeGuard
 
 from ..serialization import FORMAT, FormatError, _compact, check_format, parse_json
@@ -201,16 +201,30 @@ class _Rows:
     def legacy(self, con: sqlite3.Connection) -> None:
         """The rows of a store made before the log."""
         key = (self.run_id,)
-        for segment, header in con.execute(
-            "SELECT segment, header FROM segments WHERE run_id=?", key
+        for segment, header in self._checked(
+            con.execute("SELECT segment, header FROM segments WHERE run_id = ?", key)
         ):
             self.headers[segment] = header
         for segment, seq, doc in con.execute(
             "SELECT segment, seq, doc FROM transitions WHERE run_id = ?", key
         ):
+            if not (_is_index(segment) and _is_index(seq) and isinstance(doc, str)):
+                raise self.damaged("has a transition row that is not one")
             self.transitions.setdefault(segment, {})[seq] = doc
-        self.messages.update(con.execute("SELECT idx, doc FROM messages WHERE run_id = ?", key))
-        self.contexts.update(con.execute("SELECT idx, doc FROM contexts WHERE run_id = ?", key))
+        self.messages.update(
+            self._checked(con.execute("SELECT idx, doc FROM messages WHERE run_id = ?", key))
+        )
+        self.contexts.update(
+            self._checked(con.execute("SELECT idx, doc FROM contexts WHERE run_id = ?", key))
+        )
+
+    def _checked(self, rows: Iterable[tuple[object, object]]) -> list[tuple[int, str]]:
+        checked = []
+        for index, text in rows:
+            if not (_is_index(index) and isinstance(text, str)):
+                raise self.damaged("has a row that is not (index, text)")
+            checked.append((index, text))
+        return checked
 
     def add(self, segment: object, text: object) -> None:
         """One checkpoint's document (untrusted: a file may have been edited)."""
