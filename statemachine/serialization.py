@@ -441,7 +441,7 @@ class Packer:
 
     def message_texts(self, start: int = 0) -> list[str]:
         """:meth:`message_docs` as compact JSON text, kept for :meth:`agent_state_text`."""
-        texts = [_compact(converter.unstructure(m, Message)) for m in self.messages[start:]]
+        texts = [_compact(doc) for doc in self.message_docs(start)]
         known = self._texts
         known.extend([""] * (start - len(known)))  # a seeded table's rows: not written here
         known[start:] = texts

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Literal, TypeGuard
 
 from ..serialization import FORMAT, FormatError, _compact, check_format, parse_json
@@ -218,7 +218,8 @@ class _Rows:
             self._checked(con.execute("SELECT idx, doc FROM contexts WHERE run_id = ?", key))
         )
 
-    def _checked(self, rows: Iterable[tuple[object, object]]) -> list[tuple[int, str]]:
+    def _checked(self, rows: Iterable[Sequence[object]]) -> list[tuple[int, str]]:
+        """``rows`` as ``(index, text)`` pairs, each checked."""
         checked = []
         for index, text in rows:
             if not (_is_index(index) and isinstance(text, str)):
@@ -243,11 +244,10 @@ class _Rows:
     def _pairs(self, doc: dict[str, Any], kind: str) -> list[tuple[int, str]]:
         pairs = doc.get(kind, [])
         if not isinstance(pairs, list) or not all(
-            isinstance(p, list) and len(p) == 2 and _is_index(p[0]) and isinstance(p[1], str)
-            for p in pairs
+            isinstance(p, list) and len(p) == 2 for p in pairs
         ):
             raise self.damaged(f"has {kind} that are not (index, text) pairs")
-        return [(i, text) for i, text in pairs]
+        return self._checked(pairs)
 
     def stored(
         self, status: RunStatus, state: str, result: str | None, agent_state: str | None
@@ -347,15 +347,7 @@ class SQLiteStore:
         with self._lock:
             con, cur = self._con, self._cursor
             try:
-                if (
-                    write.status == "running"
-                    and not write.create
-                    and write.owner is not None
-                    and cur.execute(
-                        _APPEND_HELD, (*row, write.owner, now + self.lease / 2)
-                    ).rowcount
-                    == 1
-                ):
+                if self._append_held(cur, row, write, now):
                     return
                 cur.execute("BEGIN IMMEDIATE")
                 try:
@@ -368,6 +360,16 @@ class SQLiteStore:
                     raise
             except sqlite3.DatabaseError as exc:
                 raise _store_error(self.path, exc) from exc
+
+    def _append_held(
+        self, cur: sqlite3.Cursor, row: tuple[Any, ...], write: StoreWrite, now: float
+    ) -> bool:
+        """Append ``row`` in one statement if ``write``'s owner holds the running run with
+        more than half its lease left (the run's row is then left as it is)."""
+        if write.status != "running" or write.create or write.owner is None:
+            return False
+        held = (*row, write.owner, now + self.lease / 2)
+        return bool(cur.execute(_APPEND_HELD, held).rowcount == 1)
 
     def _write_run(self, cur: sqlite3.Cursor, run_id: str, write: StoreWrite, now: float) -> None:
         """The run's row: its holder renews its lease in one statement; a write that finds
