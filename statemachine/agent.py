@@ -17,11 +17,13 @@ from .machine import STANDARD, MachineTable
 from .messages import Message, Usage
 from .modes.standard import StandardMode
 from .options import (
+    StandardOptions,
     check_callbacks,
     check_max_runs,
     check_model,
     check_optional,
     check_sequence,
+    check_token_budget,
     check_tools,
 )
 from .results import Failed, Interrupted, Ok, Paused, Terminal
@@ -66,7 +68,7 @@ class AgentRun(Run):
         if self.result is None:
             raise RuntimeError("The run is not over yet; step it to a terminal first.")
         if self._agent_state is None:
-            self._agent_state = self.agent._finish(self.result, self.trace.usage)
+            self._agent_state = self.agent._finish(self.result, self.trace.usage, self.pause_reason)
         return self._agent_state
 
     def _settle(self, result: Terminal) -> Terminal:
@@ -104,7 +106,7 @@ class Agent:
         self.middleware = check_sequence("middleware", middleware)
         self.system_prompt = check_optional("system_prompt", system_prompt, str)
         self.max_runs = None if max_runs is None else check_max_runs(max_runs)
-        self.token_budget = _token_budget(token_budget)
+        self.token_budget = check_token_budget(token_budget)
         self.callbacks = check_callbacks(callbacks)
         self.mode = StandardMode(machine)
 
@@ -127,10 +129,14 @@ class Agent:
         with nothing to send (error ``no_messages``, after ``on_error`` fired),
         is raised before any model call.
         """
-        options = self._options(until_tool, until_tool_success, max_runs, should_pause)
-        options["token_budget"] = _token_budget(token_budget)
-        if extra_steps:
-            options["extra_steps"] = extra_steps
+        options = self.options(
+            until_tool=until_tool,
+            until_tool_success=until_tool_success,
+            max_runs=max_runs,
+            should_pause=should_pause,
+            extra_steps=extra_steps,
+            token_budget=token_budget,
+        )
         for middleware in self.middleware:
             hook = getattr(middleware, "before_model", None)
             if hook is not None:
@@ -142,13 +148,10 @@ class Agent:
             raise error
         return self._start(chain, options)
 
-    def _start(self, chain: LLMChain, options: Mapping[str, Any]) -> AgentRun:
-        options = dict(options)
-        budget = options.pop("token_budget", None)
+    def _start(self, chain: LLMChain, options: StandardOptions) -> AgentRun:
         run = self.mode.start(chain, options, run_class=self.run_class)
         assert isinstance(run, AgentRun)
         run.agent = self
-        run.token_budget = budget if budget is not None else self.token_budget
         return run
 
     async def execute(self, state: AgentState, **options: Any) -> AgentState:
@@ -163,13 +166,18 @@ class Agent:
     def execute_sync(self, state: AgentState, **options: Any) -> AgentState:
         return run_sync(self.execute(state, **options), self.model)
 
-    def _options(
+    def options(
         self,
-        until_tool: str | Sequence[str] | None,
-        until_tool_success: str | Sequence[str] | None,
-        max_runs: int | None,
-        should_pause: Callable[[], bool | str] | None,
-    ) -> dict[str, Any]:
+        *,
+        until_tool: str | Sequence[str] | None = None,
+        until_tool_success: str | Sequence[str] | None = None,
+        max_runs: int | None = None,
+        should_pause: Callable[[], bool | str] | None = None,
+        extra_steps: Mapping[str, Sequence[Any]] | None = None,
+        token_budget: int | None = None,
+    ) -> StandardOptions:
+        """The options of a run of this agent, checked: :meth:`start`'s arguments with
+        the agent's own (``max_runs``, ``token_budget``, middleware) where they are None."""
         if until_tool is not None and until_tool_success is not None:
             raise ValueError(
                 "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
@@ -183,16 +191,22 @@ class Agent:
         missing = [n for n in names if n not in available]
         if missing:
             raise ValueError(f"{key}: tool(s) {missing} not found. Available: {available}")
-        runs = max_runs if max_runs is not None else self.max_runs
-        runs = 50 if runs is None else check_max_runs(runs)
         check_optional("should_pause", should_pause, Callable)
-        return {
-            "middleware": self.middleware,
-            "should_pause": should_pause,
-            "max_runs": runs,
-            "until_tool": names,
-            "require_tool_success": require_success,
-        }
+        chosen: dict[str, Any] = {}
+        runs = max_runs if max_runs is not None else self.max_runs
+        if runs is not None:
+            chosen["max_runs"] = check_max_runs(runs)
+        budget = check_token_budget(token_budget)
+        options = self.mode.options(
+            middleware=self.middleware,
+            should_pause=should_pause,
+            until_tool=names,
+            require_tool_success=require_success,
+            extra_steps=extra_steps or {},
+            token_budget=budget if budget is not None else self.token_budget,
+            **chosen,
+        )
+        return options
 
     def build_chain(self, state: AgentState) -> LLMChain:
         """The chain a run over ``state`` starts from: system prompt, tools, callbacks.
@@ -210,7 +224,7 @@ class Agent:
             callbacks=self.callbacks,
         )
 
-    def _finish(self, result: Terminal, usage: Usage) -> AgentState:
+    def _finish(self, result: Terminal, usage: Usage, pause_reason: Any = None) -> AgentState:
         """The state a run's ``result`` leaves the host, ``after_model`` hooks applied;
         built once with every field (``attrs.evolve`` costs more than the run's end)."""
         chain = result.chain
@@ -235,9 +249,8 @@ class Agent:
                         break
                 return state if state.usage is usage else attrs.evolve(state, usage=usage)
             case Paused():
-                reason = chain.custom_context.get("pause_reason")
                 return AgentState(
-                    messages, agent_state, status="paused", pause_reason=reason, usage=usage
+                    messages, agent_state, status="paused", pause_reason=pause_reason, usage=usage
                 )
             case Interrupted(_, data):
                 return AgentState(
@@ -281,14 +294,7 @@ class Agent:
             raise TypeError(
                 f"Unknown option(s) {sorted(unknown)}; options: {sorted(_START_OPTIONS)}"
             )
-        checked = self._options(
-            options.get("until_tool"),
-            options.get("until_tool_success"),
-            options.get("max_runs"),
-            options.get("should_pause"),
-        )
-        self.mode.options(checked, extra_steps=options.get("extra_steps") or {})
-        _token_budget(options.get("token_budget"))
+        self.options(**options)
         data = state.interrupt_data
         if not data:
             raise ValueError(
@@ -353,9 +359,3 @@ class Agent:
 
 #: The options :meth:`Agent.start` takes, which a resume passes on to it.
 _START_OPTIONS = frozenset(inspect.signature(Agent.start).parameters) - {"self", "state"}
-
-
-def _token_budget(value: Any) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"token_budget must be a positive integer or None, got: {value!r}")
-    return value

@@ -28,6 +28,7 @@ from ._fsm import SharedMachine
 from .chain import LLMChain
 from .errors import ChainError
 from .middleware.human_in_the_loop import check_pre_tool_hitl
+from .options import Options, StandardOptions
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
 from .steps import (
     Step,
@@ -140,6 +141,8 @@ class MachineTable:
     edges: tuple[Edge, ...] = attrs.field(converter=_edges)
     #: What each state's transitions record about its work, for the states that say.
     details: Mapping[str, Detail] = attrs.field(factory=dict, converter=_details)
+    #: The class of its runs' options (:class:`~agentfsm.options.Options` or a subclass).
+    options: type[Options] = attrs.field(default=Options, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         _check(self)
@@ -380,6 +383,8 @@ def _check_states(table: MachineTable, fail: _Fail) -> None:
     for state, detail in table.details.items():
         if state not in table.steps or not callable(detail):
             raise fail(f"details[{state!r}] must be a callable for a working state")
+    if not (isinstance(table.options, type) and issubclass(table.options, Options)):
+        raise fail(f"its options are {table.options!r}, not Options or a subclass of it")
     for situation, state in table.entries.items():
         if state not in table.steps:
             raise fail(f"entry {situation!r} leads to {state!r}, which is not a working state")
@@ -483,7 +488,7 @@ def _this_turns_interrupts(
 
 def _check_until(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
     """The until-tool contract: any target result, or a successful one when required."""
-    if not opts or not opts.get("tool_names"):
+    if opts is None or not opts.get("tool_names"):
         return result
     if opts.get("require_tool_success"):
         return check_until_tool_success(result, opts)
@@ -649,4 +654,5 @@ STANDARD = MachineTable(
         ),
     ),
     details={"expanding": _expanded, "calling": _called, "executing": _executed},
+    options=StandardOptions,
 )

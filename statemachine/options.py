@@ -1,4 +1,12 @@
-"""Checks of what a user passes in: a wrong option is named before anything runs.
+"""A run's options, one typed value checked once, and the checks of what a user passes in.
+
+Every table's runs take an :class:`Options` (or a subclass the table names:
+:class:`StandardOptions` for the standard machine, :class:`LangChainOptions`
+for the LangChain modes). A run checks its options once, when it starts; its
+steps read them as attributes (``opts.max_runs``), each option with one default,
+the class's. An :class:`Options` is also a read-only mapping of its options, so
+a step written for a plain dict (``opts.get("drafts", 2)``) reads a user
+machine's own options, kept in :attr:`Options.extra`.
 
 Each check returns the value (normalized) or raises ``TypeError`` (wrong kind)
 or ``ValueError`` (right kind, wrong value) naming the option, so a typo fails
@@ -8,8 +16,10 @@ at ``Agent(...)`` or ``agent.start(...)`` and not as a failed run later.
 from __future__ import annotations
 
 import collections.abc
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
+
+import attrs
 
 from .chain import CALLBACK_NAMES, Callbacks
 from .tools import Tool
@@ -18,6 +28,9 @@ if TYPE_CHECKING:
     from agentfsm.providers.base import ChatModel
 
 __all__ = [
+    "LangChainOptions",
+    "Options",
+    "StandardOptions",
     "check_callbacks",
     "check_max_runs",
     "check_model",
@@ -97,6 +110,23 @@ def check_max_runs(value: Any) -> int:
     return value
 
 
+def check_token_budget(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"token_budget must be a positive integer or None, got: {value!r}")
+    return value
+
+
+def check_tool_names(value: Any) -> tuple[str, ...] | None:
+    """One tool name or a list of them; None or an empty list turns the contract off."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list | tuple):
+        return tuple(value) or None
+    raise ValueError(f"Invalid until_tool option: expected string or list, got: {value!r}")
+
+
 def check_optional(option: str, value: _T, kind: Any) -> _T:
     """``value`` is None or of ``kind`` (``Callable`` checks callability)."""
     if value is None:
@@ -107,3 +137,154 @@ def check_optional(option: str, value: _T, kind: Any) -> _T:
     elif not isinstance(value, kind):
         raise TypeError(f"{option} must be {kind.__name__} (or None), got {_kind(value)}")
     return value
+
+
+# ---------------------------------------------------------------- typed options
+
+
+def _callable_or_none(option: str) -> Callable[[Any, Any, Any], None]:
+    def check(_: Any, __: Any, value: Any) -> None:
+        check_optional(option, value, collections.abc.Callable)
+
+    return check
+
+
+def _max_runs(_: Any, __: Any, value: Any) -> None:
+    check_max_runs(value)
+
+
+def _token_budget(_: Any, __: Any, value: Any) -> None:
+    check_token_budget(value)
+
+
+def _extra_steps(value: Any) -> dict[str, tuple[Any, ...]]:
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"extra_steps must be a mapping of state names to steps, got {_kind(value)}"
+        )
+    return {state: tuple(steps) for state, steps in value.items()}
+
+
+_DEFAULT_MAX_RUNS: Final = 25
+
+
+@attrs.frozen(kw_only=True)
+class Options(Mapping[str, Any]):
+    """The options every built-in step reads, checked once when a run starts.
+
+    ``max_runs`` bounds the model calls of one run (25, the LangChain modes'
+    default; the standard machine's is 50); ``should_pause()`` true pauses after
+    a reply; ``tool_names`` is the until-tool contract (``require_tool_success``:
+    only a successful result counts); ``middleware`` is the agent's stack (the
+    approval gate asks it); ``token_budget`` bounds a run's tokens;
+    ``extra_steps`` (``{"calling": [my_check]}``) run after a state's own steps.
+    Options a class does not declare are kept in ``extra`` when the class is
+    :attr:`open`, refused otherwise.
+    """
+
+    max_runs: int = attrs.field(default=_DEFAULT_MAX_RUNS, validator=_max_runs)
+    should_pause: Callable[[], bool | str] | None = attrs.field(
+        default=None, validator=_callable_or_none("should_pause")
+    )
+    tool_names: tuple[str, ...] | None = attrs.field(default=None, converter=check_tool_names)
+    require_tool_success: bool = False
+    middleware: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
+    token_budget: int | None = attrs.field(default=None, validator=_token_budget)
+    extra_steps: Mapping[str, tuple[Any, ...]] = attrs.field(factory=dict, converter=_extra_steps)
+    #: A machine's own options, by name (``{"drafts": 3}``), for an open class.
+    extra: Mapping[str, Any] = attrs.field(factory=dict)
+
+    #: Whether options the class does not declare go into ``extra`` (else: ValueError).
+    open: ClassVar[bool] = True
+    #: Other names an option is passed under (``{"until_tool": "tool_names"}``).
+    aliases: ClassVar[Mapping[str, str]] = {"should_pause?": "should_pause"}
+
+    @classmethod
+    def of(cls, value: Mapping[str, Any] | None = None, /, **changes: Any) -> Options:
+        """``value`` (a mapping, or options) with ``changes``, as this class, checked.
+
+        Options of this class without changes are returned as they are: a run
+        given its table's options checks nothing twice.
+        """
+        if isinstance(value, cls) and not changes:
+            return value
+        given = {**(value or {}), **changes}
+        for alias, name in cls.aliases.items():
+            if alias in given:
+                given.setdefault(name, given.pop(alias))
+        declared = cls.declared()
+        extra = dict(given.pop("extra", None) or {})
+        for name in [n for n in given if n not in declared]:
+            extra[name] = given.pop(name)
+        if extra and not cls.open:
+            names = sorted(declared | set(cls.aliases) - {"should_pause?"})
+            raise ValueError(f"Unknown option(s) {sorted(extra)}. Options: {names}")
+        return cls(**given, extra=extra)
+
+    @classmethod
+    def declared(cls) -> frozenset[str]:
+        """The names of the options this class declares (``extra`` aside)."""
+        return _declared(cls)
+
+    # A read-only mapping of the options: a step written for a dict reads them too.
+
+    def __getitem__(self, key: str) -> Any:
+        if key != "extra" and key in self.declared():
+            return getattr(self, key)
+        return self.extra[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (f.name for f in attrs.fields(type(self)) if f.name != "extra")
+        yield from self.extra
+
+    def __len__(self) -> int:
+        return len(self.declared()) + len(self.extra)
+
+
+_DECLARED: dict[type[Options], frozenset[str]] = {}
+
+
+def _declared(cls: type[Options]) -> frozenset[str]:
+    names = _DECLARED.get(cls)
+    if names is None:
+        names = _DECLARED[cls] = frozenset(f.name for f in attrs.fields(cls)) - {"extra"}
+    return names
+
+
+@attrs.frozen(kw_only=True)
+class StandardOptions(Options):
+    """The standard machine's options: ``max_runs`` 50, ``until_tool`` (a name or a
+    list; empty is off) and ``require_tool_success``; any other name is refused."""
+
+    max_runs: int = attrs.field(default=50, validator=_max_runs)
+
+    open: ClassVar[bool] = False
+    aliases: ClassVar[Mapping[str, str]] = {
+        "should_pause?": "should_pause",
+        "until_tool": "tool_names",
+    }
+
+    @property
+    def until_tool(self) -> tuple[str, ...]:
+        """The target tools, as :meth:`Agent.start <agentfsm.Agent.start>` names them."""
+        return self.tool_names or ()
+
+    def saved(self) -> dict[str, Any]:
+        """What a checkpoint keeps of them: the options a resume must run with again."""
+        return {
+            "until_tool": list(self.until_tool),
+            "require_tool_success": self.require_tool_success,
+            "max_runs": self.max_runs,
+        }
+
+
+@attrs.frozen(kw_only=True)
+class LangChainOptions(Options):
+    """The LangChain modes' options: ``should_continue(chain)`` asks the ``step``
+    mode for another step; ``force_recurse`` makes ``until_success`` call the model
+    even when the last message already stands."""
+
+    should_continue: Callable[[Any], bool] | None = attrs.field(
+        default=None, validator=_callable_or_none("should_continue")
+    )
+    force_recurse: bool = False

@@ -18,6 +18,7 @@ from .chain import LLMChain
 from .errors import ChainError, IllegalTransitionError
 from .machine import MachineTable, Outcome, Work
 from .messages import Usage
+from .options import Options
 from .results import Continue, Failed, Paused, PipelineResult, Terminal
 from .steps import Step, normalize_pause
 from .trace import Trace, Transition, total_usage
@@ -54,9 +55,10 @@ def _crashed(source: str, chain: LLMChain, exc: Exception) -> Failed:
 class Run:
     """One run of a machine over a chain, from the working state ``entry``.
 
-    Every step of the run is given ``opts``; ``extra_steps`` (``{state: [step,
-    ...]}``) run after a state's own. ``await run.step()`` does one state's work
-    and returns the transition;
+    ``opts`` (a mapping, or options of the table's class, :attr:`MachineTable.options`)
+    are checked once, here; every step of the run is given them. ``extra_steps``
+    (``{state: [step, ...]}``) run after a state's own, as ``opts.extra_steps`` do.
+    ``await run.step()`` does one state's work and returns the transition;
     ``await run.run()`` steps to the end and returns the result. ``run.trace``
     is the path so far, ``run.chain`` the chain as the last step left it.
     """
@@ -83,20 +85,22 @@ class Run:
         self.result: Terminal | None = None
         self.trace = Trace(entry=entry, machine=table.name)
         self.listeners: list[Listener] = []
-        #: The options every step of this run is given.
-        self.opts: Mapping[str, Any] = opts if opts is not None else {}
-        self._work = table.work(extra_steps)
+        options = table.options.of(opts)
+        if extra_steps:
+            options = table.options.of(options, extra_steps={**options.extra_steps, **extra_steps})
+        #: The options every step of this run is given, checked once.
+        self.opts: Options = options
+        #: Why the run paused, when it ended paused with a cause (``Paused.reason``).
+        self.pause_reason: Any = None
+        self._work = table.work(options.extra_steps)
         self._exits = table.exits
         self._terminals = frozenset(table.terminals)
         self._machine = table.machine
         self._cursor = _Cursor()
-        self._pause_reason: Any = None
+        self._requested_pause: Any = None
         self._carried: Continue | None = None
         self._busy = False
         self._bridge = SyncBridge()
-        #: Tokens this run may use (input and output, summed over its model calls);
-        #: past it, the run ends in ``exceeded_token_budget``. None: no bound.
-        self.token_budget: int | None = None
         self._usage = Usage()  # of the transitions counted so far
         self._counted = 0
         self._machine.add_model(self._cursor, initial=entry)
@@ -110,6 +114,12 @@ class Run:
         return self._cursor.state
 
     @property
+    def token_budget(self) -> int | None:
+        """Tokens this run may use (input and output, summed over its model calls);
+        past it, the run ends in ``exceeded_token_budget``. None: no bound."""
+        return self.opts.token_budget
+
+    @property
     def done(self) -> bool:
         return self.result is not None
 
@@ -121,7 +131,7 @@ class Run:
 
     def request_pause(self, reason: Any) -> None:
         """Make the next step pause the run with ``reason`` instead of doing its work."""
-        self._pause_reason = reason
+        self._requested_pause = reason
 
     # ------------------------------------------------------------ stepping
 
@@ -140,8 +150,8 @@ class Run:
         chain = self.chain
         started = time.perf_counter()
         self._busy = True
-        if self._pause_reason is not None:
-            reason, self._pause_reason = self._pause_reason, None
+        if self._requested_pause is not None:
+            reason, self._requested_pause = self._requested_pause, None
             return self._finish(
                 source, chain, started, (Paused(chain, reason), {"requested": True})
             )
@@ -181,7 +191,7 @@ class Run:
         if usage is None:
             return result, detail
         detail = {**(detail or {}), "usage": usage.to_dict()}
-        budget = self.token_budget
+        budget = self.opts.token_budget
         if budget is None or not reply.tool_calls or not isinstance(result, Continue):
             return result, detail
         total = self._recorded_usage() + usage
@@ -234,6 +244,8 @@ class Run:
         self.chain = result.chain
         self._carried = result if result.__class__ is Continue else None
         if dest in self._terminals:
+            if result.__class__ is Paused:
+                self.pause_reason = result.reason
             terminal = normalize_pause(result)
             assert not isinstance(terminal, Continue)
             self.result = terminal = self._settle(terminal)

@@ -21,6 +21,7 @@ import attrs
 from .chain import LLMChain
 from .errors import ChainError
 from .messages import Message, ToolCall, ToolResult, _slot_builder
+from .options import Options
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
 from .tools import ToolContext
 
@@ -52,7 +53,16 @@ __all__ = [
 
 Opts = Mapping[str, Any] | None
 Step = Callable[[PipelineResult, Opts], PipelineResult | Awaitable[PipelineResult]]
-_NO_OPTS: Final[Mapping[str, Any]] = {}
+_DEFAULTS: Final = Options()
+
+
+def _options(opts: Opts) -> Options:
+    """The options a step reads: a run's own, or a plain mapping given to a step alone."""
+    if isinstance(opts, Options):
+        return opts
+    return _DEFAULTS if opts is None else Options.of(opts)
+
+
 _message = _slot_builder(Message)
 _context = _slot_builder(ToolContext)
 _continue = _slot_builder(Continue)  # Continue(chain), on the two steps of every model call
@@ -287,10 +297,10 @@ async def execute_tools(result: PipelineResult, opts: Opts = None) -> PipelineRe
 
 
 def check_max_runs(result: PipelineResult, opts: Opts = None) -> PipelineResult:
-    """``run_count >= max_runs`` (default 25) fails the run with ``exceeded_max_runs``."""
+    """``run_count >= max_runs`` (``Options.max_runs``) fails the run with ``exceeded_max_runs``."""
     if not isinstance(result, Continue):
         return result
-    maximum = (opts or _NO_OPTS).get("max_runs", 25)
+    maximum = _options(opts).max_runs
     count = get_run_count(result.chain)
     if count >= maximum:
         return Failed(
@@ -304,8 +314,8 @@ def check_pause(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """``should_pause()`` true pauses the run (reason None); a string is the pause reason."""
     if not isinstance(result, Continue):
         return result
-    should_pause = (opts or _NO_OPTS).get("should_pause")
-    answer = should_pause() if callable(should_pause) else False
+    should_pause = _options(opts).should_pause
+    answer = should_pause() if should_pause is not None else False
     if answer:
         return Paused(result.chain, answer if isinstance(answer, str) else None)
     return result
@@ -343,7 +353,7 @@ def check_tool_interrupts(result: PipelineResult, opts: Opts = None) -> Pipeline
 def _until(result: PipelineResult, opts: Opts, *, success_only: bool) -> PipelineResult:
     if not isinstance(result, Continue):
         return result
-    names = (opts or _NO_OPTS).get("tool_names")
+    names = _options(opts).tool_names
     last = result.chain.last_message
     if not names or last is None or last.role != "tool":
         return result

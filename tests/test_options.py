@@ -67,7 +67,7 @@ def test_a_bad_run_option_is_named_before_the_model_is_called(
 def test_the_modes_own_options_refuse_a_should_pause_that_is_not_callable() -> None:
     model = ScriptedModel([say("x")])
     chain = LLMChain(model).add_message(Message.user("go"))
-    with pytest.raises(TypeError, match="'should_pause' must be callable"):
+    with pytest.raises(TypeError, match=r"should_pause must be callable \(or None\), got 'yes'"):
         chain.run_sync("standard", should_pause="yes")
     assert model.calls == 0
 
@@ -125,3 +125,74 @@ def test_an_off_loop_handler_that_raises_is_kept_not_fatal() -> None:
     assert [(name, str(exc)) for name, exc in handlers.errors] == [
         ("on_llm_new_message", "log server down")
     ] * 2
+
+
+# ---------------------------------------------------------------- typed options
+
+
+def test_each_option_has_one_default_its_class() -> None:
+    from agentfsm.options import LangChainOptions, Options, StandardOptions
+
+    assert Options().max_runs == 25
+    assert LangChainOptions().max_runs == 25
+    assert StandardOptions().max_runs == 50
+    assert Agent(MODEL).options().max_runs == 50
+    assert Agent(MODEL, max_runs=7).options().max_runs == 7
+    assert Agent(MODEL, max_runs=7).options(max_runs=3).max_runs == 3
+
+
+def test_options_are_checked_once_and_refused_by_name() -> None:
+    from agentfsm.options import Options, StandardOptions
+
+    with pytest.raises(ValueError, match=re.escape("Unknown option(s) ['drafts']. Options: [")):
+        StandardOptions.of({"drafts": 3})
+    with pytest.raises(ValueError, match="max_runs must be a positive integer, got: 0"):
+        Options.of({"max_runs": 0})
+    with pytest.raises(ValueError, match="token_budget must be a positive integer or None"):
+        Options(token_budget=-1)
+    with pytest.raises(ValueError, match="Invalid until_tool option: expected string or list"):
+        StandardOptions.of(until_tool=3)
+    checked = StandardOptions.of(until_tool="submit", max_runs=4)
+    assert checked.tool_names == ("submit",) and checked.until_tool == ("submit",)
+    assert StandardOptions.of(checked) is checked  # options of the class pass as they are
+    assert checked.saved() == {
+        "until_tool": ["submit"],
+        "require_tool_success": False,
+        "max_runs": 4,
+    }
+
+
+def test_a_machines_own_options_read_as_a_mapping_and_as_attributes() -> None:
+    from agentfsm import Run
+    from agentfsm.options import Options
+
+    seen: list[Any] = []
+
+    def read(result: Any, opts: Any) -> Any:
+        seen.append(
+            (opts["drafts"], opts.get("missing", "none"), opts.max_runs, dict(opts)["drafts"])
+        )
+        return result
+
+    from tests.test_user_machines import EDITOR  # a user's machine with a 'drafts' option
+
+    chain = LLMChain(ScriptedModel([say("draft")])).add_message(Message.user("go"))
+    run = Run(EDITOR, chain, "drafting", {"drafts": 1}, extra_steps={"drafting": [read]})
+    assert isinstance(run.opts, Options) and run.opts.extra == {"drafts": 1}
+    run.step_sync()
+    assert seen == [(1, "none", 25, 1)]
+
+
+def test_token_budget_and_pause_reason_live_in_the_run() -> None:
+    agent = Agent(ScriptedModel([say("x")]), [add], token_budget=90)
+    run = agent.start(AgentState.of("go"))
+    assert run.opts.token_budget == run.token_budget == 90
+    assert agent.start(AgentState.of("go"), token_budget=5).token_budget == 5
+
+    run = Agent(ScriptedModel([say("x")])).start(
+        AgentState.of("go"), should_pause=lambda: "draining"
+    )
+    run.run_sync()
+    assert run.pause_reason == "draining"
+    assert run.agent_state.pause_reason == "draining"
+    assert run.chain.custom_context["pause_reason"] == "draining"  # the seed's shape, kept

@@ -237,7 +237,9 @@ class Engine:
             )
         local = AGENTS.get(agent)
         if local is not None:
-            local._options(until_tool, until_tool_success, max_runs, None)
+            local.options(
+                until_tool=until_tool, until_tool_success=until_tool_success, max_runs=max_runs
+            )
         target = until_tool_success if until_tool_success is not None else until_tool
         names = [target] if isinstance(target, str) else list(target or ())
         submission = {

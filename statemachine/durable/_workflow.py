@@ -40,7 +40,7 @@ from ..middleware.human_in_the_loop import _check_decisions
 from ..serialization import FORMAT, _error_in, _error_out, check_format, converter, dump
 from ..state import AgentState
 from ..steps import get_run_count
-from ..store.checkpoint import _execute_options
+from ..store.checkpoint import execute_options
 from ..tools import Tool, ToolContext
 
 __all__ = [
@@ -294,7 +294,7 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
             traces,
         )
     execution = _Execution(run_id, agent)
-    options = _execute_options(submission.get("options") or {})
+    options = execute_options(submission.get("options") or {})
     timeout = submission.get("decision_timeout")
     wait = _FOREVER if timeout is None else float(timeout)
     decisions: Sequence[Mapping[str, Any]] | None = submission.get("decisions")

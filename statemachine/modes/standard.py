@@ -10,79 +10,23 @@ one, or one declared from it (a state added to the loop, say).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from ..chain import LLMChain
 from ..machine import STANDARD, MachineTable
+from ..options import StandardOptions
 from ..results import Terminal
 from ..run import Run
-from ..steps import Step, reset_run_count
+from ..steps import reset_run_count
 from ..trace import Trace
 
 __all__ = ["StandardMode", "StandardOptions", "entry_state"]
 
 #: The situations a run over a chain can start in, as the machine's entries name them.
 _FRESH, _PENDING, _RESULTS = "fresh", "pending tool calls", "tool results"
-
-
-def _names(until_tool: str | Sequence[str] | None) -> tuple[str, ...]:
-    if until_tool is None:
-        return ()
-    if isinstance(until_tool, str):
-        return (until_tool,)
-    if isinstance(until_tool, list | tuple):
-        return tuple(until_tool)
-    raise ValueError(f"Invalid until_tool option: expected string or list, got: {until_tool!r}")
-
-
-def _max_runs(value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"max_runs must be a positive integer, got: {value!r}")
-    return value
-
-
-@attrs.frozen
-class StandardOptions:
-    """The standard mode's options, checked once when a run starts."""
-
-    middleware: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
-    should_pause: Callable[[], bool | str] | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.is_callable())
-    )
-    max_runs: int = attrs.field(default=50, converter=_max_runs)
-    until_tool: tuple[str, ...] = attrs.field(default=(), converter=_names)
-    require_tool_success: bool = False
-    #: Steps added after a state's own work, by state: ``{"calling": [my_check]}``.
-    extra_steps: Mapping[str, Sequence[Step]] = attrs.field(factory=dict)
-
-    @classmethod
-    def of(cls, opts: Mapping[str, Any] | None) -> StandardOptions:
-        opts = dict(opts or {})
-        if "should_pause?" in opts:
-            opts["should_pause"] = opts.pop("should_pause?")
-        if "tool_names" in opts and "until_tool" not in opts:
-            opts["until_tool"] = opts.pop("tool_names")
-        known = _OPTION_NAMES
-        unknown = set(opts) - known
-        if unknown:
-            raise ValueError(f"Unknown option(s) {sorted(unknown)}. Options: {sorted(known)}")
-        return cls(**opts)
-
-    def step_opts(self) -> dict[str, Any]:
-        """The options as the steps read them."""
-        return {
-            "middleware": self.middleware,
-            "should_pause": self.should_pause,
-            "max_runs": self.max_runs,
-            "tool_names": list(self.until_tool) or None,
-            "require_tool_success": self.require_tool_success,
-        }
-
-
-_OPTION_NAMES = frozenset(f.name for f in attrs.fields(StandardOptions))
 
 
 def _situation(chain: LLMChain) -> str:
@@ -108,10 +52,8 @@ class StandardMode:
     """Sagents' standard execution mode, run as the :data:`STANDARD` machine or ``table``.
 
     ``table`` is any machine whose entries are the standard ones (``fresh``,
-    ``pending tool calls``, ``tool results``) and whose steps read the standard
-    options: ``middleware``, ``should_pause``, ``max_runs`` (50), ``until_tool``
-    (a name or a list; empty is off), ``require_tool_success`` (False),
-    ``extra_steps``.
+    ``pending tool calls``, ``tool results``) and whose runs take
+    :class:`~agentfsm.options.StandardOptions`.
     """
 
     def __init__(self, table: MachineTable = STANDARD) -> None:
@@ -122,10 +64,15 @@ class StandardMode:
                 f"the {table.name} machine has no {missing}"
             )
         self.table = table
+        #: The class of its runs' options: the table's, when it refines the standard ones.
+        self.options_class = (
+            table.options if issubclass(table.options, StandardOptions) else StandardOptions
+        )
 
     def options(self, opts: Mapping[str, Any] | None = None, **kw: Any) -> StandardOptions:
         """``opts`` checked for this mode and its machine, before anything runs."""
-        options = StandardOptions.of({**(opts or {}), **kw})
+        options = self.options_class.of(opts, **kw)
+        assert isinstance(options, StandardOptions)
         self.table.work(options.extra_steps)  # refuses steps for states the machine lacks
         return options
 
@@ -178,9 +125,7 @@ class StandardMode:
     def _run(
         self, run_class: type[Run], chain: LLMChain, entry: str, options: StandardOptions
     ) -> Run:
-        return run_class(
-            self.table, chain, entry, options.step_opts(), extra_steps=options.extra_steps
-        )
+        return run_class(self.table, chain, entry, options)
 
     async def run(
         self, chain: LLMChain, opts: Mapping[str, Any] | None = None, **kw: Any

@@ -87,6 +87,7 @@ __all__ = [
     "Checkpointer",
     "SavedRun",
     "checkpoint",
+    "execute_options",
     "load_run",
     "restore_run",
     "start_run",
@@ -514,8 +515,13 @@ def start_run(
         should_pause=should_pause,
         extra_steps=extra_steps,
     )
-    options = agent._options(until_tool, until_tool_success, max_runs, should_pause)
-    checkpoint(run, store, run_id=run_id, options=options, replace=replace)
+    options = agent.options(
+        until_tool=until_tool,
+        until_tool_success=until_tool_success,
+        max_runs=max_runs,
+        should_pause=should_pause,
+    )
+    checkpoint(run, store, run_id=run_id, options=options.saved(), replace=replace)
     return run
 
 
@@ -589,7 +595,7 @@ async def restore_run(
             answer,
             should_pause=should_pause,
             extra_steps=extra_steps,
-            **_execute_options(saved.options),
+            **execute_options(saved.options),
         )
         checkpoint(resumed, store, options=saved.options, saved=saved)
         return resumed
@@ -605,6 +611,7 @@ async def restore_run(
     options: dict[str, Any] = {
         "middleware": agent.middleware,
         "should_pause": should_pause,
+        "token_budget": agent.token_budget,
         **saved.options,
     }
     if extra_steps:
@@ -624,12 +631,12 @@ async def restore_run(
         run = agent.mode.start(chain, options, run_class=agent.run_class)
     assert isinstance(run, agent.run_class)
     run.agent = agent
-    run.token_budget = agent.token_budget
     checkpoint(run, store, options=saved.options, saved=saved, new_segment=ask_again)
     return run
 
 
-def _execute_options(options: Mapping[str, Any]) -> dict[str, Any]:
+def execute_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved run's options as :meth:`Agent.start <agentfsm.Agent.start>` takes them."""
     names = list(options.get("until_tool") or ())
     key = "until_tool_success" if options.get("require_tool_success") else "until_tool"
     out: dict[str, Any] = {key: names} if names else {}
