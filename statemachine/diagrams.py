@@ -25,7 +25,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .machine import STANDARD, Edge, MachineTable
+from .machine import Edge, MachineTable
+from .modes.standard import STANDARD
 from .paths import compress_path, loop_edges, paths, shared_edges, state_label
 from .trace import Trace, Transition
 

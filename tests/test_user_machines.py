@@ -179,8 +179,8 @@ def _review(result: PipelineResult, opts: Mapping[str, Any] | None) -> PipelineR
 
 def _edges_out(state: str) -> list[Edge]:
     return [
-        Edge("paused", state, "stopped", "a pause was asked for", on=Paused),
-        Edge("failed", state, "broken", "a step failed", on=Failed),
+        Edge(state, "stopped", on=Paused, trigger="paused", why="a pause was asked for"),
+        Edge(state, "broken", on=Failed, trigger="failed", why="a step failed"),
     ]
 
 
@@ -191,9 +191,11 @@ def _table(name: str = "refused", **changes: Any) -> MachineTable:
         "terminals": ("accepted", "stopped", "broken"),
         "entries": {"new": "drafting"},
         "edges": (
-            Edge("drafted", "drafting", "reviewing", "a draft is written", on=Continue),
-            Edge("accepted", "reviewing", "accepted", "enough drafts", on=Ok),
-            Edge("again", "reviewing", "drafting", "another draft is needed", on=Continue),
+            Edge("drafting", "reviewing", on=Continue, trigger="drafted", why="a draft is written"),
+            Edge("reviewing", "accepted", on=Ok, trigger="accepted", why="enough drafts"),
+            Edge(
+                "reviewing", "drafting", on=Continue, trigger="again", why="another draft is needed"
+            ),
             *_edges_out("drafting"),
             *_edges_out("reviewing"),
         ),
@@ -293,7 +295,11 @@ def _refused(match: str, **changes: Any) -> None:
 
 def test_an_unreachable_state_is_refused() -> None:
     steps = {"drafting": (_draft,), "reviewing": (_review,), "lost": (_review,)}
-    edges = (*EDITOR.edges, Edge("gone", "lost", "accepted", "never", on=Ok), *_edges_out("lost"))
+    edges = (
+        *EDITOR.edges,
+        Edge("lost", "accepted", on=Ok, trigger="gone", why="never"),
+        *_edges_out("lost"),
+    )
     _refused("state 'lost' is unreachable", steps=steps, edges=edges)
 
 
@@ -306,18 +312,22 @@ def test_a_working_state_with_no_path_to_a_terminal_is_refused() -> None:
     steps = {**EDITOR.steps, "looping": (_review,)}
     edges = (
         *EDITOR.edges,
-        Edge("detour", "reviewing", "looping", "a detour", on=Interrupted),
-        Edge("round", "looping", "looping", "round and round", on=Continue),
+        Edge("reviewing", "looping", on=Interrupted, trigger="detour", why="a detour"),
+        Edge("looping", "looping", on=Continue, trigger="round", why="round and round"),
     )
     _refused("state 'looping' has no path to a terminal", steps=steps, edges=edges)
 
 
 def test_a_duplicate_trigger_is_refused() -> None:
-    twice = Edge("drafted", "drafting", "accepted", "a second meaning", on=Ok)
+    twice = Edge("drafting", "accepted", on=Ok, trigger="drafted", why="a second meaning")
     _refused("state 'drafting' has the trigger 'drafted' twice", edges=(*EDITOR.edges, twice))
-    same_result = Edge("also", "drafting", "accepted", "a second edge on Continue", on=Continue)
+    same_result = Edge(
+        "drafting", "accepted", on=Continue, trigger="also", why="a second edge on Continue"
+    )
     _refused("ends the run on Continue", edges=(*EDITOR.edges, same_result))
-    same_result = Edge("also", "drafting", "drafting", "a second edge on Continue", on=Continue)
+    same_result = Edge(
+        "drafting", "drafting", on=Continue, trigger="also", why="a second edge on Continue"
+    )
     _refused("state 'drafting' has two edges on Continue", edges=(*EDITOR.edges, same_result))
 
 
@@ -347,13 +357,22 @@ def test_tables_with_bad_parts_are_refused(changes: dict[str, Any], match: str) 
     ("edge", "match"),
     [
         (
-            Edge("more", "accepted", "drafting", "a terminal goes on", on=Continue),
+            Edge("accepted", "drafting", on=Continue, trigger="more", why="a terminal goes on"),
             "terminal 'accepted'",
         ),
-        (Edge("jump", "drafting", "nowhere", "off the map", on=Interrupted), "'nowhere'"),
-        (Edge("Bad Name", "drafting", "broken", "bad trigger", on=Interrupted), "snake_case"),
-        (Edge("odd", "drafting", "broken", "not a result", on=str), "not a pipeline result"),
-        (Edge("mute", "drafting", "broken", "", on=Interrupted), "one-line why"),
+        (
+            Edge("drafting", "nowhere", on=Interrupted, trigger="jump", why="off the map"),
+            "'nowhere'",
+        ),
+        (
+            Edge("drafting", "broken", on=Interrupted, trigger="Bad Name", why="bad trigger"),
+            "snake_case",
+        ),
+        (
+            Edge("drafting", "broken", on=str, trigger="odd", why="not a result"),
+            "not a pipeline result",
+        ),
+        (Edge("drafting", "broken", on=Interrupted, trigger="mute", why=""), "one-line why"),
     ],
 )
 def test_bad_edges_are_refused(edge: Edge, match: str) -> None:

@@ -84,6 +84,17 @@ class HumanInTheLoop(Middleware):
             "hitl_tool_call_ids": [c.call_id for c in gated],
         }
 
+    def approval_gate(
+        self, result: PipelineResult, opts: Mapping[str, Any] | None = None
+    ) -> PipelineResult:
+        """Interrupt when a pending call needs approval; no tool of that batch runs."""
+        if not isinstance(result, Continue):
+            return result
+        pending = unanswered_calls(result.chain.exchanged_messages)
+        if not self.gated(pending):
+            return result
+        return Interrupted(result.chain, self.interrupt_data(pending, result.chain.tools))
+
     async def handle_resume(
         self, agent: Agent, state: AgentState, answer: Any
     ) -> AgentState | None:
@@ -180,15 +191,12 @@ def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
 def check_pre_tool_hitl(
     result: PipelineResult, opts: Mapping[str, Any] | None = None
 ) -> PipelineResult:
-    """Interrupt when a pending call needs approval; no tool of that batch runs."""
-    if not isinstance(result, Continue):
-        return result
+    """The first :class:`HumanInTheLoop` middleware's :meth:`~HumanInTheLoop.approval_gate`.
+
+    The standard machine asks every middleware's gate
+    (:func:`agentfsm.modes.standard.check_approvals`); this step asks one.
+    """
     for hitl in (opts or {}).get("middleware", ()):
         if isinstance(hitl, HumanInTheLoop):
-            break
-    else:
-        return result
-    pending = unanswered_calls(result.chain.exchanged_messages)
-    if not hitl.gated(pending):
-        return result
-    return Interrupted(result.chain, hitl.interrupt_data(pending, result.chain.tools))
+            return hitl.approval_gate(result, opts)
+    return result
