@@ -67,8 +67,10 @@ class UnknownMachineError(LookupError):
 
 
 def _sources(value: str | Iterable[str]) -> tuple[str, ...]:
-    one = isinstance(value, str) or not isinstance(value, Iterable)  # not a state: checked later
-    sources = (value,) if one else tuple(value)
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        sources: tuple[Any, ...] = (value,)  # a source that is not a state name is checked later
+    else:
+        sources = tuple(value)
     if not sources:
         raise MachineDefinitionError("An edge leaves at least one state; its source is empty")
     return sources
