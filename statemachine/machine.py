@@ -616,9 +616,18 @@ def _check_graph(table: MachineTable, fail: _Fail) -> None:
             if kind not in has:
                 raise fail(
                     f"state {state!r} has no edge on {kind.__name__}; a run takes it from "
-                    f"any state when {cause} (a table with the {_DEFAULTS[kind][0]!r} "
-                    "terminal adds one unless default_edges=False)"
+                    f"any state when {cause} ({_no_default(table, state, kind)})"
                 )
+
+
+def _no_default(table: MachineTable, state: str, kind: type[PipelineResult]) -> str:
+    """Why the table gave ``state`` no default edge on ``kind``."""
+    terminal, trigger, _ = _DEFAULTS[kind]
+    if not table.default_edges:
+        return "the table declares its own: default_edges=False"
+    if terminal not in table.terminals:
+        return f"a default edge goes to the {terminal!r} terminal, which this table lacks"
+    return f"the default edge's trigger {trigger!r} is taken by another of its edges"
 
 
 #: The default edges, by the result they fire on: (terminal, trigger, why).

@@ -25,20 +25,23 @@ from agentfsm import (
     AgentState,
     Edge,
     Failed,
+    HumanInTheLoop,
     IllegalTransitionError,
     Interrupted,
     LLMChain,
     MachineTable,
     Message,
+    Middleware,
     Ok,
     Paused,
     Run,
     Trace,
+    tool,
 )
 from agentfsm import diagrams as d
 from agentfsm import machine as m
 from agentfsm.machine import MachineDefinitionError, UnknownMachineError, machine_named
-from agentfsm.providers import ScriptedModel, say
+from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.results import Continue, PipelineResult
 from agentfsm.store import (
     ResumeError,
@@ -157,6 +160,39 @@ def test_the_example_checkpoints_and_resumes_on_its_machine(tmp_path: Path) -> N
     assert [t.machine for t in traces] == ["compacting", "compacting"]
     for trace in traces:
         assert COMPACTING.is_path(trace.states, trace.triggers)
+
+
+def test_the_example_machine_is_the_standard_one_with_a_state_inserted() -> None:
+    """``insert`` gives what typing the standard table out again with one more state gave."""
+    assert COMPACTING.working == (
+        "expanding",
+        "compacting",
+        "calling",
+        "interrupt_check",
+        "executing",
+        "propagating",
+        "until_check",
+        "deciding",
+    )
+    assert (COMPACTING.terminals, COMPACTING.entries) == (STANDARD.terminals, STANDARD.entries)
+    assert {s: v for s, v in COMPACTING.steps.items() if s != "compacting"} == STANDARD.steps
+    assert COMPACTING.details == {**STANDARD.details, "compacting": example._compacted}
+    expanded = STANDARD.edge("expanding", "expanded")
+    assert expanded is not None
+    typed_out = {
+        Edge("expanding", "compacting", on=Continue, trigger="expanded", why=expanded.why),
+        Edge(
+            "compacting",
+            "calling",
+            on=Continue,
+            trigger="compacted",
+            why="a long history is summarized; a short one goes on as it is",
+        ),
+        Edge("compacting", "error", on=Failed, trigger="failed", why="the summary call failed"),
+        Edge("compacting", "paused", on=Paused, trigger="paused", why="a step paused with a cause"),
+        *(e for e in STANDARD.edges if e is not expanded),
+    }
+    assert set(COMPACTING.edges) == typed_out and len(COMPACTING.edges) == len(typed_out)
 
 
 # ---------------------------------------------------------------- a machine of its own
@@ -438,3 +474,57 @@ def test_the_standard_triggers_come_from_its_edges() -> None:
     }
     assert STANDARD.triggers["propagating"][Interrupted] == "interrupted"
     assert Interrupted not in STANDARD.triggers["deciding"]
+
+
+# ---------------------------------------------------------------- approval gates
+
+
+@tool
+def launch(target: str) -> str:
+    """Launch at a target."""
+    return f"launched at {target}"
+
+
+def _gated_agent(*middleware: Any) -> Agent:
+    model = ScriptedModel([call_tool("launch", target="moon", call_id="l1"), say("done")])
+    return Agent(model, [launch], middleware=list(middleware))
+
+
+class _TwoKeys:
+    """A gate of its own, no HumanInTheLoop: launches wait for a second key."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def approval_gate(self, result: PipelineResult, opts: Any) -> PipelineResult:
+        self.asked += 1
+        calls = [c.name for c in result.chain.last_message.tool_calls]  # type: ignore[union-attr]
+        if "launch" in calls:
+            return Interrupted(result.chain, {"type": "two_keys", "calls": calls})
+        return result
+
+
+def test_any_middleware_can_gate_tool_calls() -> None:
+    keys = _TwoKeys()
+    hitl = HumanInTheLoop({"launch": True})
+    run = _gated_agent(Middleware(), keys, hitl).start(AgentState.of("go"))
+    result = run.run_sync()
+    assert isinstance(result, Interrupted)
+    assert result.data == {"type": "two_keys", "calls": ["launch"]}  # the first gate wins
+    assert_path(run, "expanding calling interrupt_check interrupted")
+    assert keys.asked == 1
+    run = _gated_agent(hitl, keys).start(AgentState.of("go"))
+    result = run.run_sync()
+    assert isinstance(result, Interrupted) and result.data["type"] == "hitl"
+    assert keys.asked == 1  # a gate that ended the batch asks no other
+
+
+def test_a_gate_that_lets_the_calls_run_leaves_the_run_as_it_was() -> None:
+    run = _gated_agent(Middleware(), HumanInTheLoop({"other": True})).start(AgentState.of("go"))
+    assert isinstance(run.run_sync(), Ok)
+    assert_path(
+        run,
+        "expanding calling interrupt_check executing (propagating until_check)"
+        " deciding expanding calling interrupt_check executing propagating until_check"
+        " deciding ok",
+    )
