@@ -2,9 +2,9 @@
 
 Before each model call, ``compacting`` folds a long history into one summary
 message (the model writes it), keeping the latest messages as they are. The
-machine is the standard table with one state added between ``expanding`` and
-``calling``; it gets stepping, traces, path assertions, diagrams and
-checkpoints like the standard one.
+machine is the standard table with one state inserted after ``expanding``, whose
+edge on to ``calling`` now leads through it; it gets stepping, traces, path
+assertions, diagrams and checkpoints like the standard one.
 
     python examples/compacting.py              # run it on the scripted model
     python examples/compacting.py --diagrams   # redraw examples/compacting/
@@ -28,9 +28,7 @@ from agentfsm import (
     Edge,
     Failed,
     LLMChain,
-    MachineTable,
     Message,
-    Paused,
     tool,
 )
 from agentfsm.diagram_files import diagram_files
@@ -87,40 +85,17 @@ def _compacted(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any] | N
     return {"summarized": folded} if folded > 1 else None
 
 
-COMPACTING = MachineTable(
+COMPACTING = STANDARD.insert(
+    "compacting",
+    (compact_history(over=6, keep=4),),
+    after="expanding",
     name="compacting",
-    steps={
-        "expanding": STANDARD.steps["expanding"],
-        "compacting": (compact_history(over=6, keep=4),),
-        "calling": STANDARD.steps["calling"],
-        "interrupt_check": STANDARD.steps["interrupt_check"],
-        "executing": STANDARD.steps["executing"],
-        "propagating": STANDARD.steps["propagating"],
-        "until_check": STANDARD.steps["until_check"],
-        "deciding": STANDARD.steps["deciding"],
-    },
-    terminals=STANDARD.terminals,
-    entries=STANDARD.entries,
+    trigger="compacted",
+    why="a long history is summarized; a short one goes on as it is",
+    detail=_compacted,
     edges=(
-        Edge(
-            "expanded",
-            "expanding",
-            "compacting",
-            "last turn's tool-result expansions are in the conversation",
-            on=Continue,
-        ),
-        Edge(
-            "compacted",
-            "compacting",
-            "calling",
-            "a long history is summarized; a short one goes on as it is",
-            on=Continue,
-        ),
-        Edge("failed", "compacting", "error", "the summary call failed", on=Failed),
-        Edge("paused", "compacting", "paused", "a step paused with a cause", on=Paused),
-        *(e for e in STANDARD.edges if e.source != "expanding" or e.on is not Continue),
+        Edge("compacting", "error", on=Failed, trigger="failed", why="the summary call failed"),
     ),
-    details={**STANDARD.details, "compacting": _compacted},
 )
 
 

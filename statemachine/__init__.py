@@ -4,7 +4,7 @@ from . import modes as _modes  # noqa: F401  (registers the built-in modes by na
 from .agent import Agent, AgentRun
 from .chain import LLMChain
 from .errors import ChainError, IllegalTransitionError
-from .machine import STANDARD, Edge, MachineTable
+from .machine import Edge, MachineTable
 from .messages import (
     ContentPart,
     Message,
@@ -16,6 +16,7 @@ from .messages import (
     Usage,
 )
 from .middleware import HumanInTheLoop, Middleware
+from .modes.standard import STANDARD
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
 from .state import AgentState

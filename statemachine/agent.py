@@ -13,9 +13,9 @@ from ._sync import run_sync
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
 from .invariants import check_decisions_fit
-from .machine import STANDARD, MachineTable
+from .machine import MachineTable
 from .messages import Message, Usage
-from .modes.standard import StandardMode
+from .modes.standard import STANDARD, StandardMode
 from .options import (
     StandardOptions,
     check_callbacks,

@@ -35,7 +35,7 @@ from ._printable import printable, shown
 from ._runs_cli import UsageError
 from .agent import Agent, AgentRun
 from .errors import ChainError
-from .machine import STANDARD
+from .modes.standard import STANDARD
 from .results import Failed
 from .serialization import FormatError
 from .state import AgentState

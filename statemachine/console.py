@@ -22,7 +22,8 @@ from rich.text import Text
 
 from ._printable import shown
 from .diagrams import describe_detail
-from .machine import STANDARD, MachineTable
+from .machine import MachineTable
+from .modes.standard import STANDARD
 from .paths import compress_path
 from .results import Failed, Interrupted, Paused, Terminal
 from .run import Run

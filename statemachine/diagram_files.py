@@ -10,7 +10,8 @@ from __future__ import annotations
 import pathlib
 
 from .diagrams import machine_dot, machine_markdown, machine_mermaid, paths_markdown, render_svg
-from .machine import STANDARD, MachineTable
+from .machine import MachineTable
+from .modes.standard import STANDARD
 
 __all__ = ["diagram_files", "stale_files", "write_files"]
 

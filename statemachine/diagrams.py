@@ -1,7 +1,7 @@
 """Diagrams drawn from a machine table: the machine, every path through it, one run on it.
 
 Everything here is computed from a :class:`~agentfsm.machine.MachineTable`
-(by default :data:`~agentfsm.machine.STANDARD`), never drawn by hand, so
+(by default :data:`~agentfsm.modes.standard.STANDARD`), never drawn by hand, so
 the published pictures cannot drift from the machine the runs move along.
 
 - the machine: :func:`machine_mermaid` (``stateDiagram-v2``, renders on GitHub),
@@ -25,7 +25,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .machine import STANDARD, Edge, MachineTable
+from .machine import Edge, MachineTable
+from .modes.standard import STANDARD
 from .paths import compress_path, loop_edges, paths, shared_edges, state_label
 from .trace import Trace, Transition
 

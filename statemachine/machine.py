@@ -6,13 +6,16 @@ state's work is its steps, and the diagrams are drawn from it, so every trace is
 a path of the published diagram. A table that is not a machine is refused when
 it is declared (:class:`MachineDefinitionError`, naming the state at fault); a
 declared machine is found again by its name (:func:`machine_named`), which is how
-a saved run finds the machine it ran on. :data:`STANDARD`, Sagents' standard
-mode, is declared this way.
+a saved run finds the machine it ran on. A table derives others
+(:meth:`MachineTable.insert`, :meth:`MachineTable.replace`), each checked and
+named like any declared one. The standard machine is declared this way in
+:mod:`agentfsm.modes.standard`.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import itertools
 import re
@@ -26,26 +29,11 @@ from transitions import Machine
 
 from ._fsm import SharedMachine
 from .chain import LLMChain
-from .errors import ChainError
-from .middleware.human_in_the_loop import check_pre_tool_hitl
-from .options import Options, StandardOptions
+from .options import Options
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
-from .steps import (
-    Step,
-    call_llm,
-    check_max_runs,
-    check_pause,
-    check_response_complete,
-    check_tool_interrupts,
-    check_until_tool,
-    check_until_tool_success,
-    execute_tools,
-    expand_tool_results,
-    propagate_state,
-)
+from .steps import Step
 
 __all__ = [
-    "STANDARD",
     "Detail",
     "Edge",
     "MachineDefinitionError",
@@ -79,17 +67,59 @@ class UnknownMachineError(LookupError):
     """A name no declared machine has (a saved run made on a machine not declared here)."""
 
 
-@attrs.frozen
+def _sources(value: str | Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        sources: tuple[Any, ...] = (value,)  # a source that is not a state name is checked later
+    else:
+        sources = tuple(value)
+    if not sources:
+        raise MachineDefinitionError("An edge leaves at least one state; its source is empty")
+    return sources
+
+
+@attrs.frozen(init=False, repr=False)
 class Edge:
     """One transition: when ``source``'s work returns an ``on`` result, ``trigger``
-    moves the run to ``dest``, because ``why``."""
+    moves the run to ``dest``, because ``why``.
 
-    trigger: str
-    source: str
+    ``source`` may name several states (``("expanding", "executing")``): the table
+    holds one edge per source, in that order, so each of its edges has one.
+    """
+
+    #: The states the edge leaves; one, in a table.
+    sources: tuple[str, ...]
     dest: str
-    why: str
     #: The result type of ``source``'s work that fires this edge.
-    on: type[PipelineResult] = attrs.field(kw_only=True)
+    on: type[PipelineResult]
+    trigger: str
+    why: str
+
+    def __init__(
+        self,
+        source: str | Iterable[str],
+        dest: str,
+        *,
+        on: type[PipelineResult],
+        trigger: str,
+        why: str,
+    ) -> None:
+        self.__attrs_init__(sources=_sources(source), dest=dest, on=on, trigger=trigger, why=why)
+
+    @property
+    def source(self) -> str:
+        """The state the edge leaves (a table's edges leave one each)."""
+        if len(self.sources) != 1:
+            raise ValueError(
+                f"{self!r} leaves {len(self.sources)} states; a table holds one edge per source"
+            )
+        return self.sources[0]
+
+    def __repr__(self) -> str:
+        source = self.sources[0] if len(self.sources) == 1 else self.sources
+        on = getattr(self.on, "__name__", self.on)
+        return (
+            f"Edge({source!r}, {self.dest!r}, on={on}, trigger={self.trigger!r}, why={self.why!r})"
+        )
 
 
 def _steps(value: Mapping[str, Iterable[Step]]) -> dict[str, tuple[Step, ...]]:
@@ -106,7 +136,14 @@ def _names(value: Iterable[str]) -> tuple[str, ...]:
 
 
 def _edges(value: Iterable[Edge]) -> tuple[Edge, ...]:
-    return tuple(value)
+    """One edge per source: an edge from several states becomes one from each."""
+    out: list[Edge] = []
+    for e in value:
+        if isinstance(e, Edge) and len(e.sources) > 1:
+            out += [Edge(s, e.dest, on=e.on, trigger=e.trigger, why=e.why) for s in e.sources]
+        else:
+            out.append(e)  # a non-edge is named by the checks
+    return tuple(out)
 
 
 def _entries(value: Mapping[str, str]) -> dict[str, str]:
@@ -127,7 +164,8 @@ class MachineTable:
     that is not ``Continue``, or none is left; the type of that result picks the
     edge out (:attr:`Edge.on`). Any state can pause (``Run.request_pause``, a
     cancelled task) and fail (a step that raises), so each has an edge on
-    ``Paused`` and one on ``Failed``.
+    ``Paused`` and one on ``Failed``: the table adds them (see
+    :attr:`default_edges`) where it has the ``paused`` and ``error`` terminals.
     """
 
     #: Names the machine in saved runs and diagrams; snake_case, unique per process.
@@ -138,13 +176,22 @@ class MachineTable:
     terminals: tuple[str, ...] = attrs.field(converter=_names)
     #: Where a run starts, by the situation its chain is in.
     entries: Mapping[str, str] = attrs.field(converter=_entries)
+    #: The declared edges, one per source, then the default ones (:attr:`default_edges`).
     edges: tuple[Edge, ...] = attrs.field(converter=_edges)
     #: What each state's transitions record about its work, for the states that say.
     details: Mapping[str, Detail] = attrs.field(factory=dict, converter=_details)
     #: The class of its runs' options (:class:`~agentfsm.options.Options` or a subclass).
     options: type[Options] = attrs.field(default=Options, kw_only=True)
+    #: Whether each working state with no edge on ``Paused`` gets one to the
+    #: ``paused`` terminal (trigger ``paused``), and each with none on ``Failed`` one
+    #: to ``error`` (trigger ``failed``), when the table has that terminal and the
+    #: state has no other edge with that trigger. Declared edges win; the defaults
+    #: follow them, the pause edges first, in the order of the states.
+    default_edges: bool = attrs.field(default=True, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
+        if self.default_edges:
+            object.__setattr__(self, "edges", (*self.edges, *_defaults(self)))
         _check(self)
         _declare(self)
 
@@ -236,6 +283,117 @@ class MachineTable:
             return all(b in self.successors[a].values() for a, b in pairs)
         return all(
             self.successors[a].get(t) == b for (a, b), t in zip(pairs, triggers, strict=True)
+        )
+
+    # ------------------------------------------------------------ deriving
+
+    def insert(
+        self,
+        state: str,
+        steps: Iterable[Step],
+        *,
+        after: str,
+        name: str,
+        trigger: str | None = None,
+        why: str | None = None,
+        detail: Detail | None = None,
+        edges: Iterable[Edge] = (),
+    ) -> MachineTable:
+        """This machine with working ``state`` (running ``steps``) where ``after`` goes on.
+
+        ``after``'s ``Continue`` edge (a state has at most one) now enters
+        ``state``, with its trigger and why; ``state`` leaves on ``Continue`` to
+        where that edge went, by ``trigger`` (default ``<state>_done``) because
+        ``why``. ``after``'s other edges, and the entries, stay as they are: a run
+        that enters the old successor by an entry or another edge does not pass
+        through ``state``. ``edges`` are more edges out of ``state`` (on
+        ``Failed`` with a why of its own, say); they win over the default pause
+        and fail edges it gets otherwise. ``state`` comes after ``after`` in the
+        order of the states; ``detail`` is what its transitions record.
+        """
+        fail = _deriving(self, f"cannot insert {state!r} after {after!r}")
+        if state in self.states:
+            raise fail(f"{state!r} is already a state of it")
+        if after not in self.steps:
+            raise fail(f"{after!r} is not one of its working states {list(self.working)}")
+        through = self.exit(after, Continue)
+        if through is None:
+            going_on = [s for s in self.working if self.exit(s, Continue) is not None]
+            raise fail(
+                f"{after!r} has no edge on Continue to lead through {state!r}; "
+                f"the states that go on are {going_on}"
+            )
+        own = _edges(edges)
+        for e in own:
+            if not isinstance(e, Edge) or e.sources != (state,):
+                raise fail(f"edges= holds edges out of {state!r}; {e!r} is not one")
+        onward = Edge(
+            state,
+            through.dest,
+            on=Continue,
+            trigger=trigger if trigger is not None else f"{state}_done",
+            why=why if why is not None else f"the {state} steps are done",
+        )
+        into = Edge(after, state, on=Continue, trigger=through.trigger, why=through.why)
+        table_edges: list[Edge] = []
+        for e in self._declared:
+            table_edges += [into, onward, *own] if e is through else [e]
+        table_steps: dict[str, Iterable[Step]] = {}
+        for s, its_steps in self.steps.items():
+            table_steps[s] = its_steps
+            if s == after:
+                table_steps[state] = steps
+        details = dict(self.details)
+        if detail is not None:
+            details[state] = detail
+        return self._derived(name, table_steps, table_edges, details)
+
+    def replace(
+        self, state: str, steps: Iterable[Step], *, name: str, detail: Detail | None = None
+    ) -> MachineTable:
+        """This machine with working ``state`` running ``steps`` instead: same edges.
+
+        ``detail`` replaces what the state's transitions record; none keeps its own.
+        """
+        if state not in self.steps:
+            raise _deriving(self, f"cannot replace the steps of {state!r}")(
+                f"{state!r} is not one of its working states {list(self.working)}"
+            )
+        details = dict(self.details)
+        if detail is not None:
+            details[state] = detail
+        return self._derived(name, {**self.steps, state: steps}, self._declared, details)
+
+    def exit(self, state: str, on: type[PipelineResult]) -> Edge | None:
+        """The edge out of ``state`` that an ``on`` result fires, if it has one."""
+        for e in self.edges:
+            if e.on is on and e.source == state:
+                return e
+        return None
+
+    @property
+    def _declared(self) -> tuple[Edge, ...]:
+        """The edges but the default ones, which a derived table adds again in its order."""
+        if not self.default_edges:
+            return self.edges
+        return tuple(e for e in self.edges if _DEFAULTS.get(e.on) != (e.dest, e.trigger, e.why))
+
+    def _derived(
+        self,
+        name: str,
+        steps: Mapping[str, Iterable[Step]],
+        edges: Iterable[Edge],
+        details: Mapping[str, Detail],
+    ) -> MachineTable:
+        return MachineTable(
+            name=name,
+            steps=steps,
+            terminals=self.terminals,
+            entries=self.entries,
+            edges=edges,
+            details=details,
+            default_edges=self.default_edges,
+            options=self.options,
         )
 
 
@@ -464,195 +622,52 @@ def _check_graph(table: MachineTable, fail: _Fail) -> None:
             if kind not in has:
                 raise fail(
                     f"state {state!r} has no edge on {kind.__name__}; a run takes it from "
-                    f"any state when {cause}"
+                    f"any state when {cause} ({_no_default(table, state, kind)})"
                 )
 
 
-# ---------------------------------------------------------------- the standard machine
+def _no_default(table: MachineTable, state: str, kind: type[PipelineResult]) -> str:
+    """Why the table gave ``state`` no default edge on ``kind``."""
+    terminal, trigger, _ = _DEFAULTS[kind]
+    if not table.default_edges:
+        return "the table declares its own: default_edges=False"
+    if terminal not in table.terminals:
+        return f"a default edge goes to the {terminal!r} terminal, which this table lacks"
+    return f"the default edge's trigger {trigger!r} is taken by another of its edges"
 
 
-def _this_turns_interrupts(
-    result: PipelineResult, opts: Mapping[str, Any] | None = None
-) -> PipelineResult:
-    """``check_tool_interrupts`` on this turn's tool message; a turn without tools has none."""
-    if not isinstance(result, Continue):
-        return result
-    last = result.chain.last_message
-    if last is None or last.role != "tool":
-        return result
-    for tool_result in last.tool_results:
-        if tool_result.is_interrupt:
-            return check_tool_interrupts(result, opts)
-    return result
-
-
-def _check_until(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
-    """The until-tool contract: any target result, or a successful one when required."""
-    if opts is None or not opts.get("tool_names"):
-        return result
-    if opts.get("require_tool_success"):
-        return check_until_tool_success(result, opts)
-    return check_until_tool(result, opts)
-
-
-def _decide(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
-    """Loop while the chain needs a response (within ``max_runs``); else the run is done,
-    unless a target tool was never called."""
-    if not isinstance(result, Continue):
-        return result
-    if result.chain.needs_response:
-        return check_max_runs(result, opts)
-    names = (opts or {}).get("tool_names")
-    if names:
-        return Failed(
-            result.chain,
-            ChainError(
-                "until_tool_not_called",
-                f"Agent completed without calling target tool(s): {list(names)}. "
-                "The LLM stopped responding before invoking the required tool.",
-            ),
-        )
-    return Ok(result.chain)
-
-
-def _expanded(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any] | None:
-    inserted = len(result.chain.messages) - len(chain.messages)
-    return {"inserted": inserted} if inserted else None
-
-
-def _called(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any]:
-    reply = result.chain.last_message
-    if reply is None or reply is chain.last_message or reply.role != "assistant":
-        return {"model": chain.llm.name}
-    detail = {
-        "model": reply.metadata.get("model", chain.llm.name),
-        "tool_calls": [c.name for c in reply.tool_calls],
-    }
-    if "fallback_errors" in reply.metadata:
-        detail["fallback_errors"] = reply.metadata["fallback_errors"]
-    return detail
-
-
-def _executed(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any] | None:
-    last = result.chain.last_message
-    if last is None or last is chain.last_message or last.role != "tool":
-        return None
-    return {
-        "tools": [r.name for r in last.tool_results],
-        "errors": sum(r.is_error for r in last.tool_results),
-    }
-
-
-def _from_each(
-    trigger: str, sources: Iterable[str], dest: str, why: str, on: type[PipelineResult]
-) -> list[Edge]:
-    return [Edge(trigger, s, dest, why, on=on) for s in sources]
-
-
-_STEPS: Mapping[str, tuple[Step, ...]] = {
-    "expanding": (expand_tool_results,),
-    "calling": (call_llm, check_response_complete, check_pause),
-    "interrupt_check": (check_pre_tool_hitl,),
-    "executing": (execute_tools,),
-    "propagating": (propagate_state, _this_turns_interrupts),
-    "until_check": (_check_until,),
-    "deciding": (_decide,),
+#: The default edges, by the result they fire on: (terminal, trigger, why).
+_DEFAULTS: Final[Mapping[type[PipelineResult], tuple[str, str, str]]] = {
+    Paused: ("paused", "paused", "a step paused with a cause"),
+    Failed: ("error", "failed", "a callback or an added step failed"),
 }
 
-STANDARD = MachineTable(
-    name="standard",
-    steps=_STEPS,
-    terminals=("ok", "paused", "interrupted", "error"),
-    entries={
-        "fresh": "expanding",
-        "pending tool calls": "interrupt_check",
-        "tool results": "propagating",
-    },
-    edges=(
-        Edge(
-            "expanded",
-            "expanding",
-            "calling",
-            "last turn's tool-result expansions are in the conversation",
-            on=Continue,
-        ),
-        Edge("called", "calling", "interrupt_check", "the model replied in full", on=Continue),
-        Edge(
-            "failed",
-            "calling",
-            "error",
-            "the model call failed, the reply was cut off or filtered, "
-            "or the failure budget is spent",
-            on=Failed,
-        ),
-        Edge(
-            "paused", "calling", "paused", "should_pause() asked to stop after the reply", on=Paused
-        ),
-        Edge(
-            "clear", "interrupt_check", "executing", "no pending call needs approval", on=Continue
-        ),
-        Edge(
-            "interrupted",
-            "interrupt_check",
-            "interrupted",
-            "the model asked for a tool that needs approval",
-            on=Interrupted,
-        ),
-        Edge(
-            "executed", "executing", "propagating", "every pending call has its result", on=Continue
-        ),
-        Edge(
-            "propagated",
-            "propagating",
-            "until_check",
-            "this turn's state updates are merged",
-            on=Continue,
-        ),
-        Edge(
-            "interrupted",
-            "propagating",
-            "interrupted",
-            "a tool asked to interrupt the run",
-            on=Interrupted,
-        ),
-        Edge("satisfied", "until_check", "ok", "a target tool was called", on=Ok),
-        Edge(
-            "unsatisfied",
-            "until_check",
-            "deciding",
-            "no target tool result (or no target)",
-            on=Continue,
-        ),
-        Edge(
-            "loop",
-            "deciding",
-            "expanding",
-            "the chain needs a response, within max_runs",
-            on=Continue,
-        ),
-        Edge("done", "deciding", "ok", "the model answered without asking for tools", on=Ok),
-        Edge(
-            "failed",
-            "deciding",
-            "error",
-            "max_runs reached, or the model stopped without calling the target tool",
-            on=Failed,
-        ),
-        *_from_each(
-            "paused",
-            [s for s in _STEPS if s != "calling"],
-            "paused",
-            "a step paused with a cause",
-            Paused,
-        ),
-        *_from_each(
-            "failed",
-            [s for s in _STEPS if s not in ("calling", "deciding")],
-            "error",
-            "a callback or an added step failed",
-            Failed,
-        ),
-    ),
-    details={"expanding": _expanded, "calling": _called, "executing": _executed},
-    options=StandardOptions,
-)
+
+def _defaults(table: MachineTable) -> list[Edge]:
+    """The pause and fail edges ``table`` lacks, to its ``paused`` and ``error`` terminals."""
+    edges = [e for e in table.edges if isinstance(e, Edge)]
+    taken = {(e.sources[0], e.on) for e in edges} | {(e.sources[0], e.trigger) for e in edges}
+    out: list[Edge] = []
+    for kind, (terminal, trigger, why) in _DEFAULTS.items():
+        if terminal not in table.terminals:
+            continue
+        out += [
+            Edge(state, terminal, on=kind, trigger=trigger, why=why)
+            for state in table.steps
+            if (state, kind) not in taken and (state, trigger) not in taken
+        ]
+    return out
+
+
+def _deriving(table: MachineTable, what: str) -> _Fail:
+    def fail(message: str) -> MachineDefinitionError:
+        return MachineDefinitionError(f"The {table.name} machine: {what}: {message}.")
+
+    return fail
+
+
+def __getattr__(name: str) -> Any:
+    """``agentfsm.machine.STANDARD``, the standard machine's former home, still answers."""
+    if name == "STANDARD":
+        return importlib.import_module(".modes.standard", __package__).STANDARD
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

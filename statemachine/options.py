@@ -31,6 +31,7 @@ __all__ = [
     "LangChainOptions",
     "Options",
     "StandardOptions",
+    "options_of",
     "check_callbacks",
     "check_max_runs",
     "check_model",
@@ -288,3 +289,13 @@ class LangChainOptions(Options):
         default=None, validator=_callable_or_none("should_continue")
     )
     force_recurse: bool = False
+
+
+_DEFAULTS: Final = Options()
+
+
+def options_of(opts: Mapping[str, Any] | None) -> Options:
+    """The options a step reads: a run's own, or a plain mapping given to a step alone."""
+    if isinstance(opts, Options):
+        return opts
+    return _DEFAULTS if opts is None else Options.of(opts)

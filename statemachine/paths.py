@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from .machine import STANDARD, Edge, MachineTable
+from .machine import Edge, MachineTable
+from .modes.standard import STANDARD
 
 __all__ = ["Path", "compress_path", "loop_edges", "paths", "shared_edges", "state_label"]
 

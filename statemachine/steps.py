@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import attrs
 
 from .chain import LLMChain
 from .errors import ChainError
 from .messages import Message, ToolCall, ToolResult, _slot_builder
-from .options import Options
+from .options import options_of
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
 from .tools import ToolContext
 
@@ -53,15 +53,6 @@ __all__ = [
 
 Opts = Mapping[str, Any] | None
 Step = Callable[[PipelineResult, Opts], PipelineResult | Awaitable[PipelineResult]]
-_DEFAULTS: Final = Options()
-
-
-def _options(opts: Opts) -> Options:
-    """The options a step reads: a run's own, or a plain mapping given to a step alone."""
-    if isinstance(opts, Options):
-        return opts
-    return _DEFAULTS if opts is None else Options.of(opts)
-
 
 _message = _slot_builder(Message)
 _context = _slot_builder(ToolContext)
@@ -300,7 +291,7 @@ def check_max_runs(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """``run_count >= max_runs`` (``Options.max_runs``) fails the run with ``exceeded_max_runs``."""
     if not isinstance(result, Continue):
         return result
-    maximum = _options(opts).max_runs
+    maximum = options_of(opts).max_runs
     count = get_run_count(result.chain)
     if count >= maximum:
         return Failed(
@@ -314,7 +305,7 @@ def check_pause(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """``should_pause()`` true pauses the run (reason None); a string is the pause reason."""
     if not isinstance(result, Continue):
         return result
-    should_pause = _options(opts).should_pause
+    should_pause = options_of(opts).should_pause
     answer = should_pause() if should_pause is not None else False
     if answer:
         return Paused(result.chain, answer if isinstance(answer, str) else None)
@@ -353,7 +344,7 @@ def check_tool_interrupts(result: PipelineResult, opts: Opts = None) -> Pipeline
 def _until(result: PipelineResult, opts: Opts, *, success_only: bool) -> PipelineResult:
     if not isinstance(result, Continue):
         return result
-    names = _options(opts).tool_names
+    names = options_of(opts).tool_names
     last = result.chain.last_message
     if not names or last is None or last.role != "tool":
         return result

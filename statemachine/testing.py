@@ -16,7 +16,8 @@ from functools import lru_cache
 
 import attrs
 
-from .machine import STANDARD, Edge, MachineTable, machine_named
+from .machine import Edge, MachineTable, machine_named
+from .modes.standard import STANDARD
 from .run import Run
 from .trace import Trace
 

@@ -25,20 +25,23 @@ from agentfsm import (
     AgentState,
     Edge,
     Failed,
+    HumanInTheLoop,
     IllegalTransitionError,
     Interrupted,
     LLMChain,
     MachineTable,
     Message,
+    Middleware,
     Ok,
     Paused,
     Run,
     Trace,
+    tool,
 )
 from agentfsm import diagrams as d
 from agentfsm import machine as m
 from agentfsm.machine import MachineDefinitionError, UnknownMachineError, machine_named
-from agentfsm.providers import ScriptedModel, say
+from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.results import Continue, PipelineResult
 from agentfsm.store import (
     ResumeError,
@@ -159,6 +162,39 @@ def test_the_example_checkpoints_and_resumes_on_its_machine(tmp_path: Path) -> N
         assert COMPACTING.is_path(trace.states, trace.triggers)
 
 
+def test_the_example_machine_is_the_standard_one_with_a_state_inserted() -> None:
+    """``insert`` gives what typing the standard table out again with one more state gave."""
+    assert COMPACTING.working == (
+        "expanding",
+        "compacting",
+        "calling",
+        "interrupt_check",
+        "executing",
+        "propagating",
+        "until_check",
+        "deciding",
+    )
+    assert (COMPACTING.terminals, COMPACTING.entries) == (STANDARD.terminals, STANDARD.entries)
+    assert {s: v for s, v in COMPACTING.steps.items() if s != "compacting"} == STANDARD.steps
+    assert COMPACTING.details == {**STANDARD.details, "compacting": example._compacted}
+    expanded = STANDARD.edge("expanding", "expanded")
+    assert expanded is not None
+    typed_out = {
+        Edge("expanding", "compacting", on=Continue, trigger="expanded", why=expanded.why),
+        Edge(
+            "compacting",
+            "calling",
+            on=Continue,
+            trigger="compacted",
+            why="a long history is summarized; a short one goes on as it is",
+        ),
+        Edge("compacting", "error", on=Failed, trigger="failed", why="the summary call failed"),
+        Edge("compacting", "paused", on=Paused, trigger="paused", why="a step paused with a cause"),
+        *(e for e in STANDARD.edges if e is not expanded),
+    }
+    assert set(COMPACTING.edges) == typed_out and len(COMPACTING.edges) == len(typed_out)
+
+
 # ---------------------------------------------------------------- a machine of its own
 
 
@@ -179,8 +215,8 @@ def _review(result: PipelineResult, opts: Mapping[str, Any] | None) -> PipelineR
 
 def _edges_out(state: str) -> list[Edge]:
     return [
-        Edge("paused", state, "stopped", "a pause was asked for", on=Paused),
-        Edge("failed", state, "broken", "a step failed", on=Failed),
+        Edge(state, "stopped", on=Paused, trigger="paused", why="a pause was asked for"),
+        Edge(state, "broken", on=Failed, trigger="failed", why="a step failed"),
     ]
 
 
@@ -191,9 +227,11 @@ def _table(name: str = "refused", **changes: Any) -> MachineTable:
         "terminals": ("accepted", "stopped", "broken"),
         "entries": {"new": "drafting"},
         "edges": (
-            Edge("drafted", "drafting", "reviewing", "a draft is written", on=Continue),
-            Edge("accepted", "reviewing", "accepted", "enough drafts", on=Ok),
-            Edge("again", "reviewing", "drafting", "another draft is needed", on=Continue),
+            Edge("drafting", "reviewing", on=Continue, trigger="drafted", why="a draft is written"),
+            Edge("reviewing", "accepted", on=Ok, trigger="accepted", why="enough drafts"),
+            Edge(
+                "reviewing", "drafting", on=Continue, trigger="again", why="another draft is needed"
+            ),
             *_edges_out("drafting"),
             *_edges_out("reviewing"),
         ),
@@ -293,7 +331,11 @@ def _refused(match: str, **changes: Any) -> None:
 
 def test_an_unreachable_state_is_refused() -> None:
     steps = {"drafting": (_draft,), "reviewing": (_review,), "lost": (_review,)}
-    edges = (*EDITOR.edges, Edge("gone", "lost", "accepted", "never", on=Ok), *_edges_out("lost"))
+    edges = (
+        *EDITOR.edges,
+        Edge("lost", "accepted", on=Ok, trigger="gone", why="never"),
+        *_edges_out("lost"),
+    )
     _refused("state 'lost' is unreachable", steps=steps, edges=edges)
 
 
@@ -306,18 +348,22 @@ def test_a_working_state_with_no_path_to_a_terminal_is_refused() -> None:
     steps = {**EDITOR.steps, "looping": (_review,)}
     edges = (
         *EDITOR.edges,
-        Edge("detour", "reviewing", "looping", "a detour", on=Interrupted),
-        Edge("round", "looping", "looping", "round and round", on=Continue),
+        Edge("reviewing", "looping", on=Interrupted, trigger="detour", why="a detour"),
+        Edge("looping", "looping", on=Continue, trigger="round", why="round and round"),
     )
     _refused("state 'looping' has no path to a terminal", steps=steps, edges=edges)
 
 
 def test_a_duplicate_trigger_is_refused() -> None:
-    twice = Edge("drafted", "drafting", "accepted", "a second meaning", on=Ok)
+    twice = Edge("drafting", "accepted", on=Ok, trigger="drafted", why="a second meaning")
     _refused("state 'drafting' has the trigger 'drafted' twice", edges=(*EDITOR.edges, twice))
-    same_result = Edge("also", "drafting", "accepted", "a second edge on Continue", on=Continue)
+    same_result = Edge(
+        "drafting", "accepted", on=Continue, trigger="also", why="a second edge on Continue"
+    )
     _refused("ends the run on Continue", edges=(*EDITOR.edges, same_result))
-    same_result = Edge("also", "drafting", "drafting", "a second edge on Continue", on=Continue)
+    same_result = Edge(
+        "drafting", "drafting", on=Continue, trigger="also", why="a second edge on Continue"
+    )
     _refused("state 'drafting' has two edges on Continue", edges=(*EDITOR.edges, same_result))
 
 
@@ -347,13 +393,22 @@ def test_tables_with_bad_parts_are_refused(changes: dict[str, Any], match: str) 
     ("edge", "match"),
     [
         (
-            Edge("more", "accepted", "drafting", "a terminal goes on", on=Continue),
+            Edge("accepted", "drafting", on=Continue, trigger="more", why="a terminal goes on"),
             "terminal 'accepted'",
         ),
-        (Edge("jump", "drafting", "nowhere", "off the map", on=Interrupted), "'nowhere'"),
-        (Edge("Bad Name", "drafting", "broken", "bad trigger", on=Interrupted), "snake_case"),
-        (Edge("odd", "drafting", "broken", "not a result", on=str), "not a pipeline result"),
-        (Edge("mute", "drafting", "broken", "", on=Interrupted), "one-line why"),
+        (
+            Edge("drafting", "nowhere", on=Interrupted, trigger="jump", why="off the map"),
+            "'nowhere'",
+        ),
+        (
+            Edge("drafting", "broken", on=Interrupted, trigger="Bad Name", why="bad trigger"),
+            "snake_case",
+        ),
+        (
+            Edge("drafting", "broken", on=str, trigger="odd", why="not a result"),
+            "not a pipeline result",
+        ),
+        (Edge("drafting", "broken", on=Interrupted, trigger="mute", why=""), "one-line why"),
     ],
 )
 def test_bad_edges_are_refused(edge: Edge, match: str) -> None:
@@ -419,3 +474,57 @@ def test_the_standard_triggers_come_from_its_edges() -> None:
     }
     assert STANDARD.triggers["propagating"][Interrupted] == "interrupted"
     assert Interrupted not in STANDARD.triggers["deciding"]
+
+
+# ---------------------------------------------------------------- approval gates
+
+
+@tool
+def launch(target: str) -> str:
+    """Launch at a target."""
+    return f"launched at {target}"
+
+
+def _gated_agent(*middleware: Any) -> Agent:
+    model = ScriptedModel([call_tool("launch", target="moon", call_id="l1"), say("done")])
+    return Agent(model, [launch], middleware=list(middleware))
+
+
+class _TwoKeys:
+    """A gate of its own, no HumanInTheLoop: launches wait for a second key."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def approval_gate(self, result: PipelineResult, opts: Any) -> PipelineResult:
+        self.asked += 1
+        calls = [c.name for c in result.chain.last_message.tool_calls]  # type: ignore[union-attr]
+        if "launch" in calls:
+            return Interrupted(result.chain, {"type": "two_keys", "calls": calls})
+        return result
+
+
+def test_any_middleware_can_gate_tool_calls() -> None:
+    keys = _TwoKeys()
+    hitl = HumanInTheLoop({"launch": True})
+    run = _gated_agent(Middleware(), keys, hitl).start(AgentState.of("go"))
+    result = run.run_sync()
+    assert isinstance(result, Interrupted)
+    assert result.data == {"type": "two_keys", "calls": ["launch"]}  # the first gate wins
+    assert_path(run, "expanding calling interrupt_check interrupted")
+    assert keys.asked == 1
+    run = _gated_agent(hitl, keys).start(AgentState.of("go"))
+    result = run.run_sync()
+    assert isinstance(result, Interrupted) and result.data["type"] == "hitl"
+    assert keys.asked == 1  # a gate that ended the batch asks no other
+
+
+def test_a_gate_that_lets_the_calls_run_leaves_the_run_as_it_was() -> None:
+    run = _gated_agent(Middleware(), HumanInTheLoop({"other": True})).start(AgentState.of("go"))
+    assert isinstance(run.run_sync(), Ok)
+    assert_path(
+        run,
+        "expanding calling interrupt_check executing (propagating until_check)"
+        " deciding expanding calling interrupt_check executing propagating until_check"
+        " deciding ok",
+    )

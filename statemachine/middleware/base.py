@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from ..results import PipelineResult
 
 if TYPE_CHECKING:
     from ..agent import Agent
@@ -17,8 +20,17 @@ class Middleware:
     The agent calls them in stack order (``after_model`` in reverse). A hook
     that raises :class:`~agentfsm.errors.ChainError` ends the execute as an
     error, with the state as it was; ``handle_resume`` raises ``ValueError``
-    for an answer that does not fit, and nothing changes.
+    for an answer that does not fit, and nothing changes. ``approval_gate`` runs
+    inside the machine, before each batch of tool calls.
     """
+
+    def approval_gate(
+        self, result: PipelineResult, opts: Mapping[str, Any] | None = None
+    ) -> PipelineResult:
+        """Before a batch of tool calls runs: ``result`` to let it run, or the run's end
+        (``Interrupted`` with the data a human answers). The first gate that ends the
+        batch wins; the answer comes back through :meth:`handle_resume`."""
+        return result
 
     def before_model(self, state: AgentState) -> AgentState:
         """Before every run the agent starts (execute and resume alike)."""

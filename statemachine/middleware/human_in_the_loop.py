@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ..messages import Message, ToolCall, ToolResult
+from ..options import options_of
 from ..results import Continue, Interrupted, PipelineResult
 from ..steps import add_tool_message, run_tool_calls
 from .base import Middleware
@@ -83,6 +84,17 @@ class HumanInTheLoop(Middleware):
             "review_configs": {c.name: dict(self.configs[c.name]) for c in gated},
             "hitl_tool_call_ids": [c.call_id for c in gated],
         }
+
+    def approval_gate(
+        self, result: PipelineResult, opts: Mapping[str, Any] | None = None
+    ) -> PipelineResult:
+        """Interrupt when a pending call needs approval; no tool of that batch runs."""
+        if not isinstance(result, Continue):
+            return result
+        pending = unanswered_calls(result.chain.exchanged_messages)
+        if not self.gated(pending):
+            return result
+        return Interrupted(result.chain, self.interrupt_data(pending, result.chain.tools))
 
     async def handle_resume(
         self, agent: Agent, state: AgentState, answer: Any
@@ -180,15 +192,12 @@ def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
 def check_pre_tool_hitl(
     result: PipelineResult, opts: Mapping[str, Any] | None = None
 ) -> PipelineResult:
-    """Interrupt when a pending call needs approval; no tool of that batch runs."""
-    if not isinstance(result, Continue):
-        return result
-    for hitl in (opts or {}).get("middleware", ()):
+    """The first :class:`HumanInTheLoop` middleware's :meth:`~HumanInTheLoop.approval_gate`.
+
+    The standard machine asks every middleware's gate
+    (:func:`agentfsm.modes.standard.check_approvals`); this step asks one.
+    """
+    for hitl in options_of(opts).middleware:
         if isinstance(hitl, HumanInTheLoop):
-            break
-    else:
-        return result
-    pending = unanswered_calls(result.chain.exchanged_messages)
-    if not hitl.gated(pending):
-        return result
-    return Interrupted(result.chain, hitl.interrupt_data(pending, result.chain.tools))
+            return hitl.approval_gate(result, opts)
+    return result

@@ -3,9 +3,9 @@
 One loop is ``expanding -> calling -> interrupt_check -> executing ->
 propagating -> until_check -> deciding``; each state's work is a few steps of
 :mod:`agentfsm.steps`, and which terminal a run reaches is decided by the
-step that produced it. See :data:`agentfsm.machine.STANDARD` for the table.
-The mode runs any machine with the standard entries and options: the standard
-one, or one declared from it (a state added to the loop, say).
+step that produced it. :data:`STANDARD` is the table. The mode runs any machine
+with the standard entries and options: the standard one, or one derived from it
+(a state added to the loop, say: ``STANDARD.insert(...)``).
 """
 
 from __future__ import annotations
@@ -16,14 +16,249 @@ from typing import Any
 import attrs
 
 from ..chain import LLMChain
-from ..machine import STANDARD, MachineTable
-from ..options import StandardOptions
-from ..results import Terminal
+from ..errors import ChainError
+from ..machine import Edge, MachineTable
+from ..options import StandardOptions, options_of
+from ..results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
 from ..run import Run
-from ..steps import reset_run_count
+from ..steps import (
+    call_llm,
+    check_max_runs,
+    check_pause,
+    check_response_complete,
+    check_tool_interrupts,
+    check_until_tool,
+    check_until_tool_success,
+    execute_tools,
+    expand_tool_results,
+    propagate_state,
+    reset_run_count,
+)
 from ..trace import Trace
 
-__all__ = ["StandardMode", "StandardOptions", "entry_state"]
+__all__ = ["STANDARD", "StandardMode", "StandardOptions", "check_approvals", "entry_state"]
+
+
+# ---------------------------------------------------------------- the standard machine's steps
+
+
+def check_approvals(
+    result: PipelineResult, opts: Mapping[str, Any] | None = None
+) -> PipelineResult:
+    """Ask each middleware with an ``approval_gate`` whether this turn's calls may run.
+
+    ``gate(result, opts)`` returns the result to go on with, or ends the state
+    (``Interrupted`` while a call waits for approval); the first that ends it
+    wins, so no tool of the batch runs. The engine names no middleware: any can
+    gate (:class:`~agentfsm.HumanInTheLoop` does).
+    """
+    if not isinstance(result, Continue):
+        return result
+    for middleware in options_of(opts).middleware:
+        gate = getattr(middleware, "approval_gate", None)
+        if gate is None:
+            continue
+        result = gate(result, opts)
+        if not isinstance(result, Continue):
+            return result
+    return result
+
+
+def _this_turns_interrupts(
+    result: PipelineResult, opts: Mapping[str, Any] | None = None
+) -> PipelineResult:
+    """``check_tool_interrupts`` on this turn's tool message; a turn without tools has none."""
+    if not isinstance(result, Continue):
+        return result
+    last = result.chain.last_message
+    if last is None or last.role != "tool":
+        return result
+    for tool_result in last.tool_results:
+        if tool_result.is_interrupt:
+            return check_tool_interrupts(result, opts)
+    return result
+
+
+def _check_until(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
+    """The until-tool contract: any target result, or a successful one when required."""
+    options = options_of(opts)
+    if not options.tool_names:
+        return result
+    if options.require_tool_success:
+        return check_until_tool_success(result, opts)
+    return check_until_tool(result, opts)
+
+
+def _decide(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
+    """Loop while the chain needs a response (within ``max_runs``); else the run is done,
+    unless a target tool was never called."""
+    if not isinstance(result, Continue):
+        return result
+    if result.chain.needs_response:
+        return check_max_runs(result, opts)
+    names = options_of(opts).tool_names
+    if names:
+        return Failed(
+            result.chain,
+            ChainError(
+                "until_tool_not_called",
+                f"Agent completed without calling target tool(s): {list(names)}. "
+                "The LLM stopped responding before invoking the required tool.",
+            ),
+        )
+    return Ok(result.chain)
+
+
+def _expanded(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any] | None:
+    inserted = len(result.chain.messages) - len(chain.messages)
+    return {"inserted": inserted} if inserted else None
+
+
+def _called(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any]:
+    reply = result.chain.last_message
+    if reply is None or reply is chain.last_message or reply.role != "assistant":
+        return {"model": chain.llm.name}
+    detail = {
+        "model": reply.metadata.get("model", chain.llm.name),
+        "tool_calls": [c.name for c in reply.tool_calls],
+    }
+    if "fallback_errors" in reply.metadata:
+        detail["fallback_errors"] = reply.metadata["fallback_errors"]
+    return detail
+
+
+def _executed(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any] | None:
+    last = result.chain.last_message
+    if last is None or last is chain.last_message or last.role != "tool":
+        return None
+    return {
+        "tools": [r.name for r in last.tool_results],
+        "errors": sum(r.is_error for r in last.tool_results),
+    }
+
+
+# ---------------------------------------------------------------- the standard machine
+
+#: Sagents' standard mode as a machine. Every state but ``calling`` pauses and fails
+#: by the table's default edges, and ``deciding`` fails by its own.
+STANDARD = MachineTable(
+    name="standard",
+    steps={
+        "expanding": (expand_tool_results,),
+        "calling": (call_llm, check_response_complete, check_pause),
+        "interrupt_check": (check_approvals,),
+        "executing": (execute_tools,),
+        "propagating": (propagate_state, _this_turns_interrupts),
+        "until_check": (_check_until,),
+        "deciding": (_decide,),
+    },
+    terminals=("ok", "paused", "interrupted", "error"),
+    entries={
+        "fresh": "expanding",
+        "pending tool calls": "interrupt_check",
+        "tool results": "propagating",
+    },
+    edges=(
+        Edge(
+            "expanding",
+            "calling",
+            on=Continue,
+            trigger="expanded",
+            why="last turn's tool-result expansions are in the conversation",
+        ),
+        Edge(
+            "calling",
+            "interrupt_check",
+            on=Continue,
+            trigger="called",
+            why="the model replied in full",
+        ),
+        Edge(
+            "calling",
+            "error",
+            on=Failed,
+            trigger="failed",
+            why="the model call failed, the reply was cut off or filtered, "
+            "or the failure budget is spent",
+        ),
+        Edge(
+            "calling",
+            "paused",
+            on=Paused,
+            trigger="paused",
+            why="should_pause() asked to stop after the reply",
+        ),
+        Edge(
+            "interrupt_check",
+            "executing",
+            on=Continue,
+            trigger="clear",
+            why="no pending call needs approval",
+        ),
+        Edge(
+            "interrupt_check",
+            "interrupted",
+            on=Interrupted,
+            trigger="interrupted",
+            why="the model asked for a tool that needs approval",
+        ),
+        Edge(
+            "executing",
+            "propagating",
+            on=Continue,
+            trigger="executed",
+            why="every pending call has its result",
+        ),
+        Edge(
+            "propagating",
+            "until_check",
+            on=Continue,
+            trigger="propagated",
+            why="this turn's state updates are merged",
+        ),
+        Edge(
+            "propagating",
+            "interrupted",
+            on=Interrupted,
+            trigger="interrupted",
+            why="a tool asked to interrupt the run",
+        ),
+        Edge("until_check", "ok", on=Ok, trigger="satisfied", why="a target tool was called"),
+        Edge(
+            "until_check",
+            "deciding",
+            on=Continue,
+            trigger="unsatisfied",
+            why="no target tool result (or no target)",
+        ),
+        Edge(
+            "deciding",
+            "expanding",
+            on=Continue,
+            trigger="loop",
+            why="the chain needs a response, within max_runs",
+        ),
+        Edge(
+            "deciding",
+            "ok",
+            on=Ok,
+            trigger="done",
+            why="the model answered without asking for tools",
+        ),
+        Edge(
+            "deciding",
+            "error",
+            on=Failed,
+            trigger="failed",
+            why="max_runs reached, or the model stopped without calling the target tool",
+        ),
+    ),
+    details={"expanding": _expanded, "calling": _called, "executing": _executed},
+    options=StandardOptions,
+)
+
+
+# ---------------------------------------------------------------- the standard mode
 
 #: The situations a run over a chain can start in, as the machine's entries name them.
 _FRESH, _PENDING, _RESULTS = "fresh", "pending tool calls", "tool results"

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from importlib.resources import files
 from typing import Any
 
-from ..machine import STANDARD, MachineTable
+from ..machine import MachineTable
+from ..modes.standard import STANDARD
 from ..results import Terminal
 from ..store import SavedRun
 from ..trace import Trace
