@@ -111,7 +111,8 @@ def test_page_runs(page: pathlib.Path, tmp_path: pathlib.Path) -> None:
 def test_every_opt_out_says_why() -> None:
     for page in PAGES:
         for block in python_blocks(page):
-            assert block.no_run is None or block.no_run.startswith(": ") and len(block.no_run) > 3, (
+            why = block.no_run
+            assert why is None or (why.startswith(": ") and len(why) > 3), (
                 f"{page.name}:{block.line}: write why, as <!-- no-run: needs a server -->"
             )
 
