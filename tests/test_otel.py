@@ -464,9 +464,9 @@ def test_without_state_spans_calls_are_children_of_the_run(telemetry: Telemetry)
     assert attributes(root)["agentfsm.terminal"] == "ok"
 
 
-def test_the_readme_example_prints_the_runs_spans() -> None:
-    readme = (ROOT / "README.md").read_text()
-    (code,) = re.findall(r"## OpenTelemetry\n.*?```python\n(.*?)```", readme, re.S)
+def test_the_docs_example_prints_the_runs_spans() -> None:
+    page = (ROOT / "docs" / "observability.md").read_text()
+    (code,) = re.findall(r"## OpenTelemetry\n.*?```python\n(.*?)```", page, re.S)
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
     )

@@ -2,7 +2,7 @@
 
 One row per case: what goes wrong, the terminal the run must reach, and the
 error type (for ``error``) or the tool result the model reads (for a loop that
-goes on). The README's "What happens when things go wrong" is checked against
+goes on). The docs' "When things go wrong" (docs/failures.md) is checked against
 this table (``test_readme_lists_every_row``).
 """
 
@@ -458,7 +458,7 @@ class Refusal:
     """A case where nothing runs: the error raised, and what it says."""
 
     name: str
-    #: The exception's class name as the README writes it, or the status the run ends in.
+    #: The exception's class name as docs/failures.md writes it, or the status the run ends in.
     outcome: str
     #: In the exception's message, or in the ended run's interrupt data.
     message: str
@@ -578,15 +578,15 @@ def test_refusal_names_the_problem_and_runs_nothing(
     assert len(GATED_RUNS) == gated_before  # the approval-gated tool never ran
 
 
-def test_readme_lists_every_row() -> None:
-    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-    section = readme.split("## What happens when things go wrong", 1)[-1]
+def test_docs_list_every_row() -> None:
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "failures.md").read_text()
+    section = page.split("# When things go wrong", 1)[-1]
     for case in CASES:
-        assert case.name in section, f"README does not mention {case.name!r}"
+        assert case.name in section, f"docs/failures.md does not mention {case.name!r}"
         if case.error_type:
             assert f"`{case.error_type}`" in section
     for refusal in REFUSALS:
-        assert refusal.name in section, f"README does not mention {refusal.name!r}"
+        assert refusal.name in section, f"docs/failures.md does not mention {refusal.name!r}"
         assert f"`{refusal.outcome}`" in section
 
 
@@ -708,7 +708,7 @@ BAD_FILES = [
     BadFile("a truncated or corrupt store file", _truncated, "or a damaged one", wal=True),
     BadFile("a truncated or corrupt store file", _corrupt, "or a damaged one", wal=True),
 ]
-#: Rows of the README's table about text from a run reaching a terminal.
+#: Rows of docs/failures.md's table about text from a run reaching a terminal.
 TERMINAL_ROWS = ["escape sequences or markup in text from a model, a tool or a file"]
 
 
@@ -756,11 +756,11 @@ def test_escape_sequences_and_markup_reach_the_terminal_spelled_out(
     assert "\\u001b]0;title\\u0007\\u001b[2J[red]markup[/red]" in out
 
 
-def test_readme_lists_every_command_line_row() -> None:
-    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-    section = readme.split("## What happens when things go wrong", 1)[-1].split("\n## ")[0]
+def test_docs_list_every_command_line_row() -> None:
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "failures.md").read_text()
+    section = page.split("# When things go wrong", 1)[-1].split("\n## ")[0]
     for name in [*{b.name for b in BAD_FILES}, *TERMINAL_ROWS]:
-        assert name in section, f"README does not mention {name!r}"
+        assert name in section, f"docs/failures.md does not mention {name!r}"
 
 
 # ---------------------------------------------------------------- damaged store files

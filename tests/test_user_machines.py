@@ -455,9 +455,10 @@ def test_a_states_steps_run_in_order_sync_or_async_until_one_ends_it() -> None:
     assert_path(run, "reviewing accepted")
 
 
-def test_the_readme_machine_runs_as_written() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    (code,) = re.findall(r"## Write your own machine\n.*?```python\n(.*?)```", readme, re.S)
+def test_the_docs_machine_runs_as_written() -> None:
+    page = (ROOT / "docs" / "machines.md").read_text(encoding="utf-8")
+    heading = "## A machine that insists on a source"
+    (code,) = re.findall(rf"{heading}\n.*?```python\n(.*?)```", page, re.S)
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
