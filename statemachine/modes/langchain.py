@@ -244,10 +244,10 @@ STEP = MachineTable(
 """Mode ``step``: pending tools if any, else one model call; again while ``should_continue``."""
 
 _WNR_STEPS = {
+    "deciding": (check_needs_response, check_max_runs),
     "executing": (execute_tools,),
     "expanding": (expand_tool_results,),
     "calling": (call_llm,),
-    "deciding": (check_needs_response, check_max_runs),
 }
 
 WHILE_NEEDS_RESPONSE = MachineTable(
