@@ -296,7 +296,7 @@ def _cmd_diagrams(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is not a directory")
-    files = diagram_files.diagram_files(STANDARD)
+    files = diagram_files.all_diagram_files()
     no_svg = "machine.svg" not in files
     if args.check:
         stale = diagram_files.stale_files(out, files)
@@ -429,9 +429,10 @@ def _parser() -> _Parser:
 
     diagrams_ = commands.add_parser(
         "diagrams",
-        help="regenerate or check the machine's diagrams",
-        description="Write the machine's diagrams (machine.mmd, machine.md, machine.dot, "
-        "machine.svg when Graphviz is installed, paths.md), all drawn from the machine table. "
+        help="regenerate or check the machines' diagrams",
+        description="Write the machines' diagrams (machine.mmd, machine.md, machine.dot, "
+        "machine.svg when Graphviz is installed, paths.md), all drawn from the machine tables: "
+        "the standard machine's in the folder, each LangChain mode's in a sub-folder of its name. "
         "With --check, write nothing and exit 1 when a file differs from what the table draws.",
     )
     diagrams_.add_argument(

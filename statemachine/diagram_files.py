@@ -1,8 +1,10 @@
 """The committed ``diagrams/`` folder: what it holds, which files are stale, writing them.
 
-The files are drawn by :mod:`agentfsm.diagrams` from the machine table;
+The files are drawn by :mod:`agentfsm.diagrams` from the machine tables: the
+standard machine's at the top of the folder, each LangChain mode's machine in a
+sub-folder of its name (``while_needs_response/machine.mmd``).
 ``agentfsm diagrams`` writes them and ``agentfsm diagrams --check`` (run by CI)
-fails when one differs from what the table draws.
+fails when one differs from what the tables draw.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import pathlib
 
 from .diagrams import machine_dot, machine_markdown, machine_mermaid, paths_markdown, render_svg
 from .machine import MachineTable
+from .modes.langchain import LANGCHAIN_MACHINES
 from .modes.standard import STANDARD
 
-__all__ = ["diagram_files", "stale_files", "write_files"]
+__all__ = ["all_diagram_files", "diagram_files", "stale_files", "write_files"]
 
 
 def diagram_files(table: MachineTable = STANDARD, *, svg: bool = True) -> dict[str, str]:
@@ -34,20 +37,36 @@ def diagram_files(table: MachineTable = STANDARD, *, svg: bool = True) -> dict[s
     return files
 
 
+def all_diagram_files(*, svg: bool = True) -> dict[str, str]:
+    """Every file of the ``diagrams/`` folder, by path in it: the standard machine's
+    :func:`diagram_files`, then each LangChain machine's under ``NAME/``."""
+    files = diagram_files(STANDARD, svg=svg)
+    for table in LANGCHAIN_MACHINES:
+        constant = table.name.upper()
+        drawn = f"`agentfsm.machine.{constant}`"
+        declared = f"`agentfsm.modes.langchain.{constant}`"
+        for name, text in diagram_files(table, svg=svg).items():
+            files[f"{table.name}/{name}"] = text.replace(drawn, declared)
+    return files
+
+
 def _same(path: pathlib.Path, text: str) -> bool:
     return path.is_file() and path.read_text(encoding="utf-8") == text
 
 
 def stale_files(folder: pathlib.Path, files: dict[str, str]) -> list[str]:
-    """The names of ``files`` that are missing from ``folder`` or differ there."""
+    """The names (paths in ``folder``) of ``files`` that are missing there or differ."""
     return [name for name, text in files.items() if not _same(folder / name, text)]
 
 
 def write_files(folder: pathlib.Path, files: dict[str, str]) -> list[pathlib.Path]:
-    """Write the files of ``files`` that differ (creating ``folder``); the paths written."""
+    """Write the files of ``files`` that differ (creating ``folder`` and its sub-folders);
+    the paths written."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for name in stale_files(folder, files):
-        (folder / name).write_text(files[name], encoding="utf-8")
-        written.append(folder / name)
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files[name], encoding="utf-8")
+        written.append(path)
     return written

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from agentfsm import (
@@ -13,11 +14,29 @@ from agentfsm import (
     Message,
     MessageExpansion,
     Ok,
+    Paused,
+    Run,
     ToolCall,
+    diagram_files,
     tool,
 )
-from agentfsm.modes import UntilToolUsed
+from agentfsm.machine import MachineTable, machine_named
+from agentfsm.modes import (
+    LANGCHAIN_MACHINES,
+    SINGLE_CALL,
+    STEP,
+    UNTIL_SUCCESS,
+    UNTIL_TOOL_USED,
+    WHILE_NEEDS_RESPONSE,
+    SingleCall,
+    Step,
+    UntilSuccess,
+    UntilToolUsed,
+    WhileNeedsResponse,
+)
+from agentfsm.paths import paths
 from agentfsm.providers import FallbackModel, ScriptedModel, call_tool, fail, say
+from agentfsm.testing import edge_coverage
 from tests.support import add, boom, chain_of, submit, texts
 
 
@@ -279,3 +298,201 @@ class TestCallbacks:
         )
         await chain.run()
         assert "".join(deltas).split() == ["one", "two", "three"]
+
+
+# ---------------------------------------------------------------- each mode is a machine
+
+
+def _took(run: Run, states: str, triggers: str) -> None:
+    """The run's exact path (states and triggers), and that it is a path of its table."""
+    assert run.trace.states == states.split()
+    assert run.trace.triggers == triggers.split()
+    assert run.table.is_path(run.trace.states, run.trace.triggers)
+
+
+class TestModesAreMachines:
+    def test_each_table_is_declared_by_name_and_exported(self) -> None:
+        tables = {
+            "single_call": SINGLE_CALL,
+            "step": STEP,
+            "while_needs_response": WHILE_NEEDS_RESPONSE,
+            "until_success": UNTIL_SUCCESS,
+            "until_tool_used": UNTIL_TOOL_USED,
+        }
+        assert tuple(tables.values()) == LANGCHAIN_MACHINES
+        for name, table in tables.items():
+            assert isinstance(table, MachineTable) and table.name == name
+            assert machine_named(name) is table
+        classes = [SingleCall, Step, WhileNeedsResponse, UntilSuccess, UntilToolUsed]
+        assert [c.table for c in classes] == list(LANGCHAIN_MACHINES)
+
+    @pytest.mark.parametrize("table", LANGCHAIN_MACHINES, ids=lambda t: t.name)
+    def test_paths_are_finite_and_paths_of_the_table(self, table: MachineTable) -> None:
+        found = paths(table)
+        assert found
+        assert {p.terminal for p in found} == set(table.terminals)
+        for path in found:
+            assert table.is_path(path.states, path.triggers)
+
+    async def test_single_call(self) -> None:
+        model = ScriptedModel([call_tool("add", a=1, b=2)])
+        run = SingleCall().start(chain_of(model, add))
+        result = await run.run()
+        assert isinstance(result, Ok) and run.result is result
+        _took(run, "calling ok", "answered")
+        assert "mode_state" not in result.chain.custom_context  # no run count
+
+    async def test_single_call_failure(self) -> None:
+        run = SingleCall().start(chain_of(ScriptedModel([fail("bad_request", "no")])))
+        result = await run.run()
+        assert isinstance(result, Failed) and result.error.type == "bad_request"
+        _took(run, "calling error", "failed")
+
+    async def test_step_once(self) -> None:
+        run = Step().start(chain_of(ScriptedModel([call_tool("add", a=1, b=2)]), add))
+        await run.run()
+        _took(run, "stepping deciding ok", "stepped done")
+
+    async def test_step_while_should_continue(self) -> None:
+        model = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
+
+        def again(chain: LLMChain) -> bool:
+            return chain.needs_response
+
+        run = Step().start(chain_of(model, add), {"should_continue": again})
+        result = await run.run()
+        assert isinstance(result, Ok)
+        assert [t for _, t in texts(result.chain)] == ["go", "calls:add", "3", "3"]
+        _took(
+            run,
+            "stepping deciding stepping deciding stepping deciding ok",
+            "stepped loop stepped loop stepped done",
+        )
+
+    async def test_while_needs_response(self) -> None:
+        model = ScriptedModel([call_tool("add", a=1, b=2), say("done")])
+        run = WhileNeedsResponse().start(chain_of(model, add))
+        result = await run.run()
+        assert isinstance(result, Ok)
+        lap = "deciding executing expanding calling"
+        _took(
+            run,
+            f"{lap} {lap} deciding ok",
+            "loop executed expanded called " * 2 + "done",
+        )
+
+    async def test_while_needs_response_max_runs(self) -> None:
+        model = ScriptedModel(lambda messages: call_tool("add", a=1, b=1))
+        run = WhileNeedsResponse().start(chain_of(model, add), {"max_runs": 1})
+        result = await run.run()
+        assert isinstance(result, Failed) and result.error.type == "exceeded_max_runs"
+        _took(
+            run,
+            "deciding executing expanding calling deciding error",
+            "loop executed expanded called failed",
+        )
+
+    async def test_until_success(self) -> None:
+        model = ScriptedModel([call_tool("submit", answer="bad"), call_tool("submit", answer="ok")])
+        run = UntilSuccess().start(chain_of(model, submit))
+        result = await run.run()
+        assert isinstance(result, Ok)
+        lap = "checking calling executing"
+        _took(run, f"{lap} {lap} checking ok", "retry called loop " * 2 + "succeeded")
+
+    async def test_until_success_failure_limit(self) -> None:
+        model = ScriptedModel(lambda m: call_tool("submit", answer="bad"))
+        run = UntilSuccess().start(chain_of(model, submit))
+        result = await run.run()
+        assert isinstance(result, Failed) and result.error.type == "exceeded_failure_count"
+        lap = "checking calling executing"
+        _took(run, f"{lap} {lap} {lap} checking error", "retry called loop " * 3 + "failed")
+
+    async def test_until_success_force_recurse_calls_first(self) -> None:
+        model = ScriptedModel([say("again")])
+        chain = (await chain_of(ScriptedModel([say("first")])).run()).chain
+        chain = attrs.evolve(chain, llm=model)
+        standing = UntilSuccess().start(chain)
+        await standing.run()
+        _took(standing, "checking ok", "succeeded")
+        forced = UntilSuccess().start(chain, {"force_recurse": True})
+        result = await forced.run()
+        assert texts(result.chain)[-1] == ("assistant", "again")
+        _took(forced, "calling executing checking ok", "called loop succeeded")
+
+    async def test_until_tool_used(self) -> None:
+        model = ScriptedModel([call_tool("add", a=1, b=1), call_tool("submit", answer="x")])
+        run = UntilToolUsed("submit").start(chain_of(model, add, submit))
+        result = await run.run()
+        assert isinstance(result, Ok) and result.tool_result is not None
+        lap = "expanding calling executing until_check"
+        _took(
+            run,
+            f"checking_tools {lap} deciding {lap} ok",
+            "checked expanded called executed unsatisfied loop expanded called executed satisfied",
+        )
+        assert run.opts["max_runs"] == 25 and run.opts.tool_names == ("submit",)
+
+    async def test_until_tool_used_unknown_names_fail_in_the_machine(self) -> None:
+        run = UntilToolUsed(["x", "y"]).start(chain_of(ScriptedModel([]), add))
+        result = await run.run()
+        assert isinstance(result, Failed)
+        assert result.error == ChainError(
+            "invalid_tool_name", "Tool names 'x, y' not found in available tools"
+        )
+        _took(run, "checking_tools error", "failed")
+
+    def test_until_tool_used_needs_names_before_it_starts(self) -> None:
+        with pytest.raises(ValueError, match="until_tool_used needs tool_names"):
+            UntilToolUsed().start(chain_of(ScriptedModel([])))
+
+    def test_a_host_steps_a_mode(self) -> None:
+        model = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
+        run = WhileNeedsResponse().start(chain_of(model, add))
+        assert run.state == "deciding" and not run.done
+        first = run.step_sync()
+        assert (first.source, first.trigger, first.dest) == ("deciding", "loop", "executing")
+        assert model.calls == 0
+        while run.state != "calling":
+            run.step_sync()
+        called = run.step_sync()
+        assert called.dest == "deciding" and model.calls == 1
+        assert isinstance(run.run_sync(), Ok)
+        assert run.trace.terminal == "ok" and model.calls == 2
+
+    def test_a_requested_pause_takes_the_paused_edge(self) -> None:
+        run = UntilSuccess().start(chain_of(ScriptedModel([say("x")])))
+        run.step_sync()
+        run.request_pause("drain")
+        run.step_sync()
+        assert isinstance(run.result, Paused)
+        assert run.result.chain.custom_context["pause_reason"] == "drain"
+        _took(run, "checking calling paused", "retry paused")
+
+    @pytest.mark.parametrize(
+        ("mode", "table"),
+        [
+            (None, SINGLE_CALL),
+            ("step", STEP),
+            ("while_needs_response", WHILE_NEEDS_RESPONSE),
+            ("until_success", UNTIL_SUCCESS),
+            ("until_tool_used", UNTIL_TOOL_USED),
+        ],
+    )
+    async def test_chain_run_goes_through_the_engine(
+        self, mode: str | None, table: MachineTable
+    ) -> None:
+        model = ScriptedModel([call_tool("submit", answer="x"), say("done")])
+        with edge_coverage(table) as coverage:
+            result = await chain_of(model, submit).run(mode, tool_names=["submit"])
+        assert isinstance(result, Ok)
+        assert coverage.counts and sum(coverage.entries.values()) == 1
+
+    def test_every_machine_has_its_diagrams(self) -> None:
+        files = diagram_files.all_diagram_files(svg=False)
+        for table in LANGCHAIN_MACHINES:
+            for name in ("machine.mmd", "machine.md", "machine.dot", "paths.md"):
+                assert f"{table.name}/{name}" in files
+            constant = f"`agentfsm.modes.langchain.{table.name.upper()}`"
+            assert constant in files[f"{table.name}/machine.md"]
+        assert "machine.mmd" in files  # the standard machine's keep their names

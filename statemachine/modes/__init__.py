@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 from .._registry import MODES, Mode, ModeLike, register_mode, resolve_mode, run_chain
-from .simple import SingleCall, Step, UntilSuccess, UntilToolUsed, WhileNeedsResponse
+from .langchain import (
+    LANGCHAIN_MACHINES,
+    SINGLE_CALL,
+    STEP,
+    UNTIL_SUCCESS,
+    UNTIL_TOOL_USED,
+    WHILE_NEEDS_RESPONSE,
+    SingleCall,
+    Step,
+    UntilSuccess,
+    UntilToolUsed,
+    WhileNeedsResponse,
+)
 from .standard import StandardMode
 
 __all__ = [
+    "LANGCHAIN_MACHINES",
     "MODES",
+    "SINGLE_CALL",
+    "STEP",
+    "UNTIL_SUCCESS",
+    "UNTIL_TOOL_USED",
+    "WHILE_NEEDS_RESPONSE",
     "Mode",
     "ModeLike",
     "SingleCall",
