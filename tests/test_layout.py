@@ -203,6 +203,7 @@ def test_public_surface_is_pinned() -> None:
             "ScriptedModel",
             "ScriptedRequest",
             "Usage",
+            "WrapperModel",
             "call_tool",
             "call_tools",
             "create_model",

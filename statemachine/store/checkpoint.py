@@ -1,6 +1,6 @@
 """Saved runs: a run checkpoints at its state boundaries and resumes from the last one.
 
-A :class:`Checkpointer` is a run's listener: after a transition that grew the
+A :class:`Checkpointer` is a run's hook: after a transition that grew the
 conversation (a model reply, tool results, an expansion) or ended the run, it
 writes what is new (the transition, the messages and contexts no earlier checkpoint
 holds, the result once there is one) to a :class:`Store` in one atomic write,
@@ -253,7 +253,7 @@ def _summary(result: Terminal) -> str | None:
 
 
 class Checkpointer:
-    """A run's listener that saves it at the boundaries a resume needs.
+    """A run's hook that saves it at the boundaries a resume needs.
 
     Attach with :func:`checkpoint`. ``error`` is the last write's failure (None
     once a write succeeds again); ``writes`` counts successful writes.
@@ -305,12 +305,12 @@ class Checkpointer:
     @classmethod
     def of(cls, run: Run) -> Checkpointer:
         """The checkpointer attached to ``run``."""
-        for listener in run.listeners:
-            if isinstance(listener, Checkpointer):
-                return listener
+        for hook in run.hooks:
+            if isinstance(hook, Checkpointer):
+                return hook
         raise LookupError(f"{run!r} has no checkpointer; attach one with checkpoint()")
 
-    def __call__(self, run: Run, transition: Transition) -> None:
+    def transition(self, run: Run, transition: Transition) -> None:
         # Only the boundaries a resume needs: where the conversation grew (a reply, tool
         # results, an expansion), the end, and a retry of a failed write. The states in
         # between are pure: a resumed run does them again from the last one written.
@@ -483,7 +483,7 @@ def checkpoint(
     checkpointer.replace = replace
     if not checkpointer.flush() and isinstance(checkpointer.error, RunExistsError | RunInUseError):
         raise checkpointer.error
-    run.listeners.insert(0, checkpointer)
+    run.add_hook(checkpointer, first=True)  # saved before any other hook hears the step
     return checkpointer
 
 
