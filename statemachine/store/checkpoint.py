@@ -62,8 +62,8 @@ from ..serialization import (
     Packer,
     UnknownToolError,
     Unpacker,
-    _compact,
     check_format,
+    compact_json,
     converter,
     parse_json,
 )
@@ -71,7 +71,7 @@ from ..state import AgentState
 from ..tools import Tool
 from ..trace import Trace, Transition
 from .base import (
-    _STATUS,
+    RUN_STATUS,
     ResumeError,
     RunExistsError,
     RunInUseError,
@@ -216,7 +216,7 @@ def load_run(
         chain = first
     return SavedRun(
         run_id=run_id,
-        status=_STATUS[type(result)] if result is not None else "running",
+        status=RUN_STATUS[type(result)] if result is not None else "running",
         state=last.terminal or last.entry,
         chain=chain,
         traces=tuple(traces),
@@ -382,8 +382,8 @@ class Checkpointer:
         result = agent_state = summary = None
         status: RunStatus = "running"
         if run.result is not None:
-            result = _compact(packer.result(run.result))
-            status = _STATUS[type(run.result)]
+            result = compact_json(packer.result(run.result))
+            status = RUN_STATUS[type(run.result)]
             summary = _summary(run.result)
             if hasattr(type(run), "agent_state"):  # an agent's run maps back to its state
                 try:
@@ -391,7 +391,7 @@ class Checkpointer:
                     agent_state = packer.agent_state_text(state)
                 except Exception:  # an after_model hook's failure is the host's to see
                     agent_state = None
-        header = None if self._header is None else _compact(self._header)
+        header = None if self._header is None else compact_json(self._header)
         messages = list(enumerate(packer.message_texts(self._messages_saved), self._messages_saved))
         contexts = list(enumerate(packer.context_texts(self._contexts_saved), self._contexts_saved))
         return StoreWrite(
