@@ -185,9 +185,8 @@ def _private_imports() -> set[tuple[str, str]]:
                     outside = not (module == home or module.startswith(home + "."))
                     if target.rpartition(".")[2].startswith("_") and outside:
                         found.add((module, target))
-                elif base in modules and name and name.startswith("_") and base != module:
-                    if not _is_private(base):
-                        found.add((module, target))
+                elif name and name.startswith("_") and base in modules and not _is_private(base):
+                    found.add((module, target))
     return found
 
 
