@@ -88,9 +88,10 @@ class Run:
         self.chain = chain
         self.result: Terminal | None = None
         self.trace = Trace(entry=entry, machine=table.name)
-        self._hooks: list[Hook] = []
-        self._on_transition: list[Callable[[Run, Transition], None]] = []
-        self._on_end: list[Callable[[Run], None]] = []
+        # Replaced whole when a hook is added: a run without hooks allocates nothing here.
+        self._hooks: tuple[Hook, ...] = ()
+        self._on_transition: tuple[Callable[[Run, Transition], None], ...] = ()
+        self._on_end: tuple[Callable[[Run], None], ...] = ()
         #: The options every step of this run is given.
         self.opts: Mapping[str, Any] = opts if opts is not None else {}
         self._work = table.work(extra_steps)
@@ -108,20 +109,23 @@ class Run:
         self._usage = Usage()  # of the transitions counted so far
         self._counted = 0
         self._machine.add_model(self._cursor, initial=entry)
-        attached = (*current_global_hooks(), *hooks)
-        for hook in attached:
-            self.add_hook(hook)
-        for hook in attached:
-            started = getattr(hook, "run_started", None)
-            if started is not None:
-                started(self)
+        attached = current_global_hooks()
+        if hooks:
+            attached = (*attached, *hooks)
+        if attached:
+            for hook in attached:
+                self.add_hook(hook)
+            for hook in attached:
+                started = getattr(hook, "run_started", None)
+                if started is not None:
+                    started(self)
 
     # ------------------------------------------------------------ hooks
 
     @property
     def hooks(self) -> tuple[Hook, ...]:
         """The run's hooks, in the order they hear each event."""
-        return tuple(self._hooks)
+        return self._hooks
 
     def add_hook(self, hook: Hook, *, first: bool = False) -> None:
         """Let ``hook`` hear this run's transitions and end from now on: after the hooks
@@ -133,17 +137,17 @@ class Run:
                 f"{hook!r} is not a run hook: it has none of run_started, transition, run_ended"
             )
         if first:
-            self._hooks.insert(0, hook)
+            self._hooks = (hook, *self._hooks)
             if heard is not None:
-                self._on_transition.insert(0, heard)
+                self._on_transition = (heard, *self._on_transition)
             if ended is not None:
-                self._on_end.insert(0, ended)
+                self._on_end = (ended, *self._on_end)
         else:
-            self._hooks.append(hook)
+            self._hooks = (*self._hooks, hook)
             if heard is not None:
-                self._on_transition.append(heard)
+                self._on_transition = (*self._on_transition, heard)
             if ended is not None:
-                self._on_end.append(ended)
+                self._on_end = (*self._on_end, ended)
 
     # ------------------------------------------------------------ state
 
