@@ -217,3 +217,16 @@ def test_the_module_documents_its_protocols() -> None:
     assert set(hooks.__all__) >= {"RunHook", "add_global_hook", "global_hooks"}
     full: hooks.RunHook = Recorder()  # a hook with every method is a RunHook
     assert full.run_started is not None
+
+
+def test_a_run_view_follows_a_run_driven_by_anyone() -> None:
+    from agentfsm.console import RunView
+
+    run = scripted_run()
+    view = RunView("v")
+    view.begin(run.state)
+    run.add_hook(view)
+    run.step_sync()
+    assert view.transitions == run.trace.transitions and view.current == "calling"
+    run.run_sync()
+    assert view.transitions == run.trace.transitions and view.current is None
