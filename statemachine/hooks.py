@@ -9,11 +9,12 @@ when the hook is attached, and calls only those it found:
   ``run.trace``, the run's ``chain`` (and, at a terminal, ``result``) updated;
 * ``run_ended(run)`` -- after the ``transition`` into a terminal, ``run.result`` set.
 
-Checkpoints, OpenTelemetry and the test helpers all plug in here. A run's hooks are
-the global ones (in the order they were added), then those given to ``Run(hooks=...)``,
-then those added with :meth:`Run.add_hook` in turn; ``add_hook(hook, first=True)``
-puts a hook ahead of every hook the run has so far (a checkpointer saves a transition
-before anything else hears it). Every hook hears an event before the next hook does.
+Checkpoints, OpenTelemetry, the console's live view and edge coverage plug in here.
+A run's hooks are the global ones (in the order they were added), then those given to
+``Run(hooks=...)``, then those added with :meth:`Run.add_hook` in turn;
+``add_hook(hook, first=True)`` puts a hook ahead of every hook the run has so far (a
+checkpointer saves a transition before anything else hears it). Every hook hears an
+event before the next hook does.
 
 A hook that raises stops the event there: the exception propagates out of the step
 (or out of ``Run(...)`` for ``run_started``), the transition stays recorded, and the
