@@ -7,6 +7,7 @@ from .fallback import FallbackModel
 from .openai import OpenAIChat
 from .registry import PROVIDERS, create_model
 from .scripted import ScriptedModel, ScriptedRequest, call_tool, call_tools, fail, say
+from .wrapper import WrapperModel
 
 __all__ = [
     "PROVIDERS",
@@ -21,6 +22,7 @@ __all__ = [
     "ScriptedModel",
     "ScriptedRequest",
     "Usage",
+    "WrapperModel",
     "call_tool",
     "call_tools",
     "create_model",

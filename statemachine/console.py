@@ -169,9 +169,10 @@ def summary(
 class RunView:
     """The live picture of one run: the transitions so far, the state at work, streamed text.
 
-    A rich renderable: hand it to ``rich.live.Live`` and call :meth:`begin` before
-    each step and :meth:`add` after it. :attr:`callbacks` (a chain callback map)
-    feeds the model's streamed text in.
+    A rich renderable: hand it to ``rich.live.Live`` and attach it to the run as a
+    hook (``run.add_hook(view)``), so it follows the run however the run is driven;
+    or call :meth:`begin` before each step and :meth:`add` after it. :attr:`callbacks`
+    (a chain callback map) feeds the model's streamed text in.
     """
 
     def __init__(self, title: str | None = None, table: MachineTable = STANDARD) -> None:
@@ -203,6 +204,12 @@ class RunView:
     def add(self, transition: Transition) -> None:
         self.transitions.append(transition)
         self.current = None
+
+    def transition(self, run: Run, transition: Transition) -> None:
+        """As a run hook: show ``transition``, and the state it leads to as at work."""
+        self.add(transition)
+        if not run.done:
+            self.begin(transition.dest)
 
     def __rich__(self) -> RenderableType:
         parts: list[RenderableType] = [
@@ -240,13 +247,14 @@ async def watch(
     view = RunView(title, run.table)
     if stream:
         run.chain = run.chain.add_callback(view.callbacks)
+    view.begin(run.state)
+    run.add_hook(view)
     started = time.perf_counter()
     with Live(view, console=console, refresh_per_second=15, transient=False) as live:
         while not run.done:
-            view.begin(run.state)
             live.refresh()
-            view.add(await run.step())
-            live.refresh()
+            await run.step()
+        live.refresh()
     assert run.result is not None
     # Live leaves its last line open when the console is not a terminal.
     console.line()

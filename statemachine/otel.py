@@ -7,9 +7,11 @@ its model and tool calls named and described by OpenTelemetry's GenAI semantic
 conventions. Message contents are recorded only when asked for (``capture_content``).
 
 Nothing here is imported by the engine: without ``instrument()`` a run costs what it
-always did. It works through the engine's public seams: a :attr:`Run.observers` entry
-sees every new run, wraps the run's model and tools (by name, as they are saved, so
-checkpoints do not change shape) and listens to its transitions.
+always did. It works through the engine's public seams: a global run hook
+(:func:`agentfsm.hooks.add_global_hook`) sees every new run, wraps the run's model and
+tools (:class:`~agentfsm.providers.WrapperModel`, :class:`~agentfsm.tools.WrapperTool`:
+by name, as they are saved, so checkpoints do not change shape) and attaches a hook of
+the run's own that hears its transitions and its end.
 
 A run that continues another (a resumed approval, a paused or restored run, on this
 worker or another) links to the run span of the one it continues: every reply a traced
@@ -26,7 +28,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -40,11 +42,15 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
         "agentfsm.otel needs the OpenTelemetry API: pip install 'agentfsm[otel]'"
     ) from exc
 
+from agentfsm.providers.base import ChatModel, DeltaHandler
+from agentfsm.providers.wrapper import WrapperModel
+
 from .errors import ChainError
+from .hooks import add_global_hook
 from .messages import Message, ToolCall, ToolResult
 from .results import Failed
 from .run import Run
-from .tools import Tool, ToolContext
+from .tools import Tool, ToolContext, WrapperTool
 from .trace import Transition
 
 __all__ = ["instrument", "previous_run_link", "run_span", "uninstrument"]
@@ -82,7 +88,7 @@ def instrument(
     are then children of the run span): the states cost most of the spans, see
     ``benchmarks/otel.py``. Calling it again replaces the previous settings.
     """
-    global _active
+    global _active, _remove
     if capture_content is None:
         capture_content = os.environ.get(_CAPTURE_VARIABLE, "").strip().lower() == "true"
     uninstrument()
@@ -92,18 +98,19 @@ def instrument(
         capture_content,
         states,
     )
-    Run.observers.append(_active.observe)
+    _remove = add_global_hook(_active)
 
 
 def uninstrument() -> None:
     """Stop tracing runs started from now on (runs under way finish their spans)."""
-    global _active
-    if _active is not None:
-        Run.observers.remove(_active.observe)
-        _active = None
+    global _active, _remove
+    if _remove is not None:
+        _remove()
+        _active = _remove = None
 
 
 _active: _Telemetry | None = None
+_remove: Callable[[], None] | None = None
 
 
 def previous_run_link(messages: Sequence[Message]) -> Link | None:
@@ -126,9 +133,9 @@ def previous_run_link(messages: Sequence[Message]) -> Link | None:
 def run_span(run: Run) -> trace.Span | None:
     """The ``agentfsm.run`` span of a traced run, for the host to add its own attributes
     (a tenant, a request id) or links; None when the run is not traced."""
-    for listener in run.listeners:
-        if isinstance(listener, _RunSpans):
-            return listener.span
+    for hook in run.hooks:
+        if isinstance(hook, _RunSpans):
+            return hook.span
     return None
 
 
@@ -186,15 +193,17 @@ class _Telemetry:
             "agentfsm.tool.errors", unit="{call}", description="Tool calls that ended in error."
         )
 
-    def observe(self, run: Run) -> None:
-        _RunSpans(self, run)
+    def run_started(self, run: Run) -> None:
+        """Trace ``run``: its own hook holds its spans."""
+        run.add_hook(_RunSpans(self, run))
 
 
 # ---------------------------------------------------------------- one run
 
 
 class _RunSpans:
-    """One run's spans: its own, the open state's, and the model and tool calls in it.
+    """One run's spans: its own, the open state's, and the model and tool calls in it
+    (the run's hook: a state's span ends at its transition, the run's at its end).
 
     A state's span opens when the state's first model or tool call starts (so that
     call is its child) or, for states that call nothing, when the transition out of
@@ -235,9 +244,8 @@ class _RunSpans:
         run.chain = attrs.evolve(
             chain,
             llm=_TracedModel(chain.llm, self),
-            tools=tuple(_traced_tool(t, self) for t in chain.tools),
+            tools=tuple(_TracedTool.of(t, self) for t in chain.tools),
         )
-        run.listeners.append(self)
 
     def state_context(self) -> otel_context.Context:
         """The context of the current state's span, opened now if it is not open yet."""
@@ -249,11 +257,9 @@ class _RunSpans:
             self._state_context = trace.set_span_in_context(self._state)
         return self._state_context
 
-    def __call__(self, run: Run, transition: Transition) -> None:
+    def transition(self, run: Run, transition: Transition) -> None:
         if self._states:
             self._end_state(run, transition)
-        if run.result is not None:
-            self._finish(run, transition.dest)
 
     def _end_state(self, run: Run, transition: Transition) -> None:
         span, end = self._state, None
@@ -279,8 +285,9 @@ class _RunSpans:
             span.set_status(Status(StatusCode.ERROR, result.error.message))
         span.end(end)
 
-    def _finish(self, run: Run, terminal: str) -> None:
+    def run_ended(self, run: Run) -> None:
         span = self.span
+        terminal = run.state
         result = run.result
         span.set_attribute("agentfsm.terminal", terminal)
         span.set_attribute("agentfsm.run.id", _run_id(run))
@@ -298,8 +305,8 @@ class _RunSpans:
 
 def _run_id(run: Run) -> str:
     """The id the run is saved under (its checkpointer's), or a fresh one."""
-    for listener in run.listeners:
-        run_id = getattr(listener, "run_id", None)
+    for hook in run.hooks:
+        run_id = getattr(hook, "run_id", None)
         if isinstance(run_id, str):
             return run_id
     return uuid.uuid4().hex
@@ -308,35 +315,31 @@ def _run_id(run: Run) -> str:
 # ---------------------------------------------------------------- the calls
 
 
-class _TracedModel:
+class _TracedModel(WrapperModel):
     """The run's model: each call a ``chat`` span of the state making it."""
 
-    __slots__ = ("_attributes", "_model", "_name", "_spans")
+    __slots__ = ("_attributes", "_name", "_spans")
 
-    def __init__(self, model: Any, spans: _RunSpans) -> None:
+    def __init__(self, model: ChatModel, spans: _RunSpans) -> None:
         # A chain that a traced run already worked on carries a traced model: unwrap it.
-        self._model: Any = model._model if isinstance(model, _TracedModel) else model
+        super().__init__(model.wrapped if isinstance(model, _TracedModel) else model)
         self._spans = spans
         # Provider models are named "provider:model"; any other name is the model's own.
-        named = _PROVIDER_MODEL.fullmatch(str(self._model.name))
-        provider, request_model = named.groups() if named else (None, str(self._model.name))
-        own = getattr(self._model, "model", None)
+        named = _PROVIDER_MODEL.fullmatch(self.name)
+        provider, request_model = named.groups() if named else (None, self.name)
+        own = getattr(self.wrapped, "model", None)
         request_model = own if isinstance(own, str) else request_model
         self._name = "chat " + request_model
         self._attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": request_model}
         if provider:
             self._attributes["gen_ai.provider.name"] = provider
 
-    @property
-    def name(self) -> str:
-        return str(self._model.name)
-
     async def complete(
         self,
         messages: Sequence[Message],
         tools: Sequence[Tool],
         *,
-        on_delta: Any = None,
+        on_delta: DeltaHandler | None = None,
     ) -> Message:
         spans = self._spans
         telemetry = spans.telemetry
@@ -353,7 +356,7 @@ class _TracedModel:
         token = otel_context.attach(trace.set_span_in_context(span))
         started = time.perf_counter()
         try:
-            reply: Message = await self._model.complete(messages, tools, on_delta=on_delta)
+            reply: Message = await self.wrapped.complete(messages, tools, on_delta=on_delta)
         except BaseException as exc:
             if isinstance(exc, ChainError):
                 error_type, message = exc.type, exc.message
@@ -400,15 +403,10 @@ class _TracedModel:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _TracedModel:
         """A copy of the model, still traced as this run's (a span is not copied)."""
-        return _TracedModel(copy.deepcopy(self._model, memo), self._spans)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # copy and pickle probe for these before __init__ ran
-            raise AttributeError(name)
-        return getattr(self._model, name)
+        return _TracedModel(copy.deepcopy(self.wrapped, memo), self._spans)
 
     def __repr__(self) -> str:
-        return f"<traced {self._model!r}>"
+        return f"<traced {self.wrapped!r}>"
 
 
 def _finish_reason(reply: Message) -> str:
@@ -420,10 +418,15 @@ def _finish_reason(reply: Message) -> str:
 
 
 @attrs.frozen
-class _TracedTool(Tool):
+class _TracedTool(WrapperTool):
     """The run's tool: each call an ``execute_tool`` span of the state making it."""
 
     spans: _RunSpans | None = attrs.field(default=None, kw_only=True, repr=False, eq=False)
+
+    @classmethod
+    def of(cls, tool: Tool, spans: _RunSpans) -> _TracedTool:
+        # A chain that a traced run already worked on carries traced tools: unwrap them.
+        return cls.wrap(tool.wrapped if isinstance(tool, _TracedTool) else tool, spans=spans)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _TracedTool:
         return self  # a frozen value; its run's spans are not to be copied
@@ -471,13 +474,6 @@ class _TracedTool(Tool):
         span.end()
         telemetry.tool_duration.record(time.perf_counter() - started, attributes)
         return result
-
-
-_TOOL_FIELDS: Final = tuple(f for f in attrs.fields(Tool) if f.init)
-
-
-def _traced_tool(tool: Tool, spans: _RunSpans) -> Tool:
-    return _TracedTool(**{str(f.alias): getattr(tool, f.name) for f in _TOOL_FIELDS}, spans=spans)
 
 
 # ---------------------------------------------------------------- content

@@ -8,14 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import Any, ClassVar, TypeAlias, TypeVar
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from typing import Any, TypeVar
 
 from transitions import MachineError
 
 from ._sync import SyncBridge
 from .chain import LLMChain
 from .errors import ChainError, IllegalTransitionError
+from .hooks import Hook, current_global_hooks
 from .machine import MachineTable, Outcome, Work
 from .messages import Usage
 from .options import Options
@@ -24,8 +33,6 @@ from .steps import Step, normalize_pause
 from .trace import Trace, Transition, total_usage
 
 __all__ = ["Outcome", "Run", "Work"]
-
-Listener: TypeAlias = Callable[["Run", Transition], None]
 
 _T = TypeVar("_T")
 
@@ -61,10 +68,8 @@ class Run:
     ``await run.step()`` does one state's work and returns the transition;
     ``await run.run()`` steps to the end and returns the result. ``run.trace``
     is the path so far, ``run.chain`` the chain as the last step left it.
+    ``hooks`` observe it (see :mod:`agentfsm.hooks`): the global ones first, then these.
     """
-
-    #: Called with every new run (test helpers count the edges runs take).
-    observers: ClassVar[list[Callable[[Run], None]]] = []
 
     def __init__(
         self,
@@ -74,6 +79,7 @@ class Run:
         opts: Mapping[str, Any] | None = None,
         *,
         extra_steps: Mapping[str, Sequence[Step]] | None = None,
+        hooks: Iterable[Hook] = (),
     ) -> None:
         if entry not in table.steps:
             raise ValueError(
@@ -84,7 +90,10 @@ class Run:
         self.chain = chain
         self.result: Terminal | None = None
         self.trace = Trace(entry=entry, machine=table.name)
-        self.listeners: list[Listener] = []
+        # Replaced whole when a hook is added: a run without hooks allocates nothing here.
+        self._hooks: tuple[Hook, ...] = ()
+        self._on_transition: tuple[Callable[[Run, Transition], None], ...] = ()
+        self._on_end: tuple[Callable[[Run], None], ...] = ()
         options = table.options.of(opts)
         if extra_steps:
             options = table.options.of(options, extra_steps={**options.extra_steps, **extra_steps})
@@ -104,8 +113,45 @@ class Run:
         self._usage = Usage()  # of the transitions counted so far
         self._counted = 0
         self._machine.add_model(self._cursor, initial=entry)
-        for observer in Run.observers:
-            observer(self)
+        attached = current_global_hooks()
+        if hooks:
+            attached = (*attached, *hooks)
+        if attached:
+            for hook in attached:
+                self.add_hook(hook)
+            for hook in attached:
+                started = getattr(hook, "run_started", None)
+                if started is not None:
+                    started(self)
+
+    # ------------------------------------------------------------ hooks
+
+    @property
+    def hooks(self) -> tuple[Hook, ...]:
+        """The run's hooks, in the order they hear each event."""
+        return self._hooks
+
+    def add_hook(self, hook: Hook, *, first: bool = False) -> None:
+        """Let ``hook`` hear this run's transitions and end from now on: after the hooks
+        it has, or, with ``first``, before all of them."""
+        heard = getattr(hook, "transition", None)
+        ended = getattr(hook, "run_ended", None)
+        if heard is None and ended is None and getattr(hook, "run_started", None) is None:
+            raise TypeError(
+                f"{hook!r} is not a run hook: it has none of run_started, transition, run_ended"
+            )
+        if first:
+            self._hooks = (hook, *self._hooks)
+            if heard is not None:
+                self._on_transition = (heard, *self._on_transition)
+            if ended is not None:
+                self._on_end = (ended, *self._on_end)
+        else:
+            self._hooks = (*self._hooks, hook)
+            if heard is not None:
+                self._on_transition = (*self._on_transition, heard)
+            if ended is not None:
+                self._on_end = (*self._on_end, ended)
 
     # ------------------------------------------------------------ state
 
@@ -251,12 +297,17 @@ class Run:
             self.result = terminal = self._settle(terminal)
             self.chain = terminal.chain
             self._machine.remove_model(self._cursor)
-        for listener in self.listeners:
-            listener(self, transition)
+            for heard in self._on_transition:
+                heard(self, transition)
+            for ended in self._on_end:
+                ended(self)
+            return transition
+        for heard in self._on_transition:
+            heard(self, transition)
         return transition
 
     def _settle(self, result: Terminal) -> Terminal:
-        """The result a run ends with; a subclass may act on it before the listeners hear."""
+        """The result a run ends with; a subclass may act on it before the hooks hear."""
         return result
 
     async def run(self) -> Terminal:

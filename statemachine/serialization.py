@@ -68,6 +68,7 @@ __all__ = [
     "UnknownToolError",
     "Unpacker",
     "check_format",
+    "compact_json",
     "converter",
     "dump",
     "dump_trace",
@@ -206,14 +207,14 @@ def _compact_encoder() -> Callable[[Any], str]:
 
 
 #: Compact JSON text (``separators=(",", ":")``, ``ensure_ascii=False``).
-_compact: Final = _compact_encoder()
+compact_json: Final = _compact_encoder()
 
 
 def _compact_any(value: Mapping[str, Any]) -> str:
     """A mapping of ``Any`` values as compact JSON: plain JSON data as is (the converter
     would hand it back unchanged), anything else (or a cycle) through the converter."""
     try:
-        return _compact(value)
+        return compact_json(value)
     except (TypeError, ValueError, RecursionError):
         return _encoder.encode(converter.unstructure(dict(value)))
 
@@ -415,12 +416,12 @@ class Packer:
         if cached is not None and cached[0] is chain:
             chain_text = cached[1]
         else:
-            chain_text = _compact(self.chain(chain))
+            chain_text = compact_json(self.chain(chain))
             self._chain_text = (chain, chain_text)
         edge = (transition.source, transition.trigger, transition.dest)
         head = self._heads.get(edge)
         if head is None:
-            source, trigger, dest = (_compact(name) for name in edge)
+            source, trigger, dest = (compact_json(name) for name in edge)
             head = f'{{"source":{source},"trigger":{trigger},"dest":{dest},"chain":'
             if len(self._heads) < _HEADS_MAX:
                 self._heads[edge] = head
@@ -428,7 +429,7 @@ class Packer:
         elapsed = transition.elapsed
         if elapsed:
             plain = type(elapsed) is float and math.isfinite(elapsed)
-            text += ',"elapsed":' + (repr(elapsed) if plain else _compact(elapsed))
+            text += ',"elapsed":' + (repr(elapsed) if plain else compact_json(elapsed))
         if transition.detail is not None:
             text += ',"detail":' + _compact_any(transition.detail)
         return text + "}"
@@ -441,7 +442,7 @@ class Packer:
 
     def message_texts(self, start: int = 0) -> list[str]:
         """:meth:`message_docs` as compact JSON text, kept for :meth:`agent_state_text`."""
-        texts = [_compact(doc) for doc in self.message_docs(start)]
+        texts = [compact_json(doc) for doc in self.message_docs(start)]
         known = self._texts
         known.extend([""] * (start - len(known)))  # a seeded table's rows: not written here
         known[start:] = texts
@@ -454,9 +455,9 @@ class Packer:
         for message in state.messages:
             i = index.get(id(message))
             if i is None or i >= len(known) or not known[i]:
-                return _compact(converter.unstructure(state, AgentState))
+                return compact_json(converter.unstructure(state, AgentState))
             parts.append(known[i])
-        rest = _compact(converter.unstructure(attrs.evolve(state, messages=()), AgentState))
+        rest = compact_json(converter.unstructure(attrs.evolve(state, messages=()), AgentState))
         head = '{"messages":[' + ",".join(parts) + "]"
         return head + ("}" if rest == "{}" else "," + rest[1:]) if parts else rest
 

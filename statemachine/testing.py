@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import attrs
 
+from .hooks import global_hooks
 from .machine import Edge, MachineTable, machine_named
 from .modes.standard import STANDARD
 from .run import Run
@@ -122,10 +123,19 @@ class EdgeCoverage:
 def edge_coverage(table: MachineTable = STANDARD) -> Iterator[EdgeCoverage]:
     """Count the edges every run started inside the block takes (when it ends)."""
     coverage = EdgeCoverage(table)
-    runs: list[Run] = []
-    Run.observers.append(runs.append)
+    runs = _Started()
     try:
-        yield coverage
+        with global_hooks(runs):
+            yield coverage
     finally:
-        Run.observers.remove(runs.append)
-        coverage.extend(r for r in runs if r.table is table)
+        coverage.extend(r for r in runs.runs if r.table is table)
+
+
+class _Started:
+    """A global hook that keeps the runs made while it is registered."""
+
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+
+    def run_started(self, run: Run) -> None:
+        self.runs.append(run)

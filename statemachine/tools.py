@@ -24,7 +24,7 @@ import re
 import threading
 import typing
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, overload
+from typing import Any, Final, Self, overload
 
 import attrs
 
@@ -42,7 +42,7 @@ from ._arguments import (
 )
 from .messages import Content, ContentPart, ToolCall, ToolResult, _slot_builder
 
-__all__ = ["Tool", "ToolContext", "ToolOutput", "tool"]
+__all__ = ["Tool", "ToolContext", "ToolOutput", "WrapperTool", "tool"]
 
 
 @attrs.frozen
@@ -519,3 +519,27 @@ def tool(
         )
 
     return make(function) if function is not None else make
+
+
+@attrs.frozen
+class WrapperTool(Tool):
+    """A tool that hands each call to ``wrapped``, offered to the model as ``wrapped`` is.
+
+    Subclass and override :meth:`invoke` to act around the call (a span, a recorded
+    step); make one with :meth:`wrap`, which copies the wrapped tool's fields.
+    """
+
+    wrapped: Tool = attrs.field(kw_only=True, eq=False, repr=False)
+
+    @classmethod
+    def wrap(cls, tool: Tool, **fields: Any) -> Self:
+        """``tool`` wrapped: its name, description, schema and settings, and ``fields``
+        (a subclass's own)."""
+        copied = {str(f.alias): getattr(tool, f.name) for f in _TOOL_FIELDS}
+        return cls(**copied, wrapped=tool, **fields)
+
+    async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
+        return await self.wrapped.invoke(call, context)
+
+
+_TOOL_FIELDS: Final = tuple(f for f in attrs.fields(Tool) if f.init)

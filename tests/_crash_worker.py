@@ -63,14 +63,16 @@ def agent() -> Agent:
     return make_agent(Path(os.environ["AGENTFSM_TEST_LOG"]))
 
 
-def _kill_after_executed(run: Run, transition: Transition) -> None:
-    if transition.trigger == "executed":
-        os.kill(os.getpid(), signal.SIGKILL)
+class _KillAfterExecuted:
+    def transition(self, run: Run, transition: Transition) -> None:
+        if transition.trigger == "executed":
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _drain(run: Run, transition: Transition) -> None:
-    if transition.trigger == "executed" and len(run.trace.where("executing")) == 1:
-        run.request_pause("draining")
+class _Drain:
+    def transition(self, run: Run, transition: Transition) -> None:
+        if transition.trigger == "executed" and len(run.trace.where("executing")) == 1:
+            run.request_pause("draining")
 
 
 def main(argv: Sequence[str]) -> int:
@@ -87,9 +89,9 @@ def main(argv: Sequence[str]) -> int:
         run_id=run_id,
     )
     if mode == "kill-after-executed":
-        run.listeners.append(_kill_after_executed)
+        run.add_hook(_KillAfterExecuted())
     elif mode == "drain":
-        run.listeners.append(_drain)
+        run.add_hook(_Drain())
     run.run_sync()
     print(json.dumps({"status": run.agent_state.status}))
     return 0

@@ -142,6 +142,61 @@ def test_providers_know_the_engine_only_through_its_data() -> None:
     assert {m: t for m, t in offenders.items() if t} == {}
 
 
+#: Private names a module still takes from another module that is not private, and why.
+PRIVATE_IMPORTS = {
+    # Built inside messages' own slot classes; the tools, the steps and the scripted model
+    # build the same messages through it (its callers are being moved to public builders).
+    ("agentfsm.providers.scripted", "agentfsm.messages._slot_builder"),
+    ("agentfsm.steps", "agentfsm.messages._slot_builder"),
+    ("agentfsm.tools", "agentfsm.messages._slot_builder"),
+    # A saved run's options as Agent.start takes them; public with the typed options.
+    ("agentfsm.durable._workflow", "agentfsm.store.checkpoint._execute_options"),
+}
+
+
+def _is_private(module: str) -> bool:
+    return any(part.startswith("_") for part in module.split("."))
+
+
+def _private_imports() -> set[tuple[str, str]]:
+    """(importer, what) for every private name or private module a module imports from
+    another module, except private names of private modules and private modules of the
+    importer's own package."""
+    modules = _modules()
+    found: set[tuple[str, str]] = set()
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                named = [(alias.name, None) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                named = [(base, alias.name) for alias in node.names]
+            else:
+                continue
+            for base, name in named:
+                target = base if name is None else f"{base}.{name}"
+                if target in modules:  # a module: private ones only from inside their package
+                    home = target.rpartition(".")[0]
+                    outside = not (module == home or module.startswith(home + "."))
+                    if target.rpartition(".")[2].startswith("_") and outside:
+                        found.add((module, target))
+                elif name and name.startswith("_") and base in modules and not _is_private(base):
+                    found.add((module, target))
+    return found
+
+
+def test_no_module_takes_a_private_name_of_another() -> None:
+    """A private name is its module's own: another module that needs it gets a public one
+    (durable and otel wrap models and tools with WrapperModel and WrapperTool, read
+    decisions with check_decisions); private modules are their package's to share."""
+    assert _private_imports() - PRIVATE_IMPORTS == set()
+
+
 def test_every_subpackage_is_installed() -> None:
     """pyproject lists the packages one by one; a new folder must join the list."""
     import tomllib
@@ -203,6 +258,7 @@ def test_public_surface_is_pinned() -> None:
             "ScriptedModel",
             "ScriptedRequest",
             "Usage",
+            "WrapperModel",
             "call_tool",
             "call_tools",
             "create_model",

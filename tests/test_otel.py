@@ -30,6 +30,8 @@ from agentfsm import (
     HumanInTheLoop,
     LLMChain,
     Message,
+    Run,
+    Transition,
     otel,
     serialization,
     tool,
@@ -351,14 +353,18 @@ def test_an_interrupted_run_resumed_links_to_the_run_it_continues(telemetry: Tel
     assert states[:3] == ["agentfsm.propagating", "agentfsm.until_check", "agentfsm.deciding"]
 
 
+class _DrainAfterExecuted:
+    def transition(self, run: Run, transition: Transition) -> None:
+        if transition.trigger == "executed":
+            run.request_pause("draining")
+
+
 def test_a_paused_run_restored_from_the_store_links_to_the_run_it_continues(
     telemetry: Telemetry, tmp_path: Path
 ) -> None:
     store = SQLiteStore(tmp_path / "runs.db")
     run = start_run(adder(), AgentState.of("add 1 and 2"), store, run_id="r1")
-    run.listeners.append(
-        lambda r, t: r.request_pause("draining") if t.trigger == "executed" else None
-    )
+    run.add_hook(_DrainAfterExecuted())
     run.run_sync()
     assert run.trace.terminal == "paused"
     paused = one(telemetry.named("agentfsm.run"))

@@ -559,7 +559,7 @@ class _Where:
 
 
 def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
-    from agentfsm.serialization import Packer, _compact, converter
+    from agentfsm.serialization import Packer, compact_json, converter
     from agentfsm.trace import Transition
 
     transitions = _edges_of_a_run()
@@ -571,9 +571,9 @@ def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
     ]
     texts, docs = Packer(), Packer()
     for transition in transitions:
-        assert texts.transition_text(transition) == _compact(docs.transition(transition))
-    assert texts.message_texts() == [_compact(d) for d in docs.message_docs()]
-    assert texts.context_texts() == [_compact(d) for d in docs.context_docs()]
+        assert texts.transition_text(transition) == compact_json(docs.transition(transition))
+    assert texts.message_texts() == [compact_json(d) for d in docs.message_docs()]
+    assert texts.context_texts() == [compact_json(d) for d in docs.context_docs()]
 
     agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
     run = agent.start(AgentState.of("go", topic="sums"))
@@ -582,16 +582,16 @@ def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
     run.run_sync()
     state = run.agent_state
     assert state.messages and state.state
-    whole = _compact(converter.unstructure(state, AgentState))
+    whole = compact_json(converter.unstructure(state, AgentState))
     assert checkpointer._packer._texts  # the messages' rows are reused, not written again
     assert rows.agent_state == whole
     assert Packer().agent_state_text(state) == whole
-    assert Packer().agent_state_text(AgentState()) == _compact(
+    assert Packer().agent_state_text(AgentState()) == compact_json(
         converter.unstructure(AgentState(), AgentState)
     )
 
     where = Transition("a", "b", "c", chain, 0.5, {"at": _Where("x.py", 3)})
-    assert Packer().transition_text(where) == _compact(Packer().transition(where))
+    assert Packer().transition_text(where) == compact_json(Packer().transition(where))
     assert json.loads(Packer().transition_text(where))["detail"] == {
         "at": {"file": "x.py", "line": 3}
     }

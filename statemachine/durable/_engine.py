@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..agent import Agent
 from ..invariants import check_decisions_fit
-from ..middleware.human_in_the_loop import _check_decisions
+from ..middleware import check_decisions
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
 from ..state import AgentState
 from ..store.base import ResumeError, RunExistsError, RunNotFoundError
@@ -330,7 +330,7 @@ class Engine:
         tip, run_id = status.workflow_id, _root(status)
         waiting = self.client.get_event(tip, WAITING_EVENT, timeout_seconds=0)
         if isinstance(waiting, Mapping):
-            _check_decisions(waiting.get("interrupt") or {}, decisions)
+            check_decisions(waiting.get("interrupt") or {}, decisions)
             message = {"segment": waiting.get("segment"), "decisions": [dict(d) for d in decisions]}
             self.client.send(tip, message, DECISIONS_TOPIC)
             timed_out = self._timed_out(tip)
@@ -350,7 +350,7 @@ class Engine:
                 f"Run {run_id!r} ended interrupted by {str(data.get('type'))[:60]!r}, not "
                 "waiting for approval; resume its state with agent.resume(state, answer)."
             )
-        _check_decisions(data, decisions)
+        check_decisions(data, decisions)
         agent = AGENTS.get(_agent(status.input) or "")
         check_decisions_fit(ended.state.messages, data, agent.middleware if agent else ())
         self._fork(

@@ -32,16 +32,19 @@ from typing import Any, Final
 import attrs
 from dbos import DBOS
 
+from agentfsm.providers.base import ChatModel, DeltaHandler
+from agentfsm.providers.wrapper import WrapperModel
+
 from ..agent import Agent, AgentRun
 from ..chain import LLMChain
 from ..errors import ChainError
 from ..messages import Message, ToolCall, ToolResult
-from ..middleware.human_in_the_loop import _check_decisions
-from ..serialization import FORMAT, _error_in, _error_out, check_format, converter, dump
+from ..middleware import check_decisions
+from ..serialization import FORMAT, check_format, converter, dump
 from ..state import AgentState
 from ..steps import get_run_count
 from ..store.checkpoint import execute_options
-from ..tools import Tool, ToolContext
+from ..tools import Tool, ToolContext, WrapperTool
 
 __all__ = [
     "AGENTS",
@@ -128,7 +131,7 @@ class _Execution:
         self._model_draining = False
         self.agent = Agent(
             _StepModel(agent.model, self),
-            [_StepTool.of(t, self) for t in agent.tools],
+            [_StepTool.wrap(t, execution=self) for t in agent.tools],
             middleware=agent.middleware,
             system_prompt=agent.system_prompt,
             max_runs=agent.max_runs,
@@ -166,19 +169,21 @@ class _Execution:
         return state
 
 
-@attrs.frozen
-class _StepModel:
+class _StepModel(WrapperModel):
     """A model whose every call is one recorded step: the reply (or error) as a document."""
 
-    inner: Any
-    execution: _Execution
+    __slots__ = ("execution",)
 
-    @property
-    def name(self) -> str:
-        return str(self.inner.name)
+    def __init__(self, wrapped: ChatModel, execution: _Execution) -> None:
+        super().__init__(wrapped)
+        self.execution = execution
 
     async def complete(
-        self, messages: Sequence[Message], tools: Sequence[Tool], *, on_delta: Any = None
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Tool],
+        *,
+        on_delta: DeltaHandler | None = None,
     ) -> Message:
         await self.execution.boundary()
         output = await DBOS.run_step_async(
@@ -186,54 +191,37 @@ class _StepModel:
         )
         self.execution.saw(output, model=True)
         if "error" in output:
-            raise _error_in(output["error"], ChainError)
+            raise converter.structure(output["error"], ChainError)
         return converter.structure(output["message"], Message)
 
     async def _call(
-        self, messages: Sequence[Message], tools: Sequence[Tool], on_delta: Any
+        self, messages: Sequence[Message], tools: Sequence[Tool], on_delta: DeltaHandler | None
     ) -> dict[str, Any]:
         out: dict[str, Any]
         try:
-            reply = await self.inner.complete(messages, tools, on_delta=on_delta)
+            reply = await self.wrapped.complete(messages, tools, on_delta=on_delta)
             if not isinstance(reply, Message):
                 raise TypeError(f"the model returned {reply!r}, not a Message")
             out = {"message": converter.unstructure(reply, Message)}
         except ChainError as error:
-            out = {"error": _error_out(error)}
+            out = {"error": converter.unstructure(error, ChainError)}
         except Exception as exc:
             failure = ChainError("model_error", f"{type(exc).__name__}: {exc}", retryable=False)
-            out = {"error": _error_out(failure)}
+            out = {"error": converter.unstructure(failure, ChainError)}
         out["draining"] = WORKER.draining
         return out
 
 
 @attrs.frozen
-class _StepTool(Tool):
+class _StepTool(WrapperTool):
     """A tool whose every call is one recorded step: the ToolResult as a document."""
 
-    inner: Tool | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
-    execution: _Execution | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
-
-    @classmethod
-    def of(cls, tool: Tool, execution: _Execution) -> _StepTool:
-        return cls(
-            tool.name,
-            tool.description,
-            tool.function,
-            tool.parameters,
-            timeout=tool.timeout,
-            display_text=tool.display_text,
-            context_param=tool.context_param,
-            is_async=tool.is_async,
-            inner=tool,
-            execution=execution,
-        )
+    execution: _Execution = attrs.field(kw_only=True, eq=False, repr=False)
 
     async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
-        assert self.inner is not None and self.execution is not None
         await self.execution.boundary()
         output = await DBOS.run_step_async(
-            {"name": f"tool:{self.name}"}, self._call, self.inner, call, context
+            {"name": f"tool:{self.name}"}, self._call, self.wrapped, call, context
         )
         self.execution.saw(output, model=False)
         return converter.structure(output["result"], ToolResult)
@@ -354,7 +342,7 @@ async def _decisions(
         if not isinstance(decisions, list):
             continue
         try:
-            _check_decisions(state.interrupt_data, decisions)
+            check_decisions(state.interrupt_data, decisions)
         except ValueError:
             continue
         await DBOS.set_event_async(WAITING_EVENT, None)

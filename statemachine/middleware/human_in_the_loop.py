@@ -17,7 +17,13 @@ if TYPE_CHECKING:
     from ..agent import Agent
     from ..state import AgentState
 
-__all__ = ["ALL_DECISIONS", "HumanInTheLoop", "check_pre_tool_hitl", "unanswered_calls"]
+__all__ = [
+    "ALL_DECISIONS",
+    "HumanInTheLoop",
+    "check_decisions",
+    "check_pre_tool_hitl",
+    "unanswered_calls",
+]
 
 ALL_DECISIONS: Final = ("approve", "edit", "reject")
 
@@ -111,7 +117,7 @@ class HumanInTheLoop(Middleware):
         data = state.interrupt_data or {}
         if "hitl_tool_call_ids" not in data:
             return None
-        by_id = _check_decisions(data, answer)
+        by_id = check_decisions(data, answer)
         chain = agent.build_chain(state)
         calls = unanswered_calls(chain.messages)
         to_run: list[ToolCall] = []
@@ -138,7 +144,7 @@ def _rejected(call: ToolCall) -> ToolResult:
     )
 
 
-def _check_decisions(data: Mapping[str, Any], decisions: Any) -> dict[str, Mapping[str, Any]]:
+def check_decisions(data: Mapping[str, Any], decisions: Any) -> dict[str, Mapping[str, Any]]:
     """The decisions by tool call id; ValueError for any that does not fit."""
     ids = list(data["hitl_tool_call_ids"])
     requests = list(data.get("action_requests", ()))

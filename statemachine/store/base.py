@@ -14,6 +14,7 @@ import attrs
 from ..results import Failed, Interrupted, Ok, Paused
 
 __all__ = [
+    "RUN_STATUS",
     "ResumeError",
     "RunExistsError",
     "RunInUseError",
@@ -28,7 +29,8 @@ __all__ = [
 
 RunStatus = Literal["running", "ok", "paused", "interrupted", "error"]
 
-_STATUS: Final[Mapping[type, RunStatus]] = {
+#: The status a run is saved with, by the type of the result it ended in.
+RUN_STATUS: Final[Mapping[type, RunStatus]] = {
     Ok: "ok",
     Paused: "paused",
     Interrupted: "interrupted",

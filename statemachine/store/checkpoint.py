@@ -1,6 +1,6 @@
 """Saved runs: a run checkpoints at its state boundaries and resumes from the last one.
 
-A :class:`Checkpointer` is a run's listener: after a transition that grew the
+A :class:`Checkpointer` is a run's hook: after a transition that grew the
 conversation (a model reply, tool results, an expansion) or ended the run, it
 writes what is new (the transition, the messages and contexts no earlier checkpoint
 holds, the result once there is one) to a :class:`Store` in one atomic write,
@@ -62,8 +62,8 @@ from ..serialization import (
     Packer,
     UnknownToolError,
     Unpacker,
-    _compact,
     check_format,
+    compact_json,
     converter,
     parse_json,
 )
@@ -71,7 +71,7 @@ from ..state import AgentState
 from ..tools import Tool
 from ..trace import Trace, Transition
 from .base import (
-    _STATUS,
+    RUN_STATUS,
     ResumeError,
     RunExistsError,
     RunInUseError,
@@ -217,7 +217,7 @@ def load_run(
         chain = first
     return SavedRun(
         run_id=run_id,
-        status=_STATUS[type(result)] if result is not None else "running",
+        status=RUN_STATUS[type(result)] if result is not None else "running",
         state=last.terminal or last.entry,
         chain=chain,
         traces=tuple(traces),
@@ -254,7 +254,7 @@ def _summary(result: Terminal) -> str | None:
 
 
 class Checkpointer:
-    """A run's listener that saves it at the boundaries a resume needs.
+    """A run's hook that saves it at the boundaries a resume needs.
 
     Attach with :func:`checkpoint`. ``error`` is the last write's failure (None
     once a write succeeds again); ``writes`` counts successful writes.
@@ -306,12 +306,12 @@ class Checkpointer:
     @classmethod
     def of(cls, run: Run) -> Checkpointer:
         """The checkpointer attached to ``run``."""
-        for listener in run.listeners:
-            if isinstance(listener, Checkpointer):
-                return listener
+        for hook in run.hooks:
+            if isinstance(hook, Checkpointer):
+                return hook
         raise LookupError(f"{run!r} has no checkpointer; attach one with checkpoint()")
 
-    def __call__(self, run: Run, transition: Transition) -> None:
+    def transition(self, run: Run, transition: Transition) -> None:
         # Only the boundaries a resume needs: where the conversation grew (a reply, tool
         # results, an expansion), the end, and a retry of a failed write. The states in
         # between are pure: a resumed run does them again from the last one written.
@@ -383,8 +383,8 @@ class Checkpointer:
         result = agent_state = summary = None
         status: RunStatus = "running"
         if run.result is not None:
-            result = _compact(packer.result(run.result))
-            status = _STATUS[type(run.result)]
+            result = compact_json(packer.result(run.result))
+            status = RUN_STATUS[type(run.result)]
             summary = _summary(run.result)
             if hasattr(type(run), "agent_state"):  # an agent's run maps back to its state
                 try:
@@ -392,7 +392,7 @@ class Checkpointer:
                     agent_state = packer.agent_state_text(state)
                 except Exception:  # an after_model hook's failure is the host's to see
                     agent_state = None
-        header = None if self._header is None else _compact(self._header)
+        header = None if self._header is None else compact_json(self._header)
         messages = list(enumerate(packer.message_texts(self._messages_saved), self._messages_saved))
         contexts = list(enumerate(packer.context_texts(self._contexts_saved), self._contexts_saved))
         return StoreWrite(
@@ -484,7 +484,7 @@ def checkpoint(
     checkpointer.replace = replace
     if not checkpointer.flush() and isinstance(checkpointer.error, RunExistsError | RunInUseError):
         raise checkpointer.error
-    run.listeners.insert(0, checkpointer)
+    run.add_hook(checkpointer, first=True)  # saved before any other hook hears the step
     return checkpointer
 
 

@@ -18,7 +18,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Literal, TypeGuard
 
-from ..serialization import FORMAT, FormatError, _compact, check_format, parse_json
+from ..serialization import FORMAT, FormatError, check_format, compact_json, parse_json
 from .base import (
     RunExistsError,
     RunInfo,
@@ -181,7 +181,7 @@ def _checkpoint_doc(write: StoreWrite) -> str:
         doc["contexts"] = write.contexts
     if write.transitions:
         doc["transitions"] = write.transitions
-    return _compact(doc)
+    return compact_json(doc)
 
 
 class _Rows:
