@@ -160,6 +160,7 @@ def test_public_surface_is_pinned() -> None:
             "Agent",
             "AgentRun",
             "AgentState",
+            "AgentfsmError",
             "ChainError",
             "ContentPart",
             "Edge",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
+from typing import Any
 
 import attrs
 import pytest
@@ -158,14 +159,14 @@ def test_the_chain_copy_writes_every_field_of_the_chain() -> None:
         field.name for field in attrs.fields(LLMChain)
     ]
     chain = LLMChain(ScriptedModel([]), custom_context={"k": 1}).add_message(Message.user("hi"))
-    changes = {"current_failure_count": 2, "custom_context": {"k": 2}}
+    changes: dict[str, Any] = {"current_failure_count": 2, "custom_context": {"k": 2}}
     copied = _replace(chain, **changes)
     assert type(copied) is LLMChain and copied is not chain
     for field in attrs.fields(LLMChain):
         expected = changes.get(field.name, getattr(chain, field.name))
         assert getattr(copied, field.name) is expected, field.name
     with pytest.raises(TypeError):
-        _replace(chain, unknown=1)
+        _replace(chain, unknown=1)  # type: ignore[call-arg]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         copied.max_retry_count = 5  # type: ignore[misc]
 
