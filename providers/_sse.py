@@ -17,6 +17,8 @@ from typing import Final
 
 import attrs
 
+from agentfsm.errors import SSELimitError
+
 __all__ = ["SSEDecoder", "SSELimitError", "ServerSentEvent"]
 
 _NEWLINE: Final = re.compile(rb"\r\n|\r|\n")
@@ -30,15 +32,6 @@ class ServerSentEvent:
     data: str = ""
     id: str | None = None
     retry: int | None = None
-
-
-class SSELimitError(ValueError):
-    """A line or an event grew past its bound (``what`` is ``line`` or ``event``)."""
-
-    def __init__(self, what: str, limit: int) -> None:
-        super().__init__(f"an event-stream {what} is longer than {limit} bytes")
-        self.what = what
-        self.limit = limit
 
 
 class SSEDecoder:

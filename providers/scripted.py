@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 import attrs
 
 from agentfsm.errors import ChainError
-from agentfsm.messages import Message, MessageDelta, Status, ToolCall, _slot_builder
+from agentfsm.messages import Message, MessageDelta, Status, ToolCall
 from agentfsm.tools import Tool
 
 from .base import DeltaHandler
@@ -29,7 +29,6 @@ Reply: TypeAlias = Message | str | BaseException
 Script: TypeAlias = Callable[[Sequence[Message]], Reply | Awaitable[Reply]]
 
 _ids = itertools.count(1)
-_message = _slot_builder(Message)
 
 
 def say(text: str, *, status: Status = "complete") -> Message:
@@ -57,8 +56,8 @@ def call_tools(
     tool_calls = []
     for spec in calls:
         name, arguments = spec[0], spec[1]
-        call_id = spec[2] if len(spec) > 2 else None
-        tool_calls.append(ToolCall(call_id or f"call_{next(_ids)}", name, dict(arguments)))
+        call_id = (spec[2] if len(spec) > 2 else None) or f"call_{next(_ids)}"
+        tool_calls.append(ToolCall(call_id=call_id, name=name, arguments=dict(arguments)))
     return Message.assistant(text, tool_calls)
 
 
@@ -73,9 +72,6 @@ class ScriptedRequest:
 
     messages: Sequence[Message]
     tools: Sequence[Tool]
-
-
-_request = _slot_builder(ScriptedRequest)
 
 
 @attrs.define(eq=False)
@@ -109,7 +105,7 @@ class ScriptedModel:
         on_delta: DeltaHandler | None = None,
     ) -> Message:
         index = len(self.requests)
-        self.requests.append(_request(messages, tools))  # ScriptedRequest(messages, tools)
+        self.requests.append(ScriptedRequest(messages=messages, tools=tools))
         if self.delay:
             await asyncio.sleep(self.delay)
         if callable(self.script):
@@ -134,12 +130,12 @@ class ScriptedModel:
                 await asyncio.sleep(0)
         if "model" in message.metadata:
             return message
-        return _message(
-            message.role,
-            message.content,
-            message.tool_calls,
-            message.tool_results,
-            message.status,
-            {"model": self.model_name, **message.metadata},
-            message.thinking,
+        return Message(
+            role=message.role,
+            content=message.content,
+            tool_calls=message.tool_calls,
+            tool_results=message.tool_results,
+            status=message.status,
+            metadata={"model": self.model_name, **message.metadata},
+            thinking=message.thinking,
         )

@@ -3,7 +3,7 @@
 from . import modes as _modes  # noqa: F401  (registers the built-in modes by name)
 from .agent import Agent, AgentRun
 from .chain import LLMChain
-from .errors import ChainError, IllegalTransitionError
+from .errors import AgentfsmError, ChainError, IllegalTransitionError
 from .machine import Edge, MachineTable
 from .messages import (
     ContentPart,
@@ -26,6 +26,7 @@ from .trace import Trace, Transition
 __all__ = [
     "STANDARD",
     "Agent",
+    "AgentfsmError",
     "AgentRun",
     "AgentState",
     "Edge",

@@ -27,6 +27,8 @@ import attrs
 import cattrs
 from cattrs.errors import AttributeValidationNote, ClassValidationError
 
+from .errors import AgentfsmError
+
 __all__ = [
     "Unsupported",
     "checker",
@@ -61,7 +63,7 @@ _FORMATS: dict[type, str] = {
 _NONE = type(None)
 
 
-class Unsupported(TypeError):
+class Unsupported(AgentfsmError, TypeError):
     """A hint with no JSON form; ``from_function`` names the tool and parameter."""
 
 

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from ._printable import printable
 from .agent import Agent
+from .errors import AgentfsmError
 from .messages import Message
 from .serialization import FormatError, UnknownToolError, dump_trace
 from .store import (
@@ -54,7 +55,7 @@ DEFAULT_DB = "agentfsm.db"
 DEFAULT_AGENT = "agentfsm._demo:demo_agent"
 
 
-class UsageError(Exception):
+class UsageError(AgentfsmError):
     """A mistake on the command line: said on stderr, exit status 2."""
 
 

@@ -7,8 +7,9 @@ agreement, so no step has to.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
 
@@ -117,7 +118,8 @@ class LLMChain:
             raise ChainError(
                 "invalid_message", f"add_message takes a Message, got: {type(message).__name__}"
             )
-        return self._replace(
+        return _replace(
+            self,
             messages=self.messages.append(message),
             exchanged_messages=self.exchanged_messages.append(message),
             last_message=message,
@@ -137,7 +139,8 @@ class LLMChain:
         exchanged = self.exchanged_messages
         if exchanged and exchanged[-1] is self.last_message:
             exchanged = MessageLog((*exchanged[:-1], message))
-        return self._replace(
+        return _replace(
+            self,
             messages=MessageLog((*self.messages[:-1], message)),
             exchanged_messages=exchanged,
             last_message=message,
@@ -145,13 +148,13 @@ class LLMChain:
         )
 
     def clear_exchanged_messages(self) -> LLMChain:
-        return self._replace(exchanged_messages=MessageLog())
+        return _replace(self, exchanged_messages=MessageLog())
 
     # ------------------------------------------------------------ context
 
     def update_custom_context(self, updates: Mapping[str, Any]) -> LLMChain:
         """Merge ``updates`` into ``custom_context`` (shallow: a key is replaced whole)."""
-        return self._replace(custom_context={**self.custom_context, **updates})
+        return _replace(self, custom_context={**self.custom_context, **updates})
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, if the chain has one."""
@@ -208,25 +211,69 @@ class LLMChain:
         return run_sync(self.run(mode, **opts), self.llm)
 
 
-def _make_replace() -> Callable[..., LLMChain]:
-    """Build ``_replace(chain, **changes)`` with one line per field: half the cost of a loop.
+class _Keep(enum.Enum):
+    """The default of ``_replace``'s parameters: keep the field as it is."""
 
-    Each field is written through its slot's own setter, which costs less than
-    ``object.__setattr__`` (no look-up by name on every write).
+    KEEP = enum.auto()
+
+
+_KEEP: Final = _Keep.KEEP
+
+
+def _slot_setter(name: str) -> Callable[[LLMChain, Any], None]:
+    """The setter of ``LLMChain``'s slot ``name``: unlike ``object.__setattr__``, no look-up."""
+    return vars(LLMChain)[name].__set__  # type: ignore[no-any-return]
+
+
+_set_llm = _slot_setter("llm")
+_set_tools = _slot_setter("tools")
+_set_messages = _slot_setter("messages")
+_set_exchanged_messages = _slot_setter("exchanged_messages")
+_set_last_message = _slot_setter("last_message")
+_set_needs_response = _slot_setter("needs_response")
+_set_custom_context = _slot_setter("custom_context")
+_set_callbacks = _slot_setter("callbacks")
+_set_current_failure_count = _slot_setter("current_failure_count")
+_set_max_retry_count = _slot_setter("max_retry_count")
+
+
+def _replace(
+    chain: LLMChain,
+    *,
+    llm: ChatModel | _Keep = _KEEP,
+    tools: tuple[Tool, ...] | _Keep = _KEEP,
+    messages: MessageLog | _Keep = _KEEP,
+    exchanged_messages: MessageLog | _Keep = _KEEP,
+    last_message: Message | _Keep | None = _KEEP,
+    needs_response: bool | _Keep = _KEEP,
+    custom_context: Mapping[str, Any] | _Keep = _KEEP,
+    callbacks: tuple[Callbacks, ...] | _Keep = _KEEP,
+    current_failure_count: int | _Keep = _KEEP,
+    max_retry_count: int | _Keep = _KEEP,
+) -> LLMChain:
+    """``attrs.evolve(chain, ...)`` written out for the run loop, which copies the chain
+    a few times per model call with values that are already final.
+
+    Each field is written through its slot's setter: no converter or validator
+    runs and nothing is looked up by name: a third fewer instructions than a loop
+    over the fields (``tests/test_messages_and_chain.py`` checks every field is here).
     """
-    names = [field.name for field in attrs.fields(LLMChain)]
-    params = ", ".join(f"{n}=_MISSING" for n in names)
-    body = "\n".join(f"    _set_{n}(new, chain.{n} if {n} is _MISSING else {n})" for n in names)
-    source = f"def _replace(chain, *, {params}):\n    new = _new(_cls)\n{body}\n    return new\n"
-    namespace: dict[str, Any] = {
-        "_MISSING": object(),
-        "_new": object.__new__,
-        "_cls": LLMChain,
-    }
-    for n in names:
-        namespace[f"_set_{n}"] = vars(LLMChain)[n].__set__
-    exec(compile(source, "<LLMChain._replace>", "exec"), namespace)
-    return namespace["_replace"]  # type: ignore[no-any-return]
-
-
-_replace = _make_replace()
+    new = object.__new__(LLMChain)
+    _set_llm(new, chain.llm if llm is _KEEP else llm)
+    _set_tools(new, chain.tools if tools is _KEEP else tools)
+    _set_messages(new, chain.messages if messages is _KEEP else messages)
+    _set_exchanged_messages(
+        new, chain.exchanged_messages if exchanged_messages is _KEEP else exchanged_messages
+    )
+    _set_last_message(new, chain.last_message if last_message is _KEEP else last_message)
+    _set_needs_response(new, chain.needs_response if needs_response is _KEEP else needs_response)
+    _set_custom_context(new, chain.custom_context if custom_context is _KEEP else custom_context)
+    _set_callbacks(new, chain.callbacks if callbacks is _KEEP else callbacks)
+    _set_current_failure_count(
+        new,
+        chain.current_failure_count if current_failure_count is _KEEP else current_failure_count,
+    )
+    _set_max_retry_count(
+        new, chain.max_retry_count if max_retry_count is _KEEP else max_retry_count
+    )
+    return new

@@ -1,18 +1,72 @@
-"""Errors: the typed failure a pipeline carries, and the exceptions users catch."""
+"""Errors: the typed failure a pipeline carries, and the exceptions users catch.
+
+Every exception agentfsm raises is an :class:`AgentfsmError`, so one ``except``
+catches them all; each also keeps the standard base it had (in brackets), so an
+``except ValueError`` written for it goes on working. Where each is raised::
+
+    AgentfsmError
+    ├── ChainError                       a failure with a ``type``: a Failed run's error
+    ├── IllegalTransitionError           (RuntimeError) a move the machine table lacks
+    ├── machines: agentfsm.machine
+    │   ├── MachineDefinitionError       (ValueError) a table that is not a machine
+    │   └── UnknownMachineError          (LookupError) no machine declared of that name
+    ├── saved documents: agentfsm.serialization, agentfsm.invariants
+    │   ├── FormatError                  (ValueError) not a document this version reads
+    │   ├── UnknownToolError             (LookupError) a loaded chain names a tool not passed
+    │   └── InvariantError               (ValueError) decisions that contradict the run
+    ├── the store: agentfsm.store
+    │   ├── RunNotFoundError             (LookupError) no run of that id
+    │   ├── ResumeError                  (ValueError) the run cannot be resumed as asked
+    │   ├── RunExistsError               (ValueError) a new run given an id in use
+    │   ├── RunInUseError                (RuntimeError) another process holds the run
+    │   └── StoreError                   (RuntimeError) the store's file cannot be used
+    ├── durable runs: agentfsm.durable
+    │   └── DurableError                 (RuntimeError) the engine could not run it
+    ├── providers: agentfsm.providers
+    │   └── SSELimitError                (ValueError) an event stream's line or event too long
+    └── internal, never seen by a caller
+        ├── UsageError                   the command line's mistakes: exit status 2
+        └── Unsupported                  (TypeError) a hint with no JSON form; ``@tool``
+                                         raises a TypeError naming the parameter
+
+The groups (``machines:``, ``the store:``...) are where the classes live, not
+classes of their own: every exception above subclasses ``AgentfsmError`` directly.
+``MachineDefinitionError``, ``UnknownMachineError``, ``DurableError``,
+``UsageError`` and ``Unsupported`` are defined in their own modules; the rest
+here, and re-exported where they are raised.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["RETRYABLE_TYPES", "ChainError", "IllegalTransitionError"]
+__all__ = [
+    "RETRYABLE_TYPES",
+    "AgentfsmError",
+    "ChainError",
+    "FormatError",
+    "IllegalTransitionError",
+    "InvariantError",
+    "ResumeError",
+    "RunExistsError",
+    "RunInUseError",
+    "RunNotFoundError",
+    "SSELimitError",
+    "StoreError",
+    "UnknownToolError",
+]
 
 #: Error types a fallback may retry on another model: the failure is the
 #: provider's, not the conversation's.
 RETRYABLE_TYPES = frozenset({"rate_limited", "overloaded", "server_error", "timeout", "connection"})
 
 
-class ChainError(Exception):
+class AgentfsmError(Exception):
+    """The base of every exception agentfsm raises: ``except AgentfsmError`` catches them all."""
+
+
+class ChainError(AgentfsmError):
     """A failure with a machine-readable ``type`` and a human ``message``.
 
     It is both the ``error`` of a :class:`~agentfsm.results.Failed` result
@@ -49,5 +103,55 @@ class ChainError(Exception):
         return hash((self.type, self.message))
 
 
-class IllegalTransitionError(RuntimeError):
+class IllegalTransitionError(AgentfsmError, RuntimeError):
     """A state asked for a move the machine table does not have: a bug, never a stay."""
+
+
+# ------------------------------------------------------------------ saved documents
+
+
+class FormatError(AgentfsmError, ValueError):
+    """A document this version cannot read: not an agentfsm document, malformed, or newer."""
+
+
+class UnknownToolError(AgentfsmError, LookupError):
+    """A loaded chain names a tool the caller did not pass (``strict=False`` binds a stand-in)."""
+
+
+class InvariantError(AgentfsmError, ValueError):
+    """A state whose conversation contradicts its approval requests: nothing was run."""
+
+
+# ------------------------------------------------------------------ the store
+
+
+class RunNotFoundError(AgentfsmError, LookupError):
+    """The store has no run of that id."""
+
+
+class ResumeError(AgentfsmError, ValueError):
+    """The saved run cannot be resumed as asked (it ended, or needs decisions)."""
+
+
+class RunExistsError(AgentfsmError, ValueError):
+    """A new run was given the id of a run the store has (and was not asked to replace it)."""
+
+
+class RunInUseError(AgentfsmError, RuntimeError):
+    """Another process holds the run's lease: it is running or resuming it now."""
+
+
+class StoreError(AgentfsmError, RuntimeError):
+    """The store's file cannot be used: damaged, truncated, or not a store at all."""
+
+
+# ------------------------------------------------------------------ providers
+
+
+class SSELimitError(AgentfsmError, ValueError):
+    """A line or an event grew past its bound (``what`` is ``line`` or ``event``)."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"an event-stream {what} is longer than {limit} bytes")
+        self.what = what
+        self.limit = limit

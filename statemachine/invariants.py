@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .errors import InvariantError
 from .machine import MachineTable
 from .messages import Message, ToolCall
 from .middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
@@ -37,10 +38,6 @@ __all__ = [
     "check_trace",
     "check_traces",
 ]
-
-
-class InvariantError(ValueError):
-    """A state whose conversation contradicts its approval requests: nothing was run."""
 
 
 def check_trace(trace: Trace, table: MachineTable, *, ended: bool | None = None) -> None:

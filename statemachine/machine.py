@@ -29,6 +29,7 @@ from transitions import Machine
 
 from ._fsm import SharedMachine
 from .chain import LLMChain
+from .errors import AgentfsmError
 from .options import Options
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
 from .steps import Step
@@ -59,11 +60,11 @@ _COROUTINE: Final[type[Any]] = types.CoroutineType
 _NO_STEPS: Final[Iterator[Step]] = iter(())
 
 
-class MachineDefinitionError(ValueError):
+class MachineDefinitionError(AgentfsmError, ValueError):
     """A table that is not a machine; the message names the state or edge at fault."""
 
 
-class UnknownMachineError(LookupError):
+class UnknownMachineError(AgentfsmError, LookupError):
     """A name no declared machine has (a saved run made on a machine not declared here)."""
 
 

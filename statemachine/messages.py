@@ -6,8 +6,8 @@ Every class here is a frozen attrs value; a change is a new value (``attrs.evolv
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, Literal, TypeVar, overload
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, Literal, overload
 
 import attrs
 
@@ -134,7 +134,7 @@ class ContentPart:
 
     @classmethod
     def text(cls, content: str) -> ContentPart:
-        return cls("text", content)
+        return cls(type="text", content=content)
 
 
 Content = str | tuple[ContentPart, ...] | None
@@ -214,8 +214,10 @@ class MessageExpansion:
                     f"Cannot expand into a message with role {message.role}. "
                     "Supported roles: user, assistant.",
                 )
-        expansion = MessageExpansion(tuple(messages), result_content)
-        return ToolResult("", "", _content(fallback_content), expansion=expansion)
+        expansion = MessageExpansion(messages=tuple(messages), result_content=result_content)
+        return ToolResult(
+            tool_call_id="", name="", content=_content(fallback_content), expansion=expansion
+        )
 
 
 @attrs.frozen
@@ -272,11 +274,11 @@ class Message:
 
     @classmethod
     def system(cls, content: str | Sequence[ContentPart]) -> Message:
-        return cls("system", _content(content))
+        return cls(role="system", content=_content(content))
 
     @classmethod
     def user(cls, content: str | Sequence[ContentPart]) -> Message:
-        return cls("user", _content(content))
+        return cls(role="user", content=_content(content))
 
     @classmethod
     def assistant(
@@ -289,9 +291,9 @@ class Message:
         thinking: Sequence[Thinking] = (),
     ) -> Message:
         return cls(
-            "assistant",
-            _content(content),
-            tuple(tool_calls),
+            role="assistant",
+            content=_content(content),
+            tool_calls=tuple(tool_calls),
             status=status,
             metadata=dict(metadata or {}),
             thinking=tuple(thinking),
@@ -299,7 +301,7 @@ class Message:
 
     @classmethod
     def tool(cls, results: Sequence[ToolResult]) -> Message:
-        return cls("tool", tool_results=tuple(results))
+        return cls(role="tool", tool_results=tuple(results))
 
     @property
     def text(self) -> str:
@@ -338,24 +340,6 @@ class MessageDelta:
         return "text"
 
 
-_T = TypeVar("_T", bound=attrs.AttrsInstance)
-
-
-def _slot_builder(cls: type[_T]) -> Callable[..., _T]:
-    """``cls(*fields)`` for a hot path: a frozen attrs class built from every field, in order.
-
-    Each field is written through its slot's setter (``object.__setattr__`` costs
-    more); no converter, validator or default runs, so the values must be final.
-    """
-    names = [field.name for field in attrs.fields(cls)]
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    namespace.update({f"_set_{n}": vars(cls)[n].__set__ for n in names})
-    body = "".join(f"    _set_{n}(new, {n})\n" for n in names)
-    source = f"def build({', '.join(names)}):\n    new = _new(_cls)\n{body}    return new\n"
-    exec(compile(source, f"<{cls.__name__} builder>", "exec"), namespace)
-    return namespace["build"]  # type: ignore[no-any-return]
-
-
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
@@ -383,7 +367,10 @@ class Usage:
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            *(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other), strict=True))
+            **{
+                field.name: getattr(self, field.name) + getattr(other, field.name)
+                for field in attrs.fields(Usage)
+            }
         )
 
     def to_dict(self) -> dict[str, int]:

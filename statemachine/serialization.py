@@ -38,7 +38,7 @@ import cattrs
 from cattrs.preconf.json import make_converter
 
 from .chain import Callbacks, LLMChain
-from .errors import ChainError
+from .errors import ChainError, FormatError, UnknownToolError
 from .messages import (
     ContentPart,
     Message,
@@ -103,14 +103,6 @@ Serializable: TypeAlias = (
 )
 #: Models to bind on load: by name, or a list of models (each under its ``name``).
 Models: TypeAlias = "Mapping[str, ChatModel] | Iterable[ChatModel]"
-
-
-class FormatError(ValueError):
-    """A document this version cannot read: not an agentfsm document, malformed, or newer."""
-
-
-class UnknownToolError(LookupError):
-    """A loaded chain names a tool the caller did not pass (``strict=False`` binds a stand-in)."""
 
 
 @attrs.frozen

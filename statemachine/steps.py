@@ -20,7 +20,7 @@ import attrs
 
 from .chain import LLMChain
 from .errors import ChainError
-from .messages import Message, ToolCall, ToolResult, _slot_builder
+from .messages import Message, ToolCall, ToolResult
 from .options import options_of
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
 from .tools import ToolContext
@@ -54,9 +54,6 @@ __all__ = [
 Opts = Mapping[str, Any] | None
 Step = Callable[[PipelineResult, Opts], PipelineResult | Awaitable[PipelineResult]]
 
-_message = _slot_builder(Message)
-_context = _slot_builder(ToolContext)
-_continue = _slot_builder(Continue)  # Continue(chain), on the two steps of every model call
 
 # ------------------------------------------------------------------ mode state
 
@@ -130,7 +127,7 @@ async def _model_call(chain: LLMChain, *, count: bool) -> Continue | Failed:
             if count:  # no callback sees the chain before it is counted: one copy
                 context = chain.custom_context
                 changes["custom_context"] = {**context, "mode_state": _counted(context)}
-            return _continue(chain.add_message(reply, **changes))
+            return Continue(chain=chain.add_message(reply, **changes))
         chain = chain.add_message(reply, **changes)
         chain.fire("on_llm_new_message", chain, reply)
         for call in reply.tool_calls:
@@ -226,7 +223,9 @@ async def run_tool_calls(chain: LLMChain, calls: Sequence[ToolCall]) -> list[Too
             continue
         if chain.callbacks:
             chain.fire("on_tool_execution_started", chain, call, tool)
-        context = _context(state, chain.custom_context, call.call_id, None)  # ToolContext(...)
+        context = ToolContext(
+            state=state, custom_context=chain.custom_context, tool_call_id=call.call_id
+        )
         invocation: Awaitable[ToolResult] = tool.invoke(call, context)
         if tool.is_async or tool.timeout is not None:
             waiting.append((index, invocation))
@@ -253,7 +252,7 @@ async def run_tool_calls(chain: LLMChain, calls: Sequence[ToolCall]) -> list[Too
 
 def add_tool_message(chain: LLMChain, results: Sequence[ToolResult]) -> LLMChain:
     """Append one tool message; an error among the results counts as a failure."""
-    message = _message("tool", None, (), tuple(results), "complete", {}, ())  # Message.tool
+    message = Message(role="tool", tool_results=tuple(results))
     failures = 0
     for tool_result in results:
         if tool_result.is_error:
@@ -279,7 +278,7 @@ async def execute_tools(result: PipelineResult, opts: Opts = None) -> PipelineRe
     if not isinstance(result, Continue):
         return result
     try:
-        return _continue(await execute_tool_calls(result.chain))
+        return Continue(chain=await execute_tool_calls(result.chain))
     except ChainError as error:
         return Failed(result.chain, error)
 

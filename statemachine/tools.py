@@ -40,7 +40,7 @@ from ._arguments import (
     structure,
     type_ok,
 )
-from .messages import Content, ContentPart, ToolCall, ToolResult, _slot_builder
+from .messages import Content, ContentPart, ToolCall, ToolResult
 
 __all__ = ["Tool", "ToolContext", "ToolOutput", "WrapperTool", "tool"]
 
@@ -390,7 +390,7 @@ def _clipped(text: str, limit: int = 500) -> str:
 
 
 def _error(call: ToolCall, message: str) -> ToolResult:
-    return ToolResult(call.call_id, call.name, message, is_error=True)
+    return ToolResult(tool_call_id=call.call_id, name=call.name, content=message, is_error=True)
 
 
 def _to_result(call: ToolCall, value: Any) -> ToolResult:
@@ -399,9 +399,9 @@ def _to_result(call: ToolCall, value: Any) -> ToolResult:
         return attrs.evolve(value, tool_call_id=call.call_id, name=call.name)
     if isinstance(value, ToolOutput):
         return ToolResult(
-            call.call_id,
-            call.name,
-            value.content,
+            tool_call_id=call.call_id,
+            name=call.name,
+            content=value.content,
             is_error=value.is_error,
             is_interrupt=value.interrupt is not None,
             interrupt_data=dict(value.interrupt) if value.interrupt is not None else None,
@@ -426,12 +426,9 @@ def _to_result(call: ToolCall, value: Any) -> ToolResult:
     return _plain(call, text)
 
 
-_result = _slot_builder(ToolResult)
-
-
 def _plain(call: ToolCall, content: Content) -> ToolResult:
-    """``ToolResult(call.call_id, call.name, content)``, built through its slots' setters."""
-    return _result(call.call_id, call.name, content, False, False, None, None, None)
+    """The result of ``call`` that reads ``content``."""
+    return ToolResult(tool_call_id=call.call_id, name=call.name, content=content)
 
 
 class _NoJSON(ValueError):

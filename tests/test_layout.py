@@ -215,6 +215,7 @@ def test_public_surface_is_pinned() -> None:
             "Agent",
             "AgentRun",
             "AgentState",
+            "AgentfsmError",
             "ChainError",
             "ContentPart",
             "Edge",

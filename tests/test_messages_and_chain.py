@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
+from typing import Any
 
 import attrs
 import pytest
@@ -17,7 +19,8 @@ from agentfsm import (
     ToolCall,
     ToolResult,
 )
-from agentfsm.messages import DEFAULT_RESULT_CONTENT, MessageLog, Thinking, _slot_builder
+from agentfsm.chain import _replace
+from agentfsm.messages import DEFAULT_RESULT_CONTENT, MessageLog, Thinking
 from agentfsm.providers import ScriptedModel
 
 
@@ -150,13 +153,22 @@ def test_message_logs_appended_to_from_many_threads_keep_their_own_messages() ->
         assert list(new) == [*log, message]
 
 
-def test_a_slot_builder_makes_the_value_the_class_makes() -> None:
-    build = _slot_builder(ToolResult)
-    built = build("c1", "add", "3", False, False, None, {"n": 1}, None)
-    assert type(built) is ToolResult
-    assert built == ToolResult("c1", "add", "3", state_updates={"n": 1})
+def test_the_chain_copy_writes_every_field_of_the_chain() -> None:
+    """``_replace`` is ``attrs.evolve`` written out: a field added to LLMChain goes there too."""
+    assert list(inspect.signature(_replace).parameters)[1:] == [
+        field.name for field in attrs.fields(LLMChain)
+    ]
+    chain = LLMChain(ScriptedModel([]), custom_context={"k": 1}).add_message(Message.user("hi"))
+    changes: dict[str, Any] = {"current_failure_count": 2, "custom_context": {"k": 2}}
+    copied = _replace(chain, **changes)
+    assert type(copied) is LLMChain and copied is not chain
+    for field in attrs.fields(LLMChain):
+        expected = changes.get(field.name, getattr(chain, field.name))
+        assert getattr(copied, field.name) is expected, field.name
+    with pytest.raises(TypeError):
+        _replace(chain, unknown=1)  # type: ignore[call-arg]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        built.name = "other"  # type: ignore[misc]
+        copied.max_retry_count = 5  # type: ignore[misc]
 
 
 async def test_a_scripted_reply_keeps_its_thinking_when_the_model_names_itself() -> None:

@@ -15,6 +15,7 @@ from dbos._error import DBOSWorkflowIDInUseError
 from sqlalchemy.exc import IntegrityError
 
 from ..agent import Agent
+from ..errors import AgentfsmError
 from ..invariants import check_decisions_fit
 from ..middleware import check_decisions
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
@@ -37,7 +38,7 @@ _SERIALIZER: Final = DBOSPortableJSONSerializer()
 _CONTINUATION: Final = "/resume-"
 
 
-class DurableError(RuntimeError):
+class DurableError(AgentfsmError, RuntimeError):
     """The engine could not run a run as asked (its workflow failed or was cancelled)."""
 
 

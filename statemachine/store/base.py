@@ -11,6 +11,13 @@ from typing import Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from ..errors import (
+    ResumeError,
+    RunExistsError,
+    RunInUseError,
+    RunNotFoundError,
+    StoreError,
+)
 from ..results import Failed, Interrupted, Ok, Paused
 
 __all__ = [
@@ -36,26 +43,6 @@ RUN_STATUS: Final[Mapping[type, RunStatus]] = {
     Interrupted: "interrupted",
     Failed: "error",
 }
-
-
-class RunNotFoundError(LookupError):
-    """The store has no run of that id."""
-
-
-class ResumeError(ValueError):
-    """The saved run cannot be resumed as asked (it ended, or needs decisions)."""
-
-
-class RunExistsError(ValueError):
-    """A new run was given the id of a run the store has (and was not asked to replace it)."""
-
-
-class RunInUseError(RuntimeError):
-    """Another process holds the run's lease: it is running or resuming it now."""
-
-
-class StoreError(RuntimeError):
-    """The store's file cannot be used: damaged, truncated, or not a store at all."""
 
 
 @attrs.frozen
