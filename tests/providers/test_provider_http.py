@@ -247,6 +247,51 @@ async def test_a_stream_opening_is_retried(
     assert len(server.requests) == 2
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Reply(events=['data: {"n": '], cut=True),
+        Reply(events=[], stall=5),
+        Reply(events=[]),
+    ],
+    ids=["cut", "silent", "empty"],
+)
+async def test_a_stream_that_fails_before_its_first_event_is_retried(
+    server: FakeServer, make: Callable[..., HttpTransport], failure: Reply
+) -> None:
+    server.push(failure, Reply(events=sse({"n": 1}, {"n": 2})))
+    async with make(timeout=0.3).stream("/x", BODY) as events:
+        assert [e.data async for e in events] == ['{"n": 1}', '{"n": 2}']
+    assert len(server.requests) == 2
+
+
+async def test_a_stream_failing_before_its_first_event_each_time_counts_its_attempts(
+    server: FakeServer, make: Callable[..., HttpTransport]
+) -> None:
+    server.push(Reply(503, body=b"busy"))
+    server.default = Reply(events=['data: {"n": '], cut=True)
+    with pytest.raises(ChainError) as caught:
+        async with make().stream("/x", BODY):
+            pass
+    assert caught.value.type == "invalid_response" and caught.value.retryable
+    assert caught.value.details["attempts"] == 3  # the 503 was the first of the three
+    assert len(server.requests) == 3
+
+
+async def test_409_is_retried(server: FakeServer, make: Callable[..., HttpTransport]) -> None:
+    server.push(
+        Reply(409, {"error": {"message": "a conflicting request is in flight"}}),
+        Reply(200, {"ok": True}),
+    )
+    assert await make().post_json("/x", BODY) == {"ok": True}
+    assert len(server.requests) == 2
+    server.default = Reply(409, {"error": {"message": "still locked"}})
+    with pytest.raises(ChainError) as caught:
+        await make(attempts=2).post_json("/x", BODY)
+    assert caught.value.type == "conflict" and caught.value.retryable
+    assert caught.value.details["attempts"] == 2
+
+
 async def test_a_stream_cut_mid_way(server: FakeServer, make: Callable[..., HttpTransport]) -> None:
     server.default = Reply(events=[*sse({"n": 1}), 'data: {"n": '], cut=True)
     seen = []
