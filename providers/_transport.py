@@ -367,7 +367,8 @@ class HttpTransport:
         cancellation included.
 
         A stream that fails before its first event (cut off, silent, empty) has
-        handed nothing out, so it is tried again as a plain request would be.
+        handed nothing out, so it is tried again as a plain request would be; one
+        that passed a bound of :class:`Limits` is not.
         """
         attempt = 1
         while True:
@@ -383,6 +384,8 @@ class HttpTransport:
                 try:
                     await events.prime()
                 except ChainError as error:
+                    if "limit" in error.details:  # past a bound of Limits: not tried again
+                        raise
                     delay = self._retry_delay(error, attempt, None, None)
                 else:
                     yield events

@@ -544,12 +544,12 @@ def _fits(layout: Sequence[Any], message: Message) -> bool:
     if not all(isinstance(e, Mapping) and isinstance(e.get("type"), str) for e in layout):
         return False
     count = collections.Counter(str(e["type"]) for e in layout)
-    chars = sum(e.get("chars", 0) for e in layout if e["type"] == "text")
+    chars = [e.get("chars") for e in layout if e["type"] == "text"]
     return (
         count["thinking"] == len(message.thinking)
         and count["tool_use"] == len(message.tool_calls)
-        and isinstance(chars, int)
-        and chars == len(message.text)
+        and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in chars)
+        and sum(chars) == len(message.text)
     )
 
 

@@ -427,7 +427,7 @@ def _fits(layout: Sequence[Any], message: Message) -> bool:
     chars = [e.get("chars") for e in layout if e["type"] == "message"]
     return (
         calls == len(message.tool_calls)
-        and all(isinstance(c, int) for c in chars)
+        and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in chars)
         and sum(chars) == len(message.text)
     )
 

@@ -14,7 +14,7 @@ import pytest
 
 from agentfsm.errors import ChainError
 from agentfsm.providers._model import parse_arguments
-from agentfsm.providers._transport import HttpTransport, RetryPolicy, retry_after
+from agentfsm.providers._transport import HttpTransport, Limits, RetryPolicy, retry_after
 from tests.providers.fake_server import FakeServer, Reply, sse
 
 BODY = {"hello": "world"}
@@ -276,6 +276,22 @@ async def test_a_stream_failing_before_its_first_event_each_time_counts_its_atte
     assert caught.value.type == "invalid_response" and caught.value.retryable
     assert caught.value.details["attempts"] == 3  # the 503 was the first of the three
     assert len(server.requests) == 3
+
+
+async def test_a_stream_past_its_duration_before_any_event_is_not_retried(
+    server: FakeServer, make: Callable[..., HttpTransport]
+) -> None:
+    def endless() -> Any:
+        while not server.stopping.wait(0.02):
+            yield b": keep-alive\n\n"
+
+    server.default = Reply(events=endless())
+    with pytest.raises(ChainError) as caught:
+        async with make(limits=Limits(max_stream_seconds=0.2)).stream("/x", BODY):
+            pass
+    assert caught.value.type == "timeout"
+    assert caught.value.details["limit"] == "max_stream_seconds"
+    assert len(server.requests) == 1
 
 
 async def test_409_is_retried(server: FakeServer, make: Callable[..., HttpTransport]) -> None:
