@@ -40,7 +40,7 @@ from ._errors import error_for_provider_type, parse_json, shown
 from ._model import PDF, HttpChatModel, file_text, parse_arguments, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings
-from .rules import rules_for
+from .rules import ModelRules, rules_for
 
 __all__ = [
     "API_VERSION",
@@ -120,6 +120,8 @@ class AnthropicChat(HttpChatModel):
     room above a thinking budget). ``temperature`` is left out for models that
     refuse it and while thinking. ``http_client`` is a client of yours
     (proxies, mTLS); ``retry`` and ``limits`` bound retries and replies.
+    ``rules`` says what the model takes where :data:`~agentfsm.providers.rules.MODEL_RULES`
+    does not know it yet.
     """
 
     _provider = "anthropic"
@@ -144,6 +146,7 @@ class AnthropicChat(HttpChatModel):
         limits: Limits | None = None,
         http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
+        rules: ModelRules | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -159,7 +162,7 @@ class AnthropicChat(HttpChatModel):
             http_client=http_client,
         )
         given = max_tokens if max_tokens is not None else self.settings.max_tokens
-        self.rules = rules_for(self._provider, model)
+        self.rules = rules if rules is not None else rules_for(self._provider, model)
         budget = self.settings.thinking
         if self.rules.thinking == "adaptive" and budget is not None:
             budget = "adaptive"
@@ -175,9 +178,9 @@ class AnthropicChat(HttpChatModel):
                     f"max_tokens ({given}) must be larger than the thinking budget ({budget}): "
                     "thinking tokens count toward max_tokens"
                 )
-            self.max_tokens = given or max(default_max_tokens(model), budget + 4096)
+            self.max_tokens = given or max(self.rules.max_tokens, budget + 4096)
         else:
-            self.max_tokens = given or default_max_tokens(model)
+            self.max_tokens = given or self.rules.max_tokens
 
     def _key_headers(self, api_key: str) -> dict[str, str]:
         return {"x-api-key": api_key}

@@ -30,7 +30,7 @@ from ._errors import error_for_provider_type, parse_json, shown
 from ._model import HttpChatModel, file_data_url, file_name, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings
-from .rules import rules_for
+from .rules import ModelRules, rules_for
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChat"]
 
@@ -75,7 +75,8 @@ class OpenAIChat(HttpChatModel):
     endpoint and reasoning models, and as the more widely understood
     ``max_tokens`` elsewhere; reasoning models get no ``temperature``.
     ``http_client`` is a client of yours (proxies, mTLS); ``retry`` and
-    ``limits`` bound retries and replies.
+    ``limits`` bound retries and replies. ``rules`` says what the model takes
+    where :data:`~agentfsm.providers.rules.MODEL_RULES` does not know it yet.
     """
 
     _provider = "openai"
@@ -100,6 +101,7 @@ class OpenAIChat(HttpChatModel):
         limits: Limits | None = None,
         http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
+        rules: ModelRules | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -114,6 +116,7 @@ class OpenAIChat(HttpChatModel):
             limits=limits,
             http_client=http_client,
         )
+        self.rules = rules if rules is not None else rules_for(self._provider, model)
 
     def _key_headers(self, api_key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"}
@@ -125,7 +128,7 @@ class OpenAIChat(HttpChatModel):
             "model": self.model,
             "messages": _wire_messages(messages, settings.send_reasoning),
         }
-        rules = rules_for(self._provider, self.model)
+        rules = self.rules
         reasoning = rules.reasoning
         if tools:
             body["tools"] = [_wire_tool(t) for t in tools]

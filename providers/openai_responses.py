@@ -33,7 +33,7 @@ from ._model import HttpChatModel, file_data_url, file_name, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings
 from .openai import DEFAULT_BASE_URL
-from .rules import rules_for
+from .rules import ModelRules, rules_for
 
 __all__ = ["OpenAIResponses"]
 
@@ -66,7 +66,7 @@ class OpenAIResponses(HttpChatModel):
     (``auto``, ``concise``, ``detailed``) asks reasoning models for summaries of
     their reasoning, kept as the reply's ``thinking``. ``settings.effort`` (or
     ``reasoning_effort``) goes to reasoning models as ``reasoning.effort``;
-    ``max_tokens`` as ``max_output_tokens``.
+    ``max_tokens`` as ``max_output_tokens``. ``rules``: as for :class:`OpenAIChat`.
     """
 
     _provider = "openai"
@@ -93,6 +93,7 @@ class OpenAIResponses(HttpChatModel):
         limits: Limits | None = None,
         http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
+        rules: ModelRules | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -109,7 +110,7 @@ class OpenAIResponses(HttpChatModel):
         )
         self.store = store
         self.reasoning_summary = reasoning_summary
-        self.rules = rules_for(self._provider, model)
+        self.rules = rules if rules is not None else rules_for(self._provider, model)
 
     def _key_headers(self, api_key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"}

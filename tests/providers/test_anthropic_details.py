@@ -20,7 +20,7 @@ from agentfsm import Agent, AgentState
 from agentfsm.errors import ChainError
 from agentfsm.messages import ContentPart, Message, Thinking, ToolCall, ToolResult
 from agentfsm.providers import AnthropicChat, ModelSettings
-from agentfsm.providers.rules import MODEL_RULES, ModelRule, rules_for
+from agentfsm.providers.rules import MODEL_RULES, ModelRule, ModelRules, rules_for
 from tests.providers.anthropic_wire import (
     _reply,
     block_stop,
@@ -91,6 +91,20 @@ def test_the_rules_table_is_read_field_by_field() -> None:
     table = (extra, *MODEL_RULES)
     rules = rules_for("anthropic", "claude-3-opus-20240229", table)
     assert not rules.temperature and rules.max_tokens == 4096
+
+
+async def test_a_model_the_table_does_not_know_yet_takes_rules_of_its_own(
+    server: FakeServer, make_model: Callable[..., Any]
+) -> None:
+    server.default = Reply(json=message("ok"))
+    rules = ModelRules(temperature=False, thinking="adaptive", effort=True, max_tokens=32000)
+    settings = ModelSettings(temperature=0.1, thinking=1024, effort="max")
+    model = make_model(AnthropicChat, "claude-next", api_key="k", settings=settings, rules=rules)
+    await model.complete(HELLO, [])
+    body = server.bodies[0]
+    assert body["thinking"] == {"type": "adaptive"}
+    assert body["output_config"] == {"effort": "max"}
+    assert body["max_tokens"] == 32000 and "temperature" not in body
 
 
 def test_a_budget_on_an_adaptive_only_model_sets_no_budget_bound() -> None:
