@@ -121,7 +121,9 @@ class AnthropicChat(HttpChatModel):
     refuse it and while thinking. ``http_client`` is a client of yours
     (proxies, mTLS); ``retry`` and ``limits`` bound retries and replies.
     ``rules`` says what the model takes where :data:`~agentfsm.providers.rules.MODEL_RULES`
-    does not know it yet.
+    does not know it yet. ``server_tools`` are tools Anthropic runs itself (web
+    search, code execution: ``{"type": "web_search_20250305", "name": "web_search"}``),
+    offered after the agent's; their blocks stay in the reply, in order.
     """
 
     _provider = "anthropic"
@@ -147,6 +149,7 @@ class AnthropicChat(HttpChatModel):
         http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         rules: ModelRules | None = None,
+        server_tools: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         super().__init__(
             model,
@@ -163,6 +166,7 @@ class AnthropicChat(HttpChatModel):
         )
         given = max_tokens if max_tokens is not None else self.settings.max_tokens
         self.rules = rules if rules is not None else rules_for(self._provider, model)
+        self.server_tools = tuple(server_tools)
         budget = self.settings.thinking
         if self.rules.thinking == "adaptive" and budget is not None:
             budget = "adaptive"
@@ -202,8 +206,8 @@ class AnthropicChat(HttpChatModel):
                 body["system"] = [{"type": "text", "text": system, "cache_control": cache}]
             else:
                 body["system"] = system
-        if tools:
-            body["tools"] = [_wire_tool(t) for t in tools]
+        if tools or self.server_tools:
+            body["tools"] = [_wire_tool(t) for t in tools] + [dict(t) for t in self.server_tools]
             if settings.cache_tools:
                 body["tools"][-1]["cache_control"] = cache
             choice = _tool_choice(settings.tool_choice)

@@ -67,6 +67,8 @@ class OpenAIResponses(HttpChatModel):
     their reasoning, kept as the reply's ``thinking``. ``settings.effort`` (or
     ``reasoning_effort``) goes to reasoning models as ``reasoning.effort``;
     ``max_tokens`` as ``max_output_tokens``. ``rules``: as for :class:`OpenAIChat`.
+    ``server_tools`` are OpenAI's built-in tools (``{"type": "web_search"}``...),
+    offered after the agent's; their items stay in the reply, in order.
     """
 
     _provider = "openai"
@@ -94,6 +96,7 @@ class OpenAIResponses(HttpChatModel):
         http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         rules: ModelRules | None = None,
+        server_tools: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         super().__init__(
             model,
@@ -111,6 +114,7 @@ class OpenAIResponses(HttpChatModel):
         self.store = store
         self.reasoning_summary = reasoning_summary
         self.rules = rules if rules is not None else rules_for(self._provider, model)
+        self.server_tools = tuple(server_tools)
 
     def _key_headers(self, api_key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"}
@@ -120,8 +124,8 @@ class OpenAIResponses(HttpChatModel):
         settings = self.settings
         rules = self.rules
         body: dict[str, Any] = {"model": self.model, "input": _wire_input(messages)}
-        if tools:
-            body["tools"] = [_wire_tool(t) for t in tools]
+        if tools or self.server_tools:
+            body["tools"] = [_wire_tool(t) for t in tools] + [dict(t) for t in self.server_tools]
             if settings.tool_choice is not None:
                 body["tool_choice"] = _tool_choice(settings.tool_choice)
             if settings.parallel_tool_calls is not None:

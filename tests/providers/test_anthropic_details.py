@@ -116,6 +116,7 @@ def test_a_budget_on_an_adaptive_only_model_sets_no_budget_bound() -> None:
 
 
 SEARCH_INPUT = {"query": "weather Paris"}
+WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}
 
 
 def _search_blocks() -> list[Any]:
@@ -227,9 +228,12 @@ async def test_a_mixed_reply_goes_back_in_its_order_with_server_tool_blocks(
     first = Reply(events=_mixed_events()) if stream else Reply(json=_mixed_message())
     server.push(first, Reply(json=message("Sunny.")))
     store = SQLiteStore(tmp_path / "runs.db")
-    agent = Agent(chat(settings=ModelSettings(thinking=2048), stream=stream), [get_weather])
+    model = chat(settings=ModelSettings(thinking=2048), stream=stream, server_tools=[WEB_SEARCH])
+    agent = Agent(model, [get_weather])
     run = start_run(agent, AgentState.of("Weather in Paris?"), store, run_id="r")
     await run.run()
+    assert [t["name"] for t in server.bodies[0]["tools"]] == ["get_weather", "web_search"]
+    assert server.bodies[0]["tools"][1] == WEB_SEARCH
     reply = run.agent_state.messages[1]
     assert reply.text == "It is sunny. Checking the forecast."
     assert reply.thinking == (

@@ -247,8 +247,9 @@ async def test_built_in_tool_items_are_kept_in_their_place(
         }
     )
     server.push(Reply(json=response(search, text_item("Sunny, says the web."))))
-    model = chat()
+    model = chat(server_tools=[{"type": "web_search"}])
     reply = await model.complete(HELLO, [])
+    assert server.bodies[0]["tools"] == [{"type": "web_search"}]
     body = model.request_body([*HELLO, reply, Message.user("Thanks")], [])
     assert body["input"][2:] == [
         {
