@@ -188,6 +188,26 @@ class HttpChatModel(abc.ABC):
     def name(self) -> str:
         return f"{self._provider}:{self.model}"
 
+    @property
+    def provider_name(self) -> str:
+        """Who serves the model, as telemetry names it (``gen_ai.provider.name``)."""
+        return self._provider
+
+    @property
+    def server_address(self) -> str:
+        """The host of ``base_url`` (``server.address``): a local server and the
+        provider's own tell apart."""
+        return _origin(self.base_url)[1]
+
+    @property
+    def server_port(self) -> int | None:
+        """The port of ``base_url`` (``server.port``), the scheme's default when unnamed."""
+        try:
+            url = httpx.URL(self.base_url)
+        except (httpx.InvalidURL, TypeError):
+            return None
+        return url.port or {"https": 443, "http": 80}.get(url.scheme)
+
     def __repr__(self) -> str:
         options = f"base_url={self.base_url!r}, stream={self.stream}"
         return f"{type(self).__name__}({self.model!r}, {options})"
