@@ -5,6 +5,7 @@ from .anthropic import AnthropicChat
 from .base import ChatModel, DeltaHandler, ModelSettings, Usage
 from .fallback import FallbackModel
 from .openai import OpenAIChat
+from .openai_responses import OpenAIResponses
 from .registry import PROVIDERS, create_model
 from .scripted import ScriptedModel, ScriptedRequest, call_tool, call_tools, fail, say
 from .wrapper import WrapperModel
@@ -18,6 +19,7 @@ __all__ = [
     "Limits",
     "ModelSettings",
     "OpenAIChat",
+    "OpenAIResponses",
     "RetryPolicy",
     "ScriptedModel",
     "ScriptedRequest",

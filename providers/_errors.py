@@ -174,6 +174,8 @@ def _status_type(status: int, provider_type: str | None) -> str:
         return "rate_limited"
     if status == 408:
         return "timeout"
+    if status == 409:
+        return "conflict"
     if status >= 500:
         return "server_error"
     if 400 <= status < 500:
@@ -187,9 +189,12 @@ def error_for_status(
     """The error of a non-2xx reply, from its status and the provider's body."""
     message, provider_type, code = _provider_error(content)
     hint = " Check the API key." if status == 401 else ""
+    kind = _status_type(status, provider_type)
     return ChainError(
-        _status_type(status, provider_type),
+        kind,
         f"{label}: HTTP {status} from {url}: {message}{hint}",
+        # a conflict (a resource locked by a request in flight) passes, as the SDKs assume
+        retryable=True if kind == "conflict" else None,
         details=details(
             status=status,
             provider_type=provider_type,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import abc
+import base64
+import binascii
 import json
+import mimetypes
 import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -12,7 +15,7 @@ from typing import Any, ClassVar, Final, Self
 import httpx
 
 from agentfsm.errors import ChainError
-from agentfsm.messages import Message, Status, Thinking, ToolCall, Usage
+from agentfsm.messages import ContentPart, Message, Status, Thinking, ToolCall, Usage
 from agentfsm.tools import Tool
 
 from ._errors import redact
@@ -29,7 +32,11 @@ __all__ = [
     "CUSTOM_KEY_VARIABLE",
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
+    "PDF",
     "HttpChatModel",
+    "file_data_url",
+    "file_name",
+    "file_text",
     "parse_arguments",
     "tool_call",
 ]
@@ -72,6 +79,36 @@ def tool_call(call_id: str, name: str, raw: Any) -> ToolCall:
     """A ToolCall from a provider's raw arguments; bad arguments are kept, not raised."""
     arguments, invalid = parse_arguments(raw)
     return ToolCall(call_id, name, arguments, invalid_arguments=invalid)
+
+
+#: The media type a ``file`` part has unless its options name another.
+PDF: Final = "application/pdf"
+
+
+def file_text(part: ContentPart) -> str:
+    """The text of a plain-text ``file`` part (its content is base64)."""
+    try:
+        return base64.b64decode(part.content, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ChainError(
+            "unsupported_content",
+            f"a text/plain file part holds base64 of UTF-8 text ({exc})",
+            retryable=False,
+        ) from None
+
+
+def file_name(part: ContentPart) -> str:
+    """A ``file`` part's name: its ``filename`` option, else one from its media type."""
+    name = part.options.get("filename")
+    if name:
+        return str(name)
+    media_type = str(part.options.get("media_type", PDF))
+    return "document" + (mimetypes.guess_extension(media_type) or "")
+
+
+def file_data_url(part: ContentPart) -> str:
+    """A base64 ``file`` part as a ``data:`` URL."""
+    return f"data:{part.options.get('media_type', PDF)};base64,{part.content}"
 
 
 def _origin(url: str) -> tuple[str, str]:
@@ -150,6 +187,26 @@ class HttpChatModel(abc.ABC):
     @property
     def name(self) -> str:
         return f"{self._provider}:{self.model}"
+
+    @property
+    def provider_name(self) -> str:
+        """Who serves the model, as telemetry names it (``gen_ai.provider.name``)."""
+        return self._provider
+
+    @property
+    def server_address(self) -> str:
+        """The host of ``base_url`` (``server.address``): a local server and the
+        provider's own tell apart."""
+        return _origin(self.base_url)[1]
+
+    @property
+    def server_port(self) -> int | None:
+        """The port of ``base_url`` (``server.port``), the scheme's default when unnamed."""
+        try:
+            url = httpx.URL(self.base_url)
+        except (httpx.InvalidURL, TypeError):
+            return None
+        return url.port or {"https": 443, "http": 80}.get(url.scheme)
 
     def __repr__(self) -> str:
         options = f"base_url={self.base_url!r}, stream={self.stream}"

@@ -8,8 +8,8 @@ closes itself. A request is retried per the :class:`RetryPolicy` on 429, 5xx,
 timeouts and connection failures, after the server's ``Retry-After`` or an
 exponential backoff with jitter; ``x-should-retry`` from the server wins.
 
-Only the opening of a stream is retried: once events have been handed out, a
-retry would repeat them. Every reply is bounded by :class:`Limits`.
+Only the opening of a stream is retried, up to its first event: once events
+have been handed out, a retry would repeat them. Every reply is bounded by :class:`Limits`.
 """
 
 from __future__ import annotations
@@ -227,6 +227,15 @@ class EventStream:
                 ) from None
         return self._ready.popleft()
 
+    async def prime(self) -> None:
+        """Read up to the first event, so a stream that fails before it fails here,
+        where nothing has been handed out yet (an empty stream fails too)."""
+        if not self._ready:
+            try:
+                self._ready.appendleft(await self.__anext__())
+            except StopAsyncIteration:
+                raise self.cut_off("its first event") from None
+
     def _check(self, size: int) -> None:
         self._received += size
         limits = self._limits
@@ -344,7 +353,7 @@ class HttpTransport:
 
     async def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
         """POST ``body`` and return the decoded JSON reply."""
-        response, content = await self._open(path, body, stream=False)
+        response, content, _ = await self._open(path, body, stream=False)
         if response.status_code == 204 or not content:
             raise ChainError(
                 "invalid_response",
@@ -355,17 +364,36 @@ class HttpTransport:
     @asynccontextmanager
     async def stream(self, path: str, body: Mapping[str, Any]) -> AsyncIterator[EventStream]:
         """POST ``body`` and yield the reply's server-sent events; closed on exit,
-        cancellation included."""
-        started = time.monotonic()
-        response, _ = await self._open(path, body, stream=True)
-        events = EventStream(response, self, started=started)
-        try:
-            content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
-            if content_type not in _STREAM_TYPES:
-                await self._not_a_stream(response, content_type)
-            yield events
-        finally:
-            await events.aclose()
+        cancellation included.
+
+        A stream that fails before its first event (cut off, silent, empty) has
+        handed nothing out, so it is tried again as a plain request would be; one
+        that passed a bound of :class:`Limits` is not.
+        """
+        attempt = 1
+        while True:
+            started = time.monotonic()
+            response, _, attempt = await self._open(path, body, stream=True, attempt=attempt)
+            events = EventStream(response, self, started=started)
+            try:
+                content_type = (
+                    response.headers.get("content-type", "").split(";")[0].strip().lower()
+                )
+                if content_type not in _STREAM_TYPES:
+                    await self._not_a_stream(response, content_type)
+                try:
+                    await events.prime()
+                except ChainError as error:
+                    if "limit" in error.details:  # past a bound of Limits: not tried again
+                        raise
+                    delay = self._retry_delay(error, attempt, None, None)
+                else:
+                    yield events
+                    return
+            finally:
+                await events.aclose()
+            attempt += 1
+            await asyncio.sleep(delay)
 
     async def _not_a_stream(self, response: httpx.Response, content_type: str) -> None:
         """Something else where events were expected: the provider's error, or a page."""
@@ -397,14 +425,13 @@ class HttpTransport:
         return b"".join(parts), False
 
     async def _open(
-        self, path: str, body: Mapping[str, Any], *, stream: bool
-    ) -> tuple[httpx.Response, bytes]:
-        """A 2xx response and its body (unless ``stream``), after bounded retries."""
+        self, path: str, body: Mapping[str, Any], *, stream: bool, attempt: int = 1
+    ) -> tuple[httpx.Response, bytes, int]:
+        """A 2xx response, its body (unless ``stream``) and the attempt it took, after
+        bounded retries (``attempt``: how many were made before this call, plus one)."""
         client = self.client
-        retry = self.retry
         url = self.url(path)
         timeout = httpx.Timeout(self.timeout, connect=self.connect_timeout)
-        attempt = 1
         while True:
             wait: float | None = None
             should_retry: bool | None = None
@@ -420,8 +447,8 @@ class HttpTransport:
                 try:
                     if response.is_success:
                         if stream:
-                            return response, b""
-                        return response, await self._body(response)
+                            return response, b"", attempt
+                        return response, await self._body(response), attempt
                     content, _ = await self._read(response, _ERROR_BODY_BYTES)
                     error = error_for_status(
                         self.label,
@@ -437,30 +464,37 @@ class HttpTransport:
                 finally:
                     if not (stream and response.is_success):
                         await response.aclose()
-            retryable = error.retryable if should_retry is None else should_retry
-            final = (
-                not retryable
-                or attempt >= retry.attempts
-                or error.details.get("code") in _FINAL_CODES
-            )
-            delay = wait if wait is not None else retry.delay(attempt - 1)
-            if not final and delay > retry.max_wait:
-                final = True
-                error = ChainError(
-                    error.type,
-                    f"{error.message} (the server asked to wait {delay:g}s; "
-                    f"more than RetryPolicy.max_wait={retry.max_wait:g}s)",
-                    details=error.details,
-                )
-            if final:
-                raise ChainError(
-                    error.type,
-                    error.message,
-                    retryable=error.retryable,
-                    details={**error.details, "attempts": attempt},
-                )
+            delay = self._retry_delay(error, attempt, wait, should_retry)
             attempt += 1
             await asyncio.sleep(delay)
+
+    def _retry_delay(
+        self, error: ChainError, attempt: int, wait: float | None, should_retry: bool | None
+    ) -> float:
+        """How long to wait before trying again after ``error``; the error itself
+        (with the attempts made) when this was the last try."""
+        retry = self.retry
+        retryable = error.retryable if should_retry is None else should_retry
+        final = (
+            not retryable or attempt >= retry.attempts or error.details.get("code") in _FINAL_CODES
+        )
+        delay = wait if wait is not None else retry.delay(attempt - 1)
+        if not final and delay > retry.max_wait:
+            final = True
+            error = ChainError(
+                error.type,
+                f"{error.message} (the server asked to wait {delay:g}s; "
+                f"more than RetryPolicy.max_wait={retry.max_wait:g}s)",
+                details=error.details,
+            )
+        if final:
+            raise ChainError(
+                error.type,
+                error.message,
+                retryable=error.retryable,
+                details={**error.details, "attempts": attempt},
+            )
+        return delay
 
     async def _body(self, response: httpx.Response) -> bytes:
         limit = self.limits.max_response_bytes

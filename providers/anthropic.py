@@ -16,7 +16,7 @@ that is not a JSON object never raises: the call carries ``invalid_arguments``.
 
 from __future__ import annotations
 
-import re
+import collections
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -37,9 +37,10 @@ from agentfsm.messages import (
 from agentfsm.tools import Tool
 
 from ._errors import error_for_provider_type, parse_json, shown
-from ._model import HttpChatModel, parse_arguments, tool_call
+from ._model import PDF, HttpChatModel, file_text, parse_arguments, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings
+from .rules import ModelRules, rules_for
 
 __all__ = [
     "API_VERSION",
@@ -55,13 +56,6 @@ API_VERSION: Final = "2023-06-01"
 #: The API requires a token limit; this one applies to current models unless given
 #: (agents write long tool inputs; older models get their own maximum).
 DEFAULT_MAX_TOKENS: Final = 16000
-_OLDER_MAX_TOKENS: Final = (
-    (re.compile(r"claude-3-(haiku|opus|sonnet)"), 4096),
-    (re.compile(r"claude-3-5|claude-4-opus|claude-opus-4(-[01])?(-\d{8}|@|$)"), 8192),
-)
-#: Models that refuse sampling parameters (``temperature``): generation 5 on, and
-#: the unnumbered preview families.
-_NO_SAMPLING: Final = re.compile(r"claude-(?:[a-z]+-)?([5-9]|\d\d)\b|claude-(mythos|fable)")
 #: A paused turn is continued at most this many times in one call.
 _MAX_CONTINUATIONS: Final = 8
 _STATUS: Final[Mapping[str, Status]] = {
@@ -75,15 +69,12 @@ _TOOL_BLOCKS: Final = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
 
 def default_max_tokens(model: str) -> int:
     """The ``max_tokens`` a model gets unless one is given."""
-    for pattern, limit in _OLDER_MAX_TOKENS:
-        if pattern.search(model):
-            return limit
-    return DEFAULT_MAX_TOKENS
+    return rules_for("anthropic", model).max_tokens
 
 
 def takes_sampling(model: str) -> bool:
     """Whether the model accepts ``temperature`` (newer Claude models refuse it)."""
-    return not _NO_SAMPLING.search(model)
+    return rules_for("anthropic", model).temperature
 
 
 @attrs.define
@@ -95,20 +86,24 @@ class _Block:
     text: list[str] = attrs.field(factory=list)
     signature: list[str] = attrs.field(factory=list)
     partial_json: list[str] = attrs.field(factory=list)
+    citations: list[Any] = attrs.field(factory=list)
     ordinal: int = 0
 
     def wire(self) -> dict[str, Any]:
         """The block as the API takes it back (a paused turn is sent back whole)."""
         match self.type:
             case "text":
-                return {"type": "text", "text": "".join(self.text)}
+                text: dict[str, Any] = {"type": "text", "text": "".join(self.text)}
+                if self.citations:
+                    text["citations"] = list(self.citations)
+                return text
             case "thinking":
                 return {
                     "type": "thinking",
                     "thinking": "".join(self.text),
                     "signature": "".join(self.signature),
                 }
-        block = dict(self.raw)
+        block = {k: v for k, v in self.raw.items() if v is not None}
         if self.type in _TOOL_BLOCKS and self.partial_json:
             block["input"] = parse_arguments("".join(self.partial_json))[0]
         return block
@@ -125,6 +120,10 @@ class AnthropicChat(HttpChatModel):
     room above a thinking budget). ``temperature`` is left out for models that
     refuse it and while thinking. ``http_client`` is a client of yours
     (proxies, mTLS); ``retry`` and ``limits`` bound retries and replies.
+    ``rules`` says what the model takes where :data:`~agentfsm.providers.rules.MODEL_RULES`
+    does not know it yet. ``server_tools`` are tools Anthropic runs itself (web
+    search, code execution: ``{"type": "web_search_20250305", "name": "web_search"}``),
+    offered after the agent's; their blocks stay in the reply, in order.
     """
 
     _provider = "anthropic"
@@ -149,6 +148,8 @@ class AnthropicChat(HttpChatModel):
         limits: Limits | None = None,
         http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
+        rules: ModelRules | None = None,
+        server_tools: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         super().__init__(
             model,
@@ -164,7 +165,11 @@ class AnthropicChat(HttpChatModel):
             http_client=http_client,
         )
         given = max_tokens if max_tokens is not None else self.settings.max_tokens
+        self.rules = rules if rules is not None else rules_for(self._provider, model)
+        self.server_tools = tuple(server_tools)
         budget = self.settings.thinking
+        if self.rules.thinking == "adaptive" and budget is not None:
+            budget = "adaptive"
         forced = (_tool_choice(self.settings.tool_choice) or {}).get("type") in ("any", "tool")
         if budget is not None and forced:
             raise ValueError(
@@ -177,9 +182,9 @@ class AnthropicChat(HttpChatModel):
                     f"max_tokens ({given}) must be larger than the thinking budget ({budget}): "
                     "thinking tokens count toward max_tokens"
                 )
-            self.max_tokens = given or max(default_max_tokens(model), budget + 4096)
+            self.max_tokens = given or max(self.rules.max_tokens, budget + 4096)
         else:
-            self.max_tokens = given or default_max_tokens(model)
+            self.max_tokens = given or self.rules.max_tokens
 
     def _key_headers(self, api_key: str) -> dict[str, str]:
         return {"x-api-key": api_key}
@@ -201,8 +206,8 @@ class AnthropicChat(HttpChatModel):
                 body["system"] = [{"type": "text", "text": system, "cache_control": cache}]
             else:
                 body["system"] = system
-        if tools:
-            body["tools"] = [_wire_tool(t) for t in tools]
+        if tools or self.server_tools:
+            body["tools"] = [_wire_tool(t) for t in tools] + [dict(t) for t in self.server_tools]
             if settings.cache_tools:
                 body["tools"][-1]["cache_control"] = cache
             choice = _tool_choice(settings.tool_choice)
@@ -212,12 +217,15 @@ class AnthropicChat(HttpChatModel):
                     choice["disable_parallel_tool_use"] = True
             if choice is not None:
                 body["tool_choice"] = choice
+        rules = self.rules
         thinking = settings.thinking
-        if thinking == "adaptive":
+        if thinking == "adaptive" or (thinking is not None and rules.thinking == "adaptive"):
             body["thinking"] = {"type": "adaptive"}
         elif isinstance(thinking, int) and not isinstance(thinking, bool):
             body["thinking"] = {"type": "enabled", "budget_tokens": thinking}
-        if settings.temperature is not None and thinking is None and takes_sampling(self.model):
+        if settings.effort is not None and rules.effort:
+            body["output_config"] = {"effort": settings.effort}
+        if settings.temperature is not None and thinking is None and rules.temperature:
             body["temperature"] = settings.temperature
         if self.stream:
             body["stream"] = True
@@ -282,6 +290,7 @@ class AnthropicChat(HttpChatModel):
                 )
             elif kind == "redacted_thinking":
                 thinking.append(Thinking(redacted=str(block.get("data") or "")))
+        wire = [{k: v for k, v in b.items() if v is not None} for b in content]
         reply = self._message(
             "".join(text),
             calls,
@@ -289,8 +298,9 @@ class AnthropicChat(HttpChatModel):
             data.get("usage"),
             data,
             thinking=thinking,
+            content_blocks=_kept_layout(_layout(wire)),
         )
-        return reply, [{k: v for k, v in b.items() if v is not None} for b in content]
+        return reply, wire
 
     def _usage(self, usage: Mapping[str, Any]) -> Usage:
         """Input counts cached tokens too, as OpenAI's ``prompt_tokens`` does."""
@@ -368,10 +378,17 @@ class AnthropicChat(HttpChatModel):
                 thinking.append(Thinking("".join(block.text), "".join(block.signature)))
             elif block.type == "redacted_thinking":
                 thinking.append(Thinking(redacted=str(block.raw.get("data") or "")))
+        wire = [blocks[index].wire() for index in sorted(blocks)]
         reply = self._message(
-            "".join(text), calls, stop_reason, usage or None, start, thinking=thinking
+            "".join(text),
+            calls,
+            stop_reason,
+            usage or None,
+            start,
+            thinking=thinking,
+            content_blocks=_kept_layout(_layout(wire)),
         )
-        return reply, [blocks[index].wire() for index in sorted(blocks)]
+        return reply, wire
 
     def _start_block(
         self, data: Mapping[str, Any], blocks: dict[int, _Block], on_delta: DeltaHandler | None
@@ -417,6 +434,8 @@ class AnthropicChat(HttpChatModel):
                 on_delta(_text_delta(block.type, piece))
         elif kind == "signature_delta":
             block.signature.append(str(delta.get("signature") or ""))
+        elif kind == "citations_delta" and isinstance(delta.get("citation"), Mapping):
+            block.citations.append(dict(delta["citation"]))
         elif kind == "input_json_delta":
             piece = str(delta.get("partial_json") or "")
             block.partial_json.append(piece)
@@ -458,6 +477,10 @@ def _merge(replies: Sequence[Message]) -> Message:
     last = replies[-1]
     usages = [u for u in (Usage.of(r) for r in replies) if u is not None]
     metadata = {**last.metadata, "continuations": len(replies) - 1}
+    metadata.pop(_LAYOUT_KEY, None)
+    layout = _kept_layout([entry for r in replies for entry in _layout_of(r)])
+    if layout is not None:
+        metadata[_LAYOUT_KEY] = layout
     if usages:
         total = usages[0]
         for usage in usages[1:]:
@@ -470,6 +493,113 @@ def _merge(replies: Sequence[Message]) -> Message:
         metadata=metadata,
         thinking=[t for r in replies for t in r.thinking],
     )
+
+
+# ---------------------------------------------------------------- block order
+
+#: The metadata key of a reply's block order, kept when sending back thinking,
+#: text and tool calls in that order would lose something.
+_LAYOUT_KEY: Final = "content_blocks"
+_RANK: Final = {"thinking": 0, "text": 1, "tool_use": 2}
+
+
+def _layout(blocks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A reply's blocks in order: thinking, text (by its length in characters) and
+    tool calls stand for the reply's own; any other block (a server tool's call and
+    result) is kept whole, to go back as it came."""
+    layout: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind in ("thinking", "redacted_thinking"):
+            layout.append({"type": "thinking"})
+        elif kind == "tool_use":
+            layout.append({"type": "tool_use"})
+        elif kind == "text":
+            entry: dict[str, Any] = {"type": "text", "chars": len(str(block.get("text") or ""))}
+            if block.get("citations"):
+                entry["citations"] = block["citations"]
+            layout.append(entry)
+        else:
+            layout.append(dict(block))
+    return layout
+
+
+def _kept_layout(layout: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The layout when the usual order (thinking, text, tool calls) would lose
+    something: another order, citations, server-tool blocks; else None."""
+    ranks = [_RANK.get(entry["type"], -1) for entry in layout]
+    if -1 in ranks or ranks != sorted(ranks) or any("citations" in e for e in layout):
+        return layout
+    return None
+
+
+def _layout_of(message: Message) -> list[dict[str, Any]]:
+    """A reply's layout: the one it keeps, else the usual order of its pieces."""
+    kept = message.metadata.get(_LAYOUT_KEY)
+    if isinstance(kept, list):
+        return kept
+    text = [{"type": "text", "chars": len(message.text)}] if message.text else []
+    return [
+        *({"type": "thinking"} for _ in message.thinking),
+        *text,
+        *({"type": "tool_use"} for _ in message.tool_calls),
+    ]
+
+
+def _fits(layout: Sequence[Any], message: Message) -> bool:
+    """The layout still describes the message (one edited since is sent the usual way)."""
+    if not all(isinstance(e, Mapping) and isinstance(e.get("type"), str) for e in layout):
+        return False
+    count = collections.Counter(str(e["type"]) for e in layout)
+    chars = [e.get("chars") for e in layout if e["type"] == "text"]
+    return (
+        count["thinking"] == len(message.thinking)
+        and count["tool_use"] == len(message.tool_calls)
+        and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in chars)
+        and sum(chars) == len(message.text)
+    )
+
+
+def _assistant_blocks(message: Message) -> list[dict[str, Any]]:
+    """An assistant reply's blocks: in the order they came when it keeps one, else
+    thinking, text, tool calls; server-tool blocks go back either way."""
+    layout = message.metadata.get(_LAYOUT_KEY)
+    if not isinstance(layout, list) or not _fits(layout, message):
+        kept = [e for e in layout or () if isinstance(e, Mapping) and e.get("type") not in _RANK]
+        blocks = _wire_thinking(message.thinking) + [dict(e) for e in kept]
+        if message.text:
+            blocks.append({"type": "text", "text": message.text})
+        blocks.extend(_tool_use(call) for call in message.tool_calls)
+        return blocks
+    thinking = iter(message.thinking)
+    calls = iter(message.tool_calls)
+    text = message.text
+    blocks = []
+    for entry in layout:
+        match entry["type"]:
+            case "thinking":
+                blocks.extend(_wire_thinking([next(thinking)]))
+            case "tool_use":
+                blocks.append(_tool_use(next(calls)))
+            case "text":
+                piece, text = text[: entry["chars"]], text[entry["chars"] :]
+                if piece or entry.get("citations"):
+                    block: dict[str, Any] = {"type": "text", "text": piece}
+                    if entry.get("citations"):
+                        block["citations"] = entry["citations"]
+                    blocks.append(block)
+            case _:
+                blocks.append(dict(entry))
+    return blocks
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    return {
+        "type": "tool_use",
+        "id": call.call_id,
+        "name": call.name,
+        "input": dict(call.arguments),
+    }
 
 
 # ---------------------------------------------------------------- to the wire
@@ -511,18 +641,7 @@ def _wire_messages(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any
             case "user":
                 _append(wire, "user", _blocks(message.content))
             case "assistant":
-                blocks = _wire_thinking(message.thinking)
-                if message.text:
-                    blocks.append({"type": "text", "text": message.text})
-                blocks.extend(
-                    {
-                        "type": "tool_use",
-                        "id": call.call_id,
-                        "name": call.name,
-                        "input": dict(call.arguments),
-                    }
-                    for call in message.tool_calls
-                )
+                blocks = _assistant_blocks(message)
                 if blocks:
                     _append(wire, "assistant", blocks)
             case "tool":
@@ -592,9 +711,47 @@ def _wire_part(part: ContentPart) -> dict[str, Any]:
                     "data": part.content,
                 },
             }
+        case "file":
+            return _document(part)
+        case "file_url":
+            return _titled(
+                {"type": "document", "source": {"type": "url", "url": part.content}}, part
+            )
     raise ChainError(
         "unsupported_content",
         f"Anthropic messages cannot carry a content part of type {part.type!r}; "
-        "supported: text, image_url, image (base64 with options media_type).",
+        "supported: text, image_url, image (base64 with options media_type), file (base64, "
+        "or options file_id), file_url.",
         retryable=False,
     )
+
+
+def _document(part: ContentPart) -> dict[str, Any]:
+    """A ``file`` part: a PDF or plain-text document (an image file as an image)."""
+    options = part.options
+    if options.get("file_id"):
+        return _titled(
+            {"type": "document", "source": {"type": "file", "file_id": options["file_id"]}}, part
+        )
+    media_type = str(options.get("media_type", PDF))
+    if media_type.startswith("image/"):
+        source = {"type": "base64", "media_type": media_type, "data": part.content}
+        return {"type": "image", "source": source}
+    if media_type == "text/plain":
+        source = {"type": "text", "media_type": media_type, "data": file_text(part)}
+    elif media_type == PDF:
+        source = {"type": "base64", "media_type": media_type, "data": part.content}
+    else:
+        raise ChainError(
+            "unsupported_content",
+            f"Anthropic documents are PDF or plain text, not {media_type!r} "
+            f"({part.options.get('filename') or 'a file part'}).",
+            retryable=False,
+        )
+    return _titled({"type": "document", "source": source}, part)
+
+
+def _titled(block: dict[str, Any], part: ContentPart) -> dict[str, Any]:
+    if part.options.get("filename"):
+        block["title"] = str(part.options["filename"])
+    return block

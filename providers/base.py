@@ -47,7 +47,11 @@ class ModelSettings:
     out of its request rather than failing the call.
 
     ``thinking`` turns on Anthropic extended thinking: a token budget, or
-    ``"adaptive"`` (the model decides). ``reasoning_effort`` (``low``,
+    ``"adaptive"`` (the model decides; models that take adaptive thinking only get
+    it for a budget too). ``effort`` (``low``, ``medium``, ``high``, ``xhigh``,
+    ``max``) goes to the models that take it (Anthropic's ``output_config``;
+    OpenAI reasoning models read it as ``reasoning_effort`` unless that is
+    given). ``reasoning_effort`` (``low``,
     ``medium``, ``high``...) goes to OpenAI reasoning models. ``send_reasoning``
     sends earlier turns' reasoning back to an OpenAI-compatible server as
     ``reasoning_content`` (DeepSeek wants it in a tool loop; the official API
@@ -62,6 +66,7 @@ class ModelSettings:
     parallel_tool_calls: bool | None = None
     stream: bool = False
     thinking: int | Literal["adaptive"] | None = None
+    effort: str | None = None
     reasoning_effort: str | None = None
     send_reasoning: bool = False
     cache_system: bool = False

@@ -16,7 +16,6 @@ Tool-call arguments that are not a JSON object never raise: the call carries
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -28,22 +27,21 @@ from agentfsm.messages import ContentPart, Message, MessageDelta, Status, Thinki
 from agentfsm.tools import Tool
 
 from ._errors import error_for_provider_type, parse_json, shown
-from ._model import HttpChatModel, tool_call
+from ._model import HttpChatModel, file_data_url, file_name, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings
+from .rules import ModelRules, rules_for
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChat"]
 
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 _STATUS: Final[Mapping[str, Status]] = {"length": "length", "content_filter": "filtered"}
-#: OpenAI's reasoning models: no sampling parameters, ``max_completion_tokens``,
-#: ``reasoning_effort``. Matched on the name after any ``vendor/`` prefix.
-_REASONING_MODEL: Final = re.compile(r"^(o\d|gpt-5(?!-chat))")
 
 
 def is_reasoning_model(model: str) -> bool:
-    """An OpenAI reasoning model (o1, o3, o4-mini, gpt-5...), by its name."""
-    return bool(_REASONING_MODEL.match(model.rsplit("/", 1)[-1]))
+    """An OpenAI reasoning model (o1, o3, o4-mini, gpt-5...), by its name: no sampling
+    parameters, ``max_completion_tokens``, ``reasoning_effort``."""
+    return rules_for("openai", model).reasoning
 
 
 @attrs.define
@@ -77,7 +75,8 @@ class OpenAIChat(HttpChatModel):
     endpoint and reasoning models, and as the more widely understood
     ``max_tokens`` elsewhere; reasoning models get no ``temperature``.
     ``http_client`` is a client of yours (proxies, mTLS); ``retry`` and
-    ``limits`` bound retries and replies.
+    ``limits`` bound retries and replies. ``rules`` says what the model takes
+    where :data:`~agentfsm.providers.rules.MODEL_RULES` does not know it yet.
     """
 
     _provider = "openai"
@@ -102,6 +101,7 @@ class OpenAIChat(HttpChatModel):
         limits: Limits | None = None,
         http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
+        rules: ModelRules | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -116,6 +116,7 @@ class OpenAIChat(HttpChatModel):
             limits=limits,
             http_client=http_client,
         )
+        self.rules = rules if rules is not None else rules_for(self._provider, model)
 
     def _key_headers(self, api_key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"}
@@ -127,20 +128,23 @@ class OpenAIChat(HttpChatModel):
             "model": self.model,
             "messages": _wire_messages(messages, settings.send_reasoning),
         }
-        reasoning = is_reasoning_model(self.model)
+        rules = self.rules
+        reasoning = rules.reasoning
         if tools:
             body["tools"] = [_wire_tool(t) for t in tools]
             if settings.tool_choice is not None:
                 body["tool_choice"] = _tool_choice(settings.tool_choice)
             if settings.parallel_tool_calls is not None:
                 body["parallel_tool_calls"] = settings.parallel_tool_calls
-        if settings.temperature is not None and not reasoning:
+        if settings.temperature is not None and rules.temperature:
             body["temperature"] = settings.temperature
         if settings.max_tokens is not None:
             official = self.official or reasoning
             body["max_completion_tokens" if official else "max_tokens"] = settings.max_tokens
         if settings.reasoning_effort is not None and (reasoning or not self.official):
             body["reasoning_effort"] = settings.reasoning_effort
+        elif settings.effort is not None and rules.effort:
+            body["reasoning_effort"] = settings.effort
         if self.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -196,8 +200,8 @@ class OpenAIChat(HttpChatModel):
         )
 
     def _usage(self, usage: Mapping[str, Any]) -> Usage:
-        """Cached input from ``prompt_tokens_details`` (DeepSeek: ``prompt_cache_hit_tokens``),
-        reasoning from ``completion_tokens_details``."""
+        """Cached input (read and written) from ``prompt_tokens_details`` (DeepSeek:
+        ``prompt_cache_hit_tokens``), reasoning from ``completion_tokens_details``."""
         prompt = usage.get("prompt_tokens_details")
         completion = usage.get("completion_tokens_details")
         prompt = prompt if isinstance(prompt, Mapping) else {}
@@ -208,6 +212,7 @@ class OpenAIChat(HttpChatModel):
                 "output_tokens": usage.get("completion_tokens"),
                 "cache_read_tokens": prompt.get("cached_tokens")
                 or usage.get("prompt_cache_hit_tokens"),
+                "cache_write_tokens": prompt.get("cache_write_tokens"),
                 "reasoning_tokens": completion.get("reasoning_tokens"),
             }
         )
@@ -441,9 +446,17 @@ def _wire_part(part: ContentPart) -> dict[str, Any]:
             if "detail" in part.options:
                 image["detail"] = part.options["detail"]
             return {"type": "image_url", "image_url": image}
+        case "file":
+            if part.options.get("file_id"):
+                return {"type": "file", "file": {"file_id": str(part.options["file_id"])}}
+            return {
+                "type": "file",
+                "file": {"filename": file_name(part), "file_data": file_data_url(part)},
+            }
     raise ChainError(
         "unsupported_content",
         f"OpenAI chat messages cannot carry a content part of type {part.type!r}; "
-        "supported: text, image_url, image (base64 with options media_type).",
+        "supported: text, image_url, image (base64 with options media_type), file (base64 "
+        "with options media_type and filename, or options file_id).",
         retryable=False,
     )

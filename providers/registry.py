@@ -12,6 +12,7 @@ from .anthropic import AnthropicChat
 from .base import ChatModel
 from .openai import DEFAULT_BASE_URL as OPENAI_BASE_URL
 from .openai import OpenAIChat
+from .openai_responses import OpenAIResponses
 from .scripted import ScriptedModel
 
 __all__ = ["PROVIDERS", "create_model"]
@@ -19,6 +20,14 @@ __all__ = ["PROVIDERS", "create_model"]
 
 def _openai(model: str, base_url: str | None, api_key: str | None, stream: bool) -> ChatModel:
     return OpenAIChat(model, api_key=api_key, base_url=base_url or OPENAI_BASE_URL, stream=stream)
+
+
+def _openai_responses(
+    model: str, base_url: str | None, api_key: str | None, stream: bool
+) -> ChatModel:
+    return OpenAIResponses(
+        model, api_key=api_key, base_url=base_url or OPENAI_BASE_URL, stream=stream
+    )
 
 
 def _anthropic(model: str, base_url: str | None, api_key: str | None, stream: bool) -> ChatModel:
@@ -42,6 +51,7 @@ def _scripted(model: str, base_url: str | None, api_key: str | None, stream: boo
 #: Provider name -> factory of (model, base_url, api_key, stream).
 PROVIDERS: Final[Mapping[str, Callable[[str, str | None, str | None, bool], ChatModel]]] = {
     "openai": _openai,
+    "openai-responses": _openai_responses,
     "anthropic": _anthropic,
     "scripted": _scripted,
 }
@@ -56,7 +66,8 @@ def create_model(
     stream: bool = False,
 ) -> ChatModel:
     """A model of ``provider``: ``openai`` (any compatible server via ``base_url``),
-    ``anthropic``, or ``scripted`` (offline: echoes the last user message).
+    ``openai-responses`` (OpenAI's Responses API), ``anthropic``, or ``scripted``
+    (offline: echoes the last user message).
 
     Unknown providers raise ValueError naming the known ones.
     """

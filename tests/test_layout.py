@@ -255,6 +255,7 @@ def test_public_surface_is_pinned() -> None:
             "Limits",
             "ModelSettings",
             "OpenAIChat",
+            "OpenAIResponses",
             "RetryPolicy",
             "ScriptedModel",
             "ScriptedRequest",

@@ -55,6 +55,35 @@ chat = model_fixture(OpenAIChat, "gpt-test", "sk-test")
 HELLO = [Message.system("Be brief."), Message.user("Hi")]
 
 
+# ---------------------------------------------------------------- files
+
+
+async def test_file_parts_are_sent_as_file_content(
+    server: FakeServer, chat: Callable[..., OpenAIChat]
+) -> None:
+    server.push(Reply(json=completion("Read.")))
+    message = Message.user(
+        [
+            ContentPart.text("Summarize."),
+            ContentPart("file", "JVBERi0=", {"filename": "report.pdf"}),
+            ContentPart("file", "aGk=", {"media_type": "text/plain"}),
+            ContentPart("file", "", {"file_id": "file-abc"}),
+        ]
+    )
+    await chat().complete([message], [])
+    assert server.bodies[0]["messages"][0]["content"][1:] == [
+        {
+            "type": "file",
+            "file": {"filename": "report.pdf", "file_data": "data:application/pdf;base64,JVBERi0="},
+        },
+        {
+            "type": "file",
+            "file": {"filename": "document.txt", "file_data": "data:text/plain;base64,aGk="},
+        },
+        {"type": "file", "file": {"file_id": "file-abc"}},
+    ]
+
+
 # ---------------------------------------------------------------- plain replies
 
 

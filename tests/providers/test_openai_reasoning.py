@@ -149,6 +149,34 @@ async def test_usage_keeps_cached_and_reasoning_tokens(
     assert Usage.of(reply) == Usage(100, 20, cache_read_tokens=64, reasoning_tokens=5)
 
 
+async def test_usage_keeps_cache_writes_when_reported(
+    server: FakeServer, chat: Callable[..., OpenAIChat]
+) -> None:
+    body = completion("hi", usage=(100, 20))
+    body["usage"]["prompt_tokens_details"] = {"cached_tokens": 10, "cache_write_tokens": 80}
+    server.push(Reply(json=body))
+    reply = await chat().complete(HELLO, [])
+    assert Usage.of(reply) == Usage(100, 20, cache_read_tokens=10, cache_write_tokens=80)
+
+
+async def test_effort_goes_to_reasoning_models_as_reasoning_effort(
+    server: FakeServer, make_model: Callable[..., Any]
+) -> None:
+    server.default = Reply(json=completion("ok"))
+    url = server.url
+    for name, settings in [
+        ("gpt-5", ModelSettings(effort="high")),
+        ("gpt-5", ModelSettings(effort="high", reasoning_effort="minimal")),
+        ("gpt-4o", ModelSettings(effort="high")),
+    ]:
+        model = make_model(OpenAIChat, name, api_key="k", base_url=url, settings=settings)
+        await model.complete(HELLO, [])
+    effort, explicit, plain = server.bodies
+    assert effort["reasoning_effort"] == "high"
+    assert explicit["reasoning_effort"] == "minimal"
+    assert "reasoning_effort" not in plain
+
+
 @pytest.mark.parametrize("streaming", [False, True], ids=["json", "stream"])
 async def test_a_refusal_ends_the_reply_as_filtered(
     server: FakeServer, chat: Callable[..., OpenAIChat], streaming: bool

@@ -14,7 +14,7 @@ import pytest
 
 from agentfsm.errors import ChainError
 from agentfsm.providers._model import parse_arguments
-from agentfsm.providers._transport import HttpTransport, RetryPolicy, retry_after
+from agentfsm.providers._transport import HttpTransport, Limits, RetryPolicy, retry_after
 from tests.providers.fake_server import FakeServer, Reply, sse
 
 BODY = {"hello": "world"}
@@ -245,6 +245,67 @@ async def test_a_stream_opening_is_retried(
     async with make().stream("/x", BODY) as events:
         assert [e.data async for e in events] == ['{"n": 1}']
     assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Reply(events=['data: {"n": '], cut=True),
+        Reply(events=[], stall=5),
+        Reply(events=[]),
+    ],
+    ids=["cut", "silent", "empty"],
+)
+async def test_a_stream_that_fails_before_its_first_event_is_retried(
+    server: FakeServer, make: Callable[..., HttpTransport], failure: Reply
+) -> None:
+    server.push(failure, Reply(events=sse({"n": 1}, {"n": 2})))
+    async with make(timeout=0.3).stream("/x", BODY) as events:
+        assert [e.data async for e in events] == ['{"n": 1}', '{"n": 2}']
+    assert len(server.requests) == 2
+
+
+async def test_a_stream_failing_before_its_first_event_each_time_counts_its_attempts(
+    server: FakeServer, make: Callable[..., HttpTransport]
+) -> None:
+    server.push(Reply(503, body=b"busy"))
+    server.default = Reply(events=['data: {"n": '], cut=True)
+    with pytest.raises(ChainError) as caught:
+        async with make().stream("/x", BODY):
+            pass
+    assert caught.value.type == "invalid_response" and caught.value.retryable
+    assert caught.value.details["attempts"] == 3  # the 503 was the first of the three
+    assert len(server.requests) == 3
+
+
+async def test_a_stream_past_its_duration_before_any_event_is_not_retried(
+    server: FakeServer, make: Callable[..., HttpTransport]
+) -> None:
+    def endless() -> Any:
+        while not server.stopping.wait(0.02):
+            yield b": keep-alive\n\n"
+
+    server.default = Reply(events=endless())
+    with pytest.raises(ChainError) as caught:
+        async with make(limits=Limits(max_stream_seconds=0.2)).stream("/x", BODY):
+            pass
+    assert caught.value.type == "timeout"
+    assert caught.value.details["limit"] == "max_stream_seconds"
+    assert len(server.requests) == 1
+
+
+async def test_409_is_retried(server: FakeServer, make: Callable[..., HttpTransport]) -> None:
+    server.push(
+        Reply(409, {"error": {"message": "a conflicting request is in flight"}}),
+        Reply(200, {"ok": True}),
+    )
+    assert await make().post_json("/x", BODY) == {"ok": True}
+    assert len(server.requests) == 2
+    server.default = Reply(409, {"error": {"message": "still locked"}})
+    with pytest.raises(ChainError) as caught:
+        await make(attempts=2).post_json("/x", BODY)
+    assert caught.value.type == "conflict" and caught.value.retryable
+    assert caught.value.details["attempts"] == 2
 
 
 async def test_a_stream_cut_mid_way(server: FakeServer, make: Callable[..., HttpTransport]) -> None:

@@ -43,3 +43,22 @@ def test_unknown_provider_lists_the_known_ones() -> None:
         create_model("mistral", "large")
     for name in ("openai", "anthropic", "scripted"):
         assert name in str(caught.value)
+
+
+def test_models_say_who_serves_them_and_where() -> None:
+    official = create_model("anthropic", "claude-x", api_key="k")
+    assert isinstance(official, AnthropicChat)
+    assert (official.provider_name, official.server_address, official.server_port) == (
+        "anthropic",
+        "api.anthropic.com",
+        443,
+    )
+    local = create_model("openai", "qwen", base_url="http://127.0.0.1:11434/v1")
+    assert isinstance(local, OpenAIChat)
+    assert (local.provider_name, local.server_address, local.server_port) == (
+        "openai",
+        "127.0.0.1",
+        11434,
+    )
+    responses = create_model("openai-responses", "gpt-5", api_key="k")
+    assert getattr(responses, "provider_name", None) == "openai"
