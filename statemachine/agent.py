@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from ._invariants import check_decisions_fit
 from ._registry import fire_on_error
+from ._state import AgentState
 from ._sync import run_sync
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
-from .invariants import check_decisions_fit
 from .machine import MachineTable
 from .messages import Message, Usage
 from .modes.standard import STANDARD, StandardMode
@@ -28,7 +29,6 @@ from .options import (
 )
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
-from .state import AgentState
 from .store.base import Store
 from .store.checkpoint import restore_run
 from .tools import Tool
