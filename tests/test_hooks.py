@@ -230,3 +230,26 @@ def test_a_run_view_follows_a_run_driven_by_anyone() -> None:
     assert view.transitions == run.trace.transitions and view.current == "calling"
     run.run_sync()
     assert view.transitions == run.trace.transitions and view.current is None
+
+
+def test_an_agent_run_takes_hooks_at_its_start_and_at_its_resume() -> None:
+    from agentfsm import HumanInTheLoop, tool
+
+    @tool
+    def write(text: str) -> str:
+        """Write."""
+        return "written"
+
+    heard: list[str] = []
+
+    class Ends:
+        def run_ended(self, run: Run) -> None:
+            heard.append(run.state)
+
+    model = ScriptedModel([call_tool("write", text="x"), say("done")])
+    agent = Agent(model, [write], middleware=[HumanInTheLoop({"write": True})])
+    run = agent.start(AgentState.of("go"), hooks=[Ends()])
+    run.run_sync()
+    assert heard == ["interrupted"]
+    resumed = agent.resume_sync(run.agent_state, [{"type": "approve"}], hooks=[Ends()])
+    assert resumed.status == "ok" and heard == ["interrupted", "ok"]

@@ -142,18 +142,6 @@ def test_providers_know_the_engine_only_through_its_data() -> None:
     assert {m: t for m, t in offenders.items() if t} == {}
 
 
-#: Private names a module still takes from another module that is not private, and why.
-PRIVATE_IMPORTS = {
-    # Built inside messages' own slot classes; the tools, the steps and the scripted model
-    # build the same messages through it (its callers are being moved to public builders).
-    ("agentfsm.providers.scripted", "agentfsm.messages._slot_builder"),
-    ("agentfsm.steps", "agentfsm.messages._slot_builder"),
-    ("agentfsm.tools", "agentfsm.messages._slot_builder"),
-    # A saved run's options as Agent.start takes them; public with the typed options.
-    ("agentfsm.durable._workflow", "agentfsm.store.checkpoint._execute_options"),
-}
-
-
 def _is_private(module: str) -> bool:
     return any(part.startswith("_") for part in module.split("."))
 
@@ -194,7 +182,7 @@ def test_no_module_takes_a_private_name_of_another() -> None:
     """A private name is its module's own: another module that needs it gets a public one
     (durable and otel wrap models and tools with WrapperModel and WrapperTool, read
     decisions with check_decisions); private modules are their package's to share."""
-    assert _private_imports() - PRIVATE_IMPORTS == set()
+    assert _private_imports() == set()
 
 
 def test_every_subpackage_is_installed() -> None:
