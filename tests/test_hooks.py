@@ -20,12 +20,7 @@ from tests.support import LOOP, add, chain_of
 def scripted_run(*, hooks: tuple[Any, ...] = ()) -> Run:
     """Two tool round trips, then an answer: 21 transitions into ``ok``."""
     model = ScriptedModel([call_tool("add", a=1, b=2), call_tool("add", a=3, b=4), say("7")])
-
-    class Hooked(Run):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, hooks=hooks, **kwargs)
-
-    return StandardMode().start(chain_of(model, add), run_class=Hooked)
+    return StandardMode().start(chain_of(model, add), hooks=hooks)
 
 
 class Recorder:
