@@ -148,10 +148,7 @@ HERE = Path(__file__).with_suffix("")
 
 def drawn(*, svg: bool = True) -> dict[str, str]:
     """The machine's diagrams by file name, as ``agentfsm diagrams`` draws the standard one."""
-    return {
-        name: text.replace("`agentfsm.machine.COMPACTING` by `agentfsm diagrams`", _SOURCE)
-        for name, text in diagram_files(COMPACTING, svg=svg).items()
-    }
+    return diagram_files(COMPACTING, svg=svg)
 
 
 def write_diagrams(out: Path = HERE) -> list[str]:
@@ -161,8 +158,6 @@ def write_diagrams(out: Path = HERE) -> list[str]:
         (out / name).write_text(text, encoding="utf-8")
     return sorted(files)
 
-
-_SOURCE = "`COMPACTING` in `examples/compacting.py` by `python examples/compacting.py --diagrams`"
 
 
 if __name__ == "__main__":

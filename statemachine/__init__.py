@@ -1,9 +1,11 @@
 """agentfsm: an LLM agent's tool-calling loop as an explicit, inspectable state machine."""
 
 from . import modes as _modes  # noqa: F401  (registers the built-in modes by name)
+from ._state import AgentState
 from .agent import Agent, AgentRun
 from .chain import LLMChain
 from .errors import AgentfsmError, ChainError, IllegalTransitionError
+from .hooks import RunHook
 from .machine import Edge, MachineTable
 from .messages import (
     ContentPart,
@@ -17,9 +19,10 @@ from .messages import (
 )
 from .middleware import HumanInTheLoop, Middleware
 from .modes.standard import STANDARD
-from .results import Failed, Interrupted, Ok, Paused, Terminal
+from .options import Options, StandardOptions
+from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
 from .run import Run
-from .state import AgentState
+from .steps import Step
 from .tools import Tool, ToolContext, ToolOutput, tool
 from .trace import Trace, Transition
 
@@ -29,33 +32,39 @@ __all__ = [
     "AgentfsmError",
     "AgentRun",
     "AgentState",
-    "Edge",
-    "HumanInTheLoop",
-    "MachineTable",
-    "Middleware",
-    "Run",
-    "Trace",
-    "Transition",
     "ChainError",
     "ContentPart",
+    "Continue",
+    "Edge",
     "Failed",
+    "HumanInTheLoop",
     "IllegalTransitionError",
     "Interrupted",
     "LLMChain",
+    "MachineTable",
     "Message",
     "MessageDelta",
     "MessageExpansion",
+    "Middleware",
     "Ok",
+    "Options",
     "Paused",
+    "PipelineResult",
+    "Run",
+    "RunHook",
+    "StandardOptions",
+    "Step",
     "Terminal",
     "Thinking",
     "Tool",
+    "tool",
     "ToolCall",
     "ToolContext",
     "ToolOutput",
     "ToolResult",
+    "Trace",
+    "Transition",
     "Usage",
-    "tool",
 ]
 
 __version__ = "0.1.0"

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from ._invariants import check_decisions_fit
 from ._registry import fire_on_error
+from ._state import AgentState
 from ._sync import run_sync
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
-from .invariants import check_decisions_fit
+from .hooks import Hook
 from .machine import MachineTable
 from .messages import Message, Usage
 from .modes.standard import STANDARD, StandardMode
@@ -28,7 +30,6 @@ from .options import (
 )
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
-from .state import AgentState
 from .store.base import Store
 from .store.checkpoint import restore_run
 from .tools import Tool
@@ -122,9 +123,11 @@ class Agent:
         should_pause: Callable[[], bool | str] | None = None,
         extra_steps: Mapping[str, Sequence[Any]] | None = None,
         token_budget: int | None = None,
+        hooks: Sequence[Hook] = (),
     ) -> AgentRun:
         """A run over ``state``, not yet stepped. Options are checked before anything runs.
 
+        ``hooks`` observe the run (:mod:`agentfsm.hooks`), after the global ones.
         ``before_model`` hooks run first; a hook's ChainError, or a conversation
         with nothing to send (error ``no_messages``, after ``on_error`` fired),
         is raised before any model call.
@@ -146,10 +149,12 @@ class Agent:
             error = ChainError("no_messages", NO_MESSAGES_MESSAGE, retryable=False)
             chain.fire("on_error", chain, error)
             raise error
-        return self._start(chain, options)
+        return self._start(chain, options, hooks)
 
-    def _start(self, chain: LLMChain, options: StandardOptions) -> AgentRun:
-        run = self.mode.start(chain, options, run_class=self.run_class)
+    def _start(
+        self, chain: LLMChain, options: StandardOptions, hooks: Sequence[Hook] = ()
+    ) -> AgentRun:
+        run = self.mode.start(chain, options, run_class=self.run_class, hooks=hooks)
         assert isinstance(run, AgentRun)
         run.agent = self
         return run
@@ -294,7 +299,7 @@ class Agent:
             raise TypeError(
                 f"Unknown option(s) {sorted(unknown)}; options: {sorted(_START_OPTIONS)}"
             )
-        self.options(**options)
+        self.options(**{k: v for k, v in options.items() if k != "hooks"})
         data = state.interrupt_data
         if not data:
             raise ValueError(

@@ -33,12 +33,12 @@ from rich.text import Text
 from . import _runs_cli, _worker_cli, diagram_files, diagrams
 from ._printable import printable, shown
 from ._runs_cli import UsageError
+from ._state import AgentState
 from .agent import Agent, AgentRun
 from .errors import ChainError
 from .modes.standard import STANDARD
 from .results import Failed
 from .serialization import FormatError
-from .state import AgentState
 from .store import RunNotFoundError, SQLiteStore, load_run, restore_run, start_run
 from .trace import Trace
 

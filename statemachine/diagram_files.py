@@ -42,11 +42,8 @@ def all_diagram_files(*, svg: bool = True) -> dict[str, str]:
     :func:`diagram_files`, then each LangChain machine's under ``NAME/``."""
     files = diagram_files(STANDARD, svg=svg)
     for table in LANGCHAIN_MACHINES:
-        constant = table.name.upper()
-        drawn = f"`agentfsm.machine.{constant}`"
-        declared = f"`agentfsm.modes.langchain.{constant}`"
         for name, text in diagram_files(table, svg=svg).items():
-            files[f"{table.name}/{name}"] = text.replace(drawn, declared)
+            files[f"{table.name}/{name}"] = text
     return files
 
 

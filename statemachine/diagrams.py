@@ -43,7 +43,7 @@ __all__ = [
     "trace_markdown",
 ]
 
-_GENERATED = "Generated from `agentfsm.machine.{name}` by `agentfsm diagrams`; do not edit."
+_GENERATED = "Generated from the {name} machine's table; do not edit."
 
 # Colours shared by the Mermaid and DOT drawings.
 _TERMINAL_FILL = "#eef2ff"
@@ -139,7 +139,7 @@ def machine_mermaid(table: MachineTable = STANDARD, *, width: int = 26) -> str:
     shared = shared_edges(table)
     lines = [
         "stateDiagram-v2",
-        f"    %% The {table.name} machine. " + _GENERATED.format(name=table.name.upper()),
+        f"    %% The {table.name} machine. " + _GENERATED.format(name=table.name),
         f"    classDef terminal fill:{_TERMINAL_FILL},stroke:{_TERMINAL_STROKE},stroke-width:2px",
     ]
     lines += [
@@ -282,7 +282,7 @@ def machine_markdown(table: MachineTable = STANDARD) -> str:
     lines = [
         f"# The {table.name} machine",
         "",
-        _GENERATED.format(name=table.name.upper()),
+        _GENERATED.format(name=table.name),
         "",
         "Runs enter from `[*]` at the state their chain's situation calls for, move along the "
         "edges below, and end in one of the terminals "
@@ -328,7 +328,7 @@ def paths_markdown(table: MachineTable = STANDARD, *, loops: int = 1) -> str:
     lines = [
         f"# Every path of the {table.name} machine",
         "",
-        _GENERATED.format(name=table.name.upper()),
+        _GENERATED.format(name=table.name),
         "",
         f"{len(found)} paths lead from an entry to a terminal. A path goes round the loop "
         f"({loop_text or 'none'}) at most {_times(loops)}, and visits no "

@@ -10,7 +10,7 @@ catches them all; each also keeps the standard base it had (in brackets), so an
     ├── machines: agentfsm.machine
     │   ├── MachineDefinitionError       (ValueError) a table that is not a machine
     │   └── UnknownMachineError          (LookupError) no machine declared of that name
-    ├── saved documents: agentfsm.serialization, agentfsm.invariants
+    ├── saved documents: agentfsm.serialization, the resume checks
     │   ├── FormatError                  (ValueError) not a document this version reads
     │   ├── UnknownToolError             (LookupError) a loaded chain names a tool not passed
     │   └── InvariantError               (ValueError) decisions that contradict the run

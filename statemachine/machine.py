@@ -15,7 +15,6 @@ named like any declared one. The standard machine is declared this way in
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import itertools
 import re
@@ -665,10 +664,3 @@ def _deriving(table: MachineTable, what: str) -> _Fail:
         return MachineDefinitionError(f"The {table.name} machine: {what}: {message}.")
 
     return fail
-
-
-def __getattr__(name: str) -> Any:
-    """``agentfsm.machine.STANDARD``, the standard machine's former home, still answers."""
-    if name == "STANDARD":
-        return importlib.import_module(".modes.standard", __package__).STANDARD
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,14 +25,14 @@ from ._sync import SyncBridge
 from .chain import LLMChain
 from .errors import ChainError, IllegalTransitionError
 from .hooks import Hook, current_global_hooks
-from .machine import MachineTable, Outcome, Work
+from .machine import MachineTable, Outcome
 from .messages import Usage
 from .options import Options
 from .results import Continue, Failed, Paused, PipelineResult, Terminal
 from .steps import Step, normalize_pause
 from .trace import Trace, Transition, total_usage
 
-__all__ = ["Outcome", "Run", "Work"]
+__all__ = ["Run"]
 
 _T = TypeVar("_T")
 

@@ -37,6 +37,7 @@ import attrs
 import cattrs
 from cattrs.preconf.json import make_converter
 
+from ._state import AgentState
 from .chain import Callbacks, LLMChain
 from .errors import ChainError, FormatError, UnknownToolError
 from .messages import (
@@ -49,7 +50,6 @@ from .messages import (
     ToolResult,
 )
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
-from .state import AgentState
 from .tools import Tool
 from .trace import Trace, Transition
 

@@ -113,7 +113,7 @@ def test_the_docstring_tree_draws_every_exception_with_its_standard_base() -> No
 
 
 def test_the_old_homes_still_export_them() -> None:
-    from agentfsm.invariants import InvariantError
+    from agentfsm.errors import InvariantError
     from agentfsm.providers._sse import SSELimitError
     from agentfsm.serialization import FormatError, UnknownToolError
     from agentfsm.store import (

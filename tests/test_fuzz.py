@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentfsm import Agent, AgentState, HumanInTheLoop, Trace, tool
-from agentfsm.invariants import InvariantError
+from agentfsm.errors import InvariantError
 from agentfsm.machine import UnknownMachineError
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.providers._model import tool_call

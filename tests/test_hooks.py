@@ -20,12 +20,7 @@ from tests.support import LOOP, add, chain_of
 def scripted_run(*, hooks: tuple[Any, ...] = ()) -> Run:
     """Two tool round trips, then an answer: 21 transitions into ``ok``."""
     model = ScriptedModel([call_tool("add", a=1, b=2), call_tool("add", a=3, b=4), say("7")])
-
-    class Hooked(Run):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, hooks=hooks, **kwargs)
-
-    return StandardMode().start(chain_of(model, add), run_class=Hooked)
+    return StandardMode().start(chain_of(model, add), hooks=hooks)
 
 
 class Recorder:
@@ -230,3 +225,26 @@ def test_a_run_view_follows_a_run_driven_by_anyone() -> None:
     assert view.transitions == run.trace.transitions and view.current == "calling"
     run.run_sync()
     assert view.transitions == run.trace.transitions and view.current is None
+
+
+def test_an_agent_run_takes_hooks_at_its_start_and_at_its_resume() -> None:
+    from agentfsm import HumanInTheLoop, tool
+
+    @tool
+    def write(text: str) -> str:
+        """Write."""
+        return "written"
+
+    heard: list[str] = []
+
+    class Ends:
+        def run_ended(self, run: Run) -> None:
+            heard.append(run.state)
+
+    model = ScriptedModel([call_tool("write", text="x"), say("done")])
+    agent = Agent(model, [write], middleware=[HumanInTheLoop({"write": True})])
+    run = agent.start(AgentState.of("go"), hooks=[Ends()])
+    run.run_sync()
+    assert heard == ["interrupted"]
+    resumed = agent.resume_sync(run.agent_state, [{"type": "approve"}], hooks=[Ends()])
+    assert resumed.status == "ok" and heard == ["interrupted", "ok"]

@@ -142,18 +142,6 @@ def test_providers_know_the_engine_only_through_its_data() -> None:
     assert {m: t for m, t in offenders.items() if t} == {}
 
 
-#: Private names a module still takes from another module that is not private, and why.
-PRIVATE_IMPORTS = {
-    # Built inside messages' own slot classes; the tools, the steps and the scripted model
-    # build the same messages through it (its callers are being moved to public builders).
-    ("agentfsm.providers.scripted", "agentfsm.messages._slot_builder"),
-    ("agentfsm.steps", "agentfsm.messages._slot_builder"),
-    ("agentfsm.tools", "agentfsm.messages._slot_builder"),
-    # A saved run's options as Agent.start takes them; public with the typed options.
-    ("agentfsm.durable._workflow", "agentfsm.store.checkpoint._execute_options"),
-}
-
-
 def _is_private(module: str) -> bool:
     return any(part.startswith("_") for part in module.split("."))
 
@@ -194,7 +182,7 @@ def test_no_module_takes_a_private_name_of_another() -> None:
     """A private name is its module's own: another module that needs it gets a public one
     (durable and otel wrap models and tools with WrapperModel and WrapperTool, read
     decisions with check_decisions); private modules are their package's to share."""
-    assert _private_imports() - PRIVATE_IMPORTS == set()
+    assert _private_imports() == set()
 
 
 def test_every_subpackage_is_installed() -> None:
@@ -208,66 +196,8 @@ def test_every_subpackage_is_installed() -> None:
     assert packages == listed
 
 
-def test_public_surface_is_pinned() -> None:
-    assert sorted(agentfsm.__all__) == sorted(
-        [
-            "STANDARD",
-            "Agent",
-            "AgentRun",
-            "AgentState",
-            "AgentfsmError",
-            "ChainError",
-            "ContentPart",
-            "Edge",
-            "Failed",
-            "HumanInTheLoop",
-            "IllegalTransitionError",
-            "Interrupted",
-            "LLMChain",
-            "MachineTable",
-            "Message",
-            "MessageDelta",
-            "MessageExpansion",
-            "Middleware",
-            "Ok",
-            "Paused",
-            "Run",
-            "Terminal",
-            "Thinking",
-            "Tool",
-            "ToolCall",
-            "ToolContext",
-            "ToolOutput",
-            "ToolResult",
-            "Trace",
-            "Transition",
-            "Usage",
-            "tool",
-        ]
-    )
-    assert sorted(agentfsm.providers.__all__) == sorted(
-        [
-            "PROVIDERS",
-            "AnthropicChat",
-            "ChatModel",
-            "DeltaHandler",
-            "FallbackModel",
-            "Limits",
-            "ModelSettings",
-            "OpenAIChat",
-            "OpenAIResponses",
-            "RetryPolicy",
-            "ScriptedModel",
-            "ScriptedRequest",
-            "Usage",
-            "WrapperModel",
-            "call_tool",
-            "call_tools",
-            "create_model",
-            "fail",
-            "say",
-        ]
-    )
+def test_the_faces_export_only_what_they_have() -> None:
+    """What each face exports is pinned, name by name, in tests/test_public_api.py."""
     for module in (agentfsm, agentfsm.providers):
         for name in module.__all__:
             assert hasattr(module, name), name

@@ -493,6 +493,28 @@ class TestModesAreMachines:
         for table in LANGCHAIN_MACHINES:
             for name in ("machine.mmd", "machine.md", "machine.dot", "paths.md"):
                 assert f"{table.name}/{name}" in files
-            constant = f"`agentfsm.modes.langchain.{table.name.upper()}`"
-            assert constant in files[f"{table.name}/machine.md"]
+            assert f"from the {table.name} machine's table" in files[f"{table.name}/machine.md"]
         assert "machine.mmd" in files  # the standard machine's keep their names
+
+
+def test_a_langchain_mode_run_checkpoints_and_is_restored_by_name(tmp_path: Any) -> None:
+    """A mode's run is saved and resumed as any machine's: the store names its table."""
+    from agentfsm.store import SQLiteStore, checkpoint, load_run
+
+    store = SQLiteStore(tmp_path / "runs.db", lease=0)  # the abandoned run stands for a dead one
+    model = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
+    run = WhileNeedsResponse().start(chain_of(model, add), {"max_runs": 4})
+    checkpoint(run, store, run_id="m1")
+    for _ in range(3):  # deciding, executing, expanding: the model call is still to come
+        run.step_sync()
+    saved = load_run(store, "m1", models={model.name: model}, tools=[add])
+    table = machine_named(saved.trace.machine)
+    assert table is WhileNeedsResponse.table
+    restored = Run(table, saved.chain, saved.state, {"max_runs": 4})
+    restored.trace = saved.trace
+    checkpoint(restored, store, saved=saved)
+    result = restored.run_sync()
+    assert isinstance(result, Ok) and result.chain.last_message is not None
+    assert result.chain.last_message.text == "3"
+    path = load_run(store, "m1", models={model.name: model}, tools=[add]).trace.states
+    assert table.is_path(path) and path[-1] == "ok"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, tool
-from agentfsm.invariants import InvariantError
+from agentfsm.errors import InvariantError
 from agentfsm.machine import UnknownMachineError
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.serialization import FormatError, loads

@@ -14,12 +14,12 @@ from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer, SetWorkflowID
 from dbos._error import DBOSWorkflowIDInUseError
 from sqlalchemy.exc import IntegrityError
 
+from .._invariants import check_decisions_fit
+from .._state import AgentState
 from ..agent import Agent
 from ..errors import AgentfsmError
-from ..invariants import check_decisions_fit
 from ..middleware import check_decisions
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
-from ..state import AgentState
 from ..store.base import ResumeError, RunExistsError, RunNotFoundError
 from ..trace import Trace
 from ._workflow import AGENTS, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW

@@ -35,13 +35,13 @@ from dbos import DBOS
 from agentfsm.providers.base import ChatModel, DeltaHandler
 from agentfsm.providers.wrapper import WrapperModel
 
+from .._state import AgentState
 from ..agent import Agent, AgentRun
 from ..chain import LLMChain
 from ..errors import ChainError
 from ..messages import Message, ToolCall, ToolResult
 from ..middleware import check_decisions
 from ..serialization import FORMAT, check_format, converter, dump
-from ..state import AgentState
 from ..steps import get_run_count
 from ..store.checkpoint import execute_options
 from ..tools import Tool, ToolContext, WrapperTool

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from ..results import PipelineResult
 
 if TYPE_CHECKING:
+    from .._state import AgentState
     from ..agent import Agent
-    from ..state import AgentState
 
 __all__ = ["Middleware"]
 

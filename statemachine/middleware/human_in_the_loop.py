@@ -14,8 +14,8 @@ from ..steps import add_tool_message, run_tool_calls
 from .base import Middleware
 
 if TYPE_CHECKING:
+    from .._state import AgentState
     from ..agent import Agent
-    from ..state import AgentState
 
 __all__ = [
     "ALL_DECISIONS",

@@ -10,13 +10,14 @@ with the standard entries and options: the standard one, or one derived from it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from ..chain import LLMChain
 from ..errors import ChainError
+from ..hooks import Hook
 from ..machine import Edge, MachineTable
 from ..options import StandardOptions, options_of
 from ..results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
@@ -317,9 +318,10 @@ class StandardMode:
         opts: Mapping[str, Any] | None = None,
         *,
         run_class: type[Run] = Run,
+        hooks: Iterable[Hook] = (),
         **kw: Any,
     ) -> Run:
-        """A run over ``chain``, at its entry state, not yet stepped."""
+        """A run over ``chain``, at its entry state, not yet stepped; ``hooks`` observe it."""
         options = self.options(opts, **kw)
         situation = _situation(chain)
         chain = reset_run_count(chain)  # creates mode_state when there is none
@@ -329,7 +331,7 @@ class StandardMode:
             chain = attrs.evolve(
                 chain, exchanged_messages=(*chain.exchanged_messages, chain.last_message)
             )
-        return self._run(run_class, chain, self.table.entries[situation], options)
+        return self._run(run_class, chain, self.table.entries[situation], options, hooks)
 
     def restore(
         self,
@@ -339,6 +341,7 @@ class StandardMode:
         opts: Mapping[str, Any] | None = None,
         *,
         run_class: type[Run] = Run,
+        hooks: Iterable[Hook] = (),
     ) -> Run:
         """A run at working ``state`` over ``chain``, with ``trace`` behind it: a checkpoint's.
 
@@ -353,14 +356,19 @@ class StandardMode:
             raise ValueError(
                 f"Cannot restore a run at {state!r}; working states: {list(self.table.working)}"
             )
-        run = self._run(run_class, chain, state, self.options(opts))
+        run = self._run(run_class, chain, state, self.options(opts), hooks)
         run.trace = trace
         return run
 
     def _run(
-        self, run_class: type[Run], chain: LLMChain, entry: str, options: StandardOptions
+        self,
+        run_class: type[Run],
+        chain: LLMChain,
+        entry: str,
+        options: StandardOptions,
+        hooks: Iterable[Hook],
     ) -> Run:
-        return run_class(self.table, chain, entry, options)
+        return run_class(self.table, chain, entry, options, hooks=hooks)
 
     async def run(
         self, chain: LLMChain, opts: Mapping[str, Any] | None = None, **kw: Any

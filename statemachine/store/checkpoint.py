@@ -48,8 +48,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
+from .._invariants import check_resumable, check_traces
+from .._state import AgentState
 from ..chain import Callbacks, LLMChain
-from ..invariants import check_resumable, check_traces
 from ..machine import UnknownMachineError, machine_named
 from ..messages import Message
 from ..results import Failed, Interrupted, Ok, Paused, Terminal
@@ -67,7 +68,6 @@ from ..serialization import (
     converter,
     parse_json,
 )
-from ..state import AgentState
 from ..tools import Tool
 from ..trace import Trace, Transition
 from .base import (
