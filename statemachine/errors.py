@@ -59,7 +59,9 @@ __all__ = [
 
 #: Error types a fallback may retry on another model: the failure is the
 #: provider's, not the conversation's.
-RETRYABLE_TYPES = frozenset({"rate_limited", "overloaded", "server_error", "timeout", "connection"})
+RETRYABLE_TYPES = frozenset(
+    {"rate_limited", "overloaded", "server_error", "timeout", "connection", "conflict"}
+)
 
 
 class AgentfsmError(Exception):
