@@ -16,6 +16,7 @@ from ..results import Failed, Interrupted, Ok, Paused
 __all__ = [
     "ResumeError",
     "RunExistsError",
+    "RunFinishedError",
     "RunInUseError",
     "RunInfo",
     "RunNotFoundError",
@@ -50,6 +51,11 @@ class RunExistsError(ValueError):
 
 class RunInUseError(RuntimeError):
     """Another process holds the run's lease: it is running or resuming it now."""
+
+
+class RunFinishedError(RunInUseError):
+    """The run ended (ok or in error) and a finished run is never written again: a
+    resumer that loaded it before another process finished it is refused."""
 
 
 class StoreError(RuntimeError):
@@ -91,6 +97,9 @@ class StoreWrite:
     #: The writer's first write: it claims the run. A later write of a writer whose
     #: run went further in another process meanwhile is refused (no splicing).
     claim: bool = False
+    #: The run's log head as the writer read it (:attr:`StoredRun.head`): a write
+    #: that does not extend that head is refused before anything else happens.
+    head: str | None = None
 
 
 @attrs.frozen
@@ -120,6 +129,9 @@ class StoredRun:
     contexts: tuple[str, ...]
     result: str | None
     agent_state: str | None
+    #: The newest checkpoint this read saw (opaque; None when the store keeps none):
+    #: a write carrying it as :attr:`StoreWrite.head` extends exactly this read.
+    head: str | None = None
 
 
 @runtime_checkable
