@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from ._printable import printable
 from .agent import Agent
 from .messages import Message
+from .middleware.human_in_the_loop import request_digest
 from .serialization import FormatError, UnknownToolError, dump_trace
 from .store import (
     ResumeError,
@@ -260,6 +261,8 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
     summary = _summary(saved, db)
     if summary:
         _say(out, summary)
+    for line in _requests(saved):
+        _say(out, line)
     for number, trace in enumerate(saved.traces):
         _say(out, f"segment {number} (entered at {trace.entry}):")
         for index, transition in enumerate(trace):
@@ -279,6 +282,20 @@ def _summary(saved: SavedRun, db: str) -> str | None:
     if state is not None and state.interrupt_data:
         return "interrupted: " + resume_hint(saved.run_id, state.interrupt_data, db)
     return None
+
+
+def _requests(saved: SavedRun) -> list[str]:
+    """An interrupted run's action requests, each with the digest a decision may carry
+    (``{"type": "approve", "digest": ...}``) to approve exactly what is shown here."""
+    state = saved.agent_state
+    data = state.interrupt_data if state is not None else None
+    requests = (data or {}).get("action_requests") or ()
+    return [
+        f"request {index}: {request['tool_name']}({json.dumps(dict(request['arguments']))}) "
+        f"call {request['tool_call_id']} digest {request_digest(request)}"
+        for index, request in enumerate(requests)
+        if isinstance(request, Mapping)
+    ]
 
 
 def _decisions(text: str | None) -> Sequence[Mapping[str, Any]] | None:

@@ -212,8 +212,11 @@ def load_run(
             result = decoded
         check_traces(traces, machine_named(traces[-1].machine), ended=result is not None)
         agent_state = None
-        if stored.agent_state is not None:
-            agent_state = converter.structure(parse_json(stored.agent_state), AgentState)
+        if result is not None:
+            _check_logged(run_id, result, traces[-1])
+            if stored.agent_state is not None:
+                agent_state = converter.structure(parse_json(stored.agent_state), AgentState)
+                _check_agent_state(run_id, agent_state, result)
         options = _saved_options(header.get("options"))
     except (FormatError, UnknownToolError, UnknownMachineError):
         raise
@@ -239,6 +242,71 @@ def load_run(
         contexts=tuple(unpacker.contexts),
         head=stored.head,
     )
+
+
+def _edited(run_id: str, what: str) -> FormatError:
+    return FormatError(
+        f"Run {run_id!r}: {what} does not match its checkpoints: the store was edited or "
+        "is damaged. Nothing was run."
+    )
+
+
+def _check_logged(run_id: str, result: Terminal, last: Trace) -> None:
+    """The result's conversation is the one the log's last transition left: the run's row
+    is a copy of the log, never a second source."""
+    transitions = last.transitions
+    if not transitions or tuple(transitions[-1].chain.messages) != tuple(result.chain.messages):
+        raise _edited(run_id, "the result's conversation")
+    if isinstance(result, Interrupted):
+        _check_interrupt(run_id, result.data)
+
+
+def _check_interrupt(run_id: str, data: Any) -> None:
+    """An approval interrupt's data has the shape its middleware reads (else FormatError)."""
+    if not isinstance(data, Mapping):
+        raise _edited(run_id, "the interrupt")
+    if "hitl_tool_call_ids" not in data:
+        return
+    requests = data.get("action_requests")
+    ids = data.get("hitl_tool_call_ids")
+    configs = data.get("review_configs")
+    if not (
+        isinstance(requests, list)
+        and isinstance(ids, list)
+        and isinstance(configs, Mapping)
+        and all(isinstance(i, str) for i in ids)
+        and all(
+            isinstance(r, Mapping)
+            and isinstance(r.get("tool_call_id"), str)
+            and isinstance(r.get("tool_name"), str)
+            and isinstance(r.get("arguments"), Mapping)
+            for r in requests
+        )
+        and all(
+            isinstance(c, Mapping) and isinstance(c.get("allowed_decisions", []), list)
+            for c in configs.values()
+        )
+    ):
+        raise FormatError(f"Run {run_id!r} has an approval interrupt that is not one")
+
+
+def _check_agent_state(run_id: str, state: AgentState, result: Terminal) -> None:
+    """The saved agent state says what the result says: the conversation (less a system
+    prompt), the interrupt, the pause reason. An ok run's state is its after_model hooks'."""
+    if isinstance(result, Ok):
+        if state.status not in ("ok", "error"):
+            raise _edited(run_id, "the saved agent state")
+        return
+    messages = tuple(result.chain.messages)
+    if messages and messages[0].role == "system" and tuple(state.messages) == messages[1:]:
+        messages = messages[1:]
+    same = tuple(state.messages) == messages and state.status == _STATUS[type(result)]
+    if isinstance(result, Interrupted):
+        same = same and state.interrupt_data == result.data
+    elif isinstance(result, Failed):
+        same = same and state.error is not None and state.error.type == result.error.type
+    if not same:
+        raise _edited(run_id, "the saved agent state")
 
 
 # ---------------------------------------------------------------- checkpointing
