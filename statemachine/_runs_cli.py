@@ -3,8 +3,11 @@
 ``resume`` needs the agent the run was made with (its model and tools are code,
 not data): the demo agent by default, or any ``--agent module:attribute`` that
 is an :class:`~agentfsm.agent.Agent` or a function returning one, importable
-from the current folder. ``list`` and ``show`` open the store read-only: they
-never change the file, and one that is not an agentfsm store is refused.
+from the current folder (which goes on ``sys.path`` for ``--agent`` only, after
+the installed packages, so a file there never stands in for one of them).
+Every failure ends in one line on stderr and exit status 2. ``list`` and
+``show`` open the store read-only: they never change the file, and one that is
+not an agentfsm store is refused.
 Everything printed from the store goes through :func:`~agentfsm._printable.printable`.
 """
 
@@ -23,14 +26,18 @@ from typing import Any, TextIO
 
 from ._printable import printable
 from .agent import Agent
+from .machine import UnknownMachineError
 from .messages import Message
 from .middleware.human_in_the_loop import request_digest
 from .serialization import FormatError, UnknownToolError, dump_trace
 from .store import (
     ResumeError,
+    RunExistsError,
+    RunInUseError,
     RunNotFoundError,
     SavedRun,
     SQLiteStore,
+    StoreError,
     load_run,
 )
 from .trace import Transition
@@ -109,7 +116,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     resume.add_argument(
         "--agent",
         metavar="MODULE:ATTRIBUTE",
-        default=DEFAULT_AGENT,
+        default=None,
         help="the agent to resume with: an Agent or a function returning one "
         f"(default: the demo agent, {DEFAULT_AGENT})",
     )
@@ -131,12 +138,27 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if args.runs_command == "show":
             return _show(db, args.run_id, args.json, out)
         return _resume(db, args.run_id, args.agent, args.decisions, out)
-    except (UsageError, RunNotFoundError, ResumeError, FormatError, UnknownToolError) as exc:
-        _say(sys.stderr, f"agentfsm runs: {exc}")
+    except (
+        UsageError,
+        RunNotFoundError,
+        ResumeError,
+        RunExistsError,
+        RunInUseError,
+        StoreError,
+        FormatError,
+        UnknownToolError,
+        UnknownMachineError,
+    ) as exc:
+        _say(sys.stderr, f"agentfsm runs: {_one_line(exc)}")
         return 2
     except sqlite3.DatabaseError as exc:
         _say(sys.stderr, f"agentfsm runs: {db}: the store cannot be read: {exc}")
         return 2
+
+
+def _one_line(exc: Exception) -> str:
+    """An error's message on one line, whatever text it quotes."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def open_store(path: str, *, read_only: bool = True) -> SQLiteStore:
@@ -156,14 +178,16 @@ def open_store(path: str, *, read_only: bool = True) -> SQLiteStore:
     return SQLiteStore(path)
 
 
-def load_agent(spec: str) -> Agent:
-    """The agent named by ``module:attribute``: an Agent, or a function returning one."""
+def load_agent(spec: str, *, from_cwd: bool = True) -> Agent:
+    """The agent named by ``module:attribute``: an Agent, or a function returning one.
+
+    With ``from_cwd`` a module in the current folder is importable: the folder goes
+    on ``sys.path`` after the installed packages (never in front of them)."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise UsageError(f"--agent takes MODULE:ATTRIBUTE, got {spec!r}")
-    # As ``python -m`` does: a module in the current folder is importable.
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    if from_cwd and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -289,10 +313,13 @@ def _requests(saved: SavedRun) -> list[str]:
     (``{"type": "approve", "digest": ...}``) to approve exactly what is shown here."""
     state = saved.agent_state
     data = state.interrupt_data if state is not None else None
-    requests = (data or {}).get("action_requests") or ()
+    requests = (data or {}).get("action_requests")
+    if not isinstance(requests, list | tuple):
+        return []
     return [
-        f"request {index}: {request['tool_name']}({json.dumps(dict(request['arguments']))}) "
-        f"call {request['tool_call_id']} digest {request_digest(request)}"
+        f"request {index}: {request.get('tool_name')}"
+        f"({json.dumps(request.get('arguments'), default=repr)}) "
+        f"call {request.get('tool_call_id')} digest {request_digest(request)}"
         for index, request in enumerate(requests)
         if isinstance(request, Mapping)
     ]
@@ -352,9 +379,12 @@ def _check_resumable(saved: SavedRun, decisions: object, agent: Agent, spec: str
         )
 
 
-def _resume(db: str, run_id: str, agent_spec: str, decisions_text: str | None, out: TextIO) -> int:
+def _resume(
+    db: str, run_id: str, agent_spec: str | None, decisions_text: str | None, out: TextIO
+) -> int:
     decisions = _decisions(decisions_text)
-    agent = load_agent(agent_spec)
+    agent = load_agent(agent_spec or DEFAULT_AGENT, from_cwd=agent_spec is not None)
+    agent_spec = agent_spec or DEFAULT_AGENT
     store = open_store(db, read_only=False)
     before = load_run(store, run_id, strict=False)
     _check_resumable(before, decisions, agent, agent_spec, db)

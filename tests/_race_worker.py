@@ -11,6 +11,7 @@ test counts how often each call ran.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -50,6 +51,12 @@ def make_agent(ledger: Path, *, nap: float = 0.05) -> Agent:
         [launch],
         middleware=[HumanInTheLoop({"launch": True})],
     )
+
+
+def agent() -> Agent:
+    """For ``agentfsm runs resume --agent tests._race_worker:agent``: the ledger from
+    ``AGENTFSM_TEST_LEDGER``."""
+    return make_agent(Path(os.environ["AGENTFSM_TEST_LEDGER"]))
 
 
 def interrupted(db: Path, ledger: Path, run_id: str = "r") -> None:

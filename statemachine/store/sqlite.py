@@ -301,6 +301,37 @@ class _Rows:
         return tuple(rows[i] for i in range(len(rows)))
 
 
+def _info(row: Sequence[Any]) -> RunInfo:
+    """One row of a listing, checked: a file's owner may have written anything there."""
+    run_id, status, state, steps, segments, summary, created, updated = row
+    if not (
+        isinstance(run_id, str)
+        and status in _STATUSES
+        and isinstance(state, str)
+        and _is_index(steps)
+        and _is_index(segments)
+        and isinstance(summary, str | None)
+        and _is_time(created)
+        and _is_time(updated)
+    ):
+        raise FormatError(f"The row of run {str(run_id)[:80]!r} is damaged: the store was edited")
+    return RunInfo(
+        run_id=run_id,
+        status=status,
+        state=state,
+        steps=steps,
+        segments=segments,
+        summary=summary,
+        created=float(created),
+        updated=float(updated),
+    )
+
+
+def _is_time(value: object) -> bool:
+    """A time a store writes: seconds since the epoch, before the year 5000."""
+    return type(value) in (int, float) and 0 <= value < 1e11  # type: ignore[operator]
+
+
 def _is_index(value: object) -> TypeGuard[int]:
     return type(value) is int and value >= 0
 
@@ -590,7 +621,7 @@ class SQLiteStore:
         with self._lock, _guard(self.path):
             query = _LIST if "log" in self._tables else _LIST_LEGACY
             rows = self._con.execute(query).fetchall()
-        return [RunInfo(*row) for row in rows]
+        return [_info(row) for row in rows]
 
     def delete(self, run_id: str) -> None:
         """Forget a run and everything saved of it."""
