@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -226,3 +227,34 @@ def test_a_failed_renewal_stops_the_holder_at_its_next_boundary(db: Path, ledger
 def test_a_directory_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="directory"):
         SQLiteStore(tmp_path)
+
+
+def test_runs_resume_racing_on_the_command_line_runs_the_approved_tool_once(
+    db: Path, ledger: Path
+) -> None:
+    race.interrupted(db, ledger)
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from agentfsm.cli import main; sys.exit(main(sys.argv[1:]))",
+        "runs",
+        "resume",
+        "r",
+        "--db",
+        str(db),
+        "--agent",
+        "tests._race_worker:agent",
+        "--decisions",
+        json.dumps(APPROVE),
+    ]
+    env = {**os.environ, "AGENTFSM_TEST_LEDGER": str(ledger)}
+    racers = [
+        subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    for racer in racers:
+        _, err = racer.communicate(timeout=60)
+        assert racer.returncode in (0, 2), err
+        assert err.count(b"\n") <= 1 and b"Traceback" not in err, err
+    counts = launched(ledger)
+    assert counts["moon"] == 1 and counts["mars"] <= 1, counts

@@ -19,7 +19,9 @@ What runs again after a crash:
   tools idempotent, or key their side effects on ``ToolContext.tool_call_id``
   (stable across the resume). A model call in flight is likewise made again,
   and the tools a middleware runs to answer an interrupt (approved calls) run
-  before the resumed run's first checkpoint.
+  once the resume claimed the run, before its first checkpoint. A process
+  frozen (not killed) past its lease while a tool is in flight is the same
+  case: the lease stops its next step, not the tool already running.
 
 A store write that fails does not lose the run: the checkpointer asks the run
 to pause (reason ``"checkpoint_failed: <error>"``) and keeps what it could not
