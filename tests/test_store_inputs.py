@@ -134,3 +134,39 @@ def test_the_current_folder_goes_on_sys_path_only_for_agent(
     )
     assert status == 2
     assert sys.path[-1] == str(tmp_path)  # after the installed packages, never in front
+
+
+def test_tables_named_like_a_stores_without_its_format_are_not_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "look-alike.db"
+    with contextlib.closing(sqlite3.connect(path)) as con:
+        con.execute("CREATE TABLE meta (key TEXT, value TEXT)")
+        con.execute("CREATE TABLE runs (id TEXT)")
+        con.commit()
+    before = path.read_bytes()
+    with pytest.raises(FormatError, match="not an agentfsm store"):
+        SQLiteStore(path)
+    assert path.read_bytes() == before
+
+
+def test_processes_making_one_new_store_at_once_all_open_it(tmp_path: Path) -> None:
+    import threading
+
+    path = tmp_path / "new.db"
+    errors: list[Exception] = []
+    start = threading.Barrier(6)
+
+    def opener() -> None:
+        start.wait()
+        try:
+            SQLiteStore(path).close()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=opener) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    with SQLiteStore(path) as store:
+        assert store.runs() == []

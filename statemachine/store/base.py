@@ -136,7 +136,15 @@ class StoredRun:
 
 @runtime_checkable
 class Store(Protocol):
-    """Where checkpoints go: three calls over JSON text."""
+    """Where checkpoints go: three calls over JSON text.
+
+    A store that keeps leases (as :class:`~agentfsm.store.sqlite.SQLiteStore` does)
+    also has ``claim(run_id, owner, head)``, ``renew(run_id, owner) -> bool`` and
+    ``release(run_id, owner)``, and a ``lease`` in seconds: a resume then claims the
+    run before anything runs, and its holder checks the lease at every boundary.
+    A write carrying :attr:`StoreWrite.head` must be refused unless the run's head
+    is still that one.
+    """
 
     def write(self, run_id: str, write: StoreWrite) -> None:
         """Apply ``write`` atomically, or raise and change nothing."""

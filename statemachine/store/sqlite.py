@@ -383,26 +383,46 @@ class SQLiteStore:
         con = self._con
         # Another application's file is never changed: tables (and WAL) only in an
         # empty file or one that is already an agentfsm store.
+        existing = self._check_is_store()
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute(f"PRAGMA synchronous={self._synchronous}")
+        con.execute("BEGIN IMMEDIATE")  # a new store is made whole or not at all
+        try:
+            if not existing:
+                self._check_is_store()  # another process may have made it meanwhile
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    con.execute(statement)
+            columns = {row[1] for row in con.execute("PRAGMA table_info(runs)")}
+            for column, kind in (("owner", "TEXT"), ("lease_until", "REAL")):
+                if column not in columns:  # a store written before leases
+                    con.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
+            con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
+            con.execute("COMMIT")
+        except BaseException:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            raise
+
+    def _check_is_store(self) -> bool:
+        """Whether the file is an agentfsm store (False: an empty file); FormatError for a
+        file with other tables or a store of a format this version does not read."""
+        con = self._con
         names = {name for (name,) in con.execute("SELECT name FROM sqlite_master")}
-        if names and not {"meta", "runs"} <= names:
+        if not names:
+            return False
+        row = None
+        if {"meta", "runs"} <= names:
+            row = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        if row is None:
             raise FormatError(
                 f"{self.path} is not an agentfsm store (it has other tables); it was left as it is"
             )
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute(f"PRAGMA synchronous={self._synchronous}")
-        con.executescript(_SCHEMA)
-        columns = {row[1] for row in con.execute("PRAGMA table_info(runs)")}
-        for column, kind in (("owner", "TEXT"), ("lease_until", "REAL")):
-            if column not in columns:  # a store written before leases
-                con.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
-        row = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-        if row is None:
-            con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
-        else:
-            try:
-                check_format({"format": row[0]})
-            except FormatError as exc:
-                raise FormatError(f"{self.path}: {exc}") from exc
+        try:
+            check_format({"format": row[0]})
+        except FormatError as exc:
+            raise FormatError(f"{self.path}: {exc}") from exc
+        return True
 
     def write(self, run_id: str, write: StoreWrite) -> None:
         now = time.time()
