@@ -154,6 +154,10 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except sqlite3.DatabaseError as exc:
         _say(sys.stderr, f"agentfsm runs: {db}: the store cannot be read: {exc}")
         return 2
+    except RecursionError:
+        run_id = getattr(args, "run_id", "")
+        _say(sys.stderr, f"agentfsm runs: run {run_id} is nested too deeply to show")
+        return 2
 
 
 def _one_line(exc: Exception) -> str:

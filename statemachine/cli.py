@@ -290,7 +290,10 @@ def _cmd_view(args: argparse.Namespace) -> int:
                 sqlite3.DatabaseError,
             ) as exc:
                 raise UsageError(str(exc)) from None
-        page = view.saved_run_page(saved)
+        try:
+            page = view.saved_run_page(saved)
+        except RecursionError:
+            raise UsageError(f"run {args.run} is nested too deeply to show") from None
         out = pathlib.Path(args.out or f"{_file_name(args.run)}.html")
     if _is_dir(out):
         raise UsageError(f"--out {out} is a directory; name the HTML file")

@@ -119,7 +119,13 @@ def _checked(db: Path) -> None:
     """What the edited store may do: load or refuse, exit 0 or 2 in one line, run nothing."""
     with SQLiteStore(db) as store, contextlib.suppress(*LOADER_ERRORS):
         load_run(store, "r", strict=False)
-    for argv in (["runs", "list"], ["runs", "show", "r"], ["runs", "show", "r", "--json"]):
+    page = str(db.with_suffix(".html"))
+    for argv in (
+        ["runs", "list"],
+        ["runs", "show", "r"],
+        ["runs", "show", "r", "--json"],
+        ["view", "r", "--out", page],
+    ):
         err = io.StringIO()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             status = main([*argv, "--db", str(db)])
@@ -195,3 +201,12 @@ def test_infinite_numbers_in_a_document_are_format_errors() -> None:
     ):
         with pytest.raises(FormatError):
             loads(document, AgentState)
+
+
+def test_a_context_nested_deep_enough_to_show_but_not_to_dump_is_one_line(
+    saved: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "edited.db"
+    copy.write_bytes(saved.read_bytes())
+    edit_saved(copy, "contexts", 0, '{"": ' + "[" * 1500 + "]" * 1500 + "}")
+    _checked(copy)
