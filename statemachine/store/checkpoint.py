@@ -294,7 +294,8 @@ def _check_interrupt(run_id: str, data: Any) -> None:
 
 def _check_agent_state(run_id: str, state: AgentState, result: Terminal) -> None:
     """The saved agent state says what the result says: the conversation (less a system
-    prompt), the interrupt, the pause reason. An ok run's state is its after_model hooks'."""
+    prompt), the status, the interrupt, the error's type. An ok run's state is its
+    after_model hooks' (they may rewrite it), so only its status is checked."""
     if isinstance(result, Ok):
         if state.status not in ("ok", "error"):
             raise _edited(run_id, "the saved agent state")
