@@ -277,6 +277,9 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
             "options": dict(saved.options),
             "traces": [dump_trace(t) for t in saved.traces],
         }
+        requests = _action_requests(saved)
+        if requests:
+            doc["action_requests"] = requests
         _say(out, json.dumps(doc, indent=2, ensure_ascii=False))
         return 0
     _say(
@@ -312,7 +315,7 @@ def _summary(saved: SavedRun, db: str) -> str | None:
     return None
 
 
-def _requests(saved: SavedRun) -> list[str]:
+def _action_requests(saved: SavedRun) -> list[dict[str, Any]]:
     """An interrupted run's action requests, each with the digest a decision may carry
     (``{"type": "approve", "digest": ...}``) to approve exactly what is shown here."""
     state = saved.agent_state
@@ -321,11 +324,19 @@ def _requests(saved: SavedRun) -> list[str]:
     if not isinstance(requests, list | tuple):
         return []
     return [
+        {**request, "digest": request_digest(request)}
+        for request in requests
+        if isinstance(request, Mapping)
+    ]
+
+
+def _requests(saved: SavedRun) -> list[str]:
+    """The action requests as lines, with their digests."""
+    return [
         f"request {index}: {request.get('tool_name')}"
         f"({json.dumps(request.get('arguments'), default=repr)}) "
-        f"call {request.get('tool_call_id')} digest {request_digest(request)}"
-        for index, request in enumerate(requests)
-        if isinstance(request, Mapping)
+        f"call {request.get('tool_call_id')} digest {request['digest']}"
+        for index, request in enumerate(_action_requests(saved))
     ]
 
 

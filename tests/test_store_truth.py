@@ -91,6 +91,9 @@ def test_a_decision_carries_the_digest_of_the_request_it_approves(db: Path, ledg
     assert status == 0
     (line,) = [line for line in shown.splitlines() if line.startswith("request 0:")]
     digest = line.rsplit(" ", 1)[1]
+    status, document = cli("runs", "show", "r", "--json", "--db", str(db))
+    assert status == 0
+    assert [r["digest"] for r in json.loads(document)["action_requests"]] == [digest]
     with SQLiteStore(db) as store:
         saved = load_run(store, "r", strict=False)
         assert saved.agent_state is not None and saved.agent_state.interrupt_data is not None

@@ -99,7 +99,10 @@ class HumanInTheLoop(Middleware):
 
         ``answer`` is one decision per gated call, in action-request order:
         ``{"type": "approve"}``, ``{"type": "edit", "arguments": {...}}`` or
-        ``{"type": "reject"}``. Approved and edited calls (and ungated siblings)
+        ``{"type": "reject"}``; a decision may carry ``"digest":`` the
+        :func:`request_digest` of the request the reviewer saw, and is refused if
+        the request is not that one any more. A saved interrupt allows no decision
+        this middleware does not. Approved and edited calls (and ungated siblings)
         run here, outside the machine; a rejected call gets a result saying so.
         The state returned ends with one tool message holding every result, in
         call order.
