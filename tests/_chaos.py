@@ -18,6 +18,7 @@ lease check at the boundary and the tool).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import signal
@@ -44,8 +45,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CALLS = ("c1", "c2", "c3")
 #: How long after a thaw a tool's start still counts as the lease check's instant.
 THAW_WINDOW = 0.2
-#: How long after a tool's end its checkpoint may still be unwritten.
-CHECKPOINT_GRACE = 0.5
 
 
 def script(messages: Sequence[Message]) -> Message:
@@ -212,18 +211,17 @@ def trial(
         raise AssertionError("the run did not end ok")
     rows = _ledger(ledger)
     starts = [(call, pid, t) for what, call, pid, t in rows if what == "start"]
-    done = {(call, pid): t for what, call, pid, t in rows if what == "done"}
     runs = {call: sum(1 for c, _, _ in starts if c == call) for call in CALLS}
     killed_in_flight = frozen_in_flight = unexcused = 0
     for call in CALLS:
         mine = sorted((t, pid) for c, pid, t in starts if c == call)
-        for t, pid in mine[:-1]:  # every run but the last must be excused
-            until = done.get((call, pid), float("inf")) + CHECKPOINT_GRACE
-            if any(t <= k <= until for k in killed.get(pid, ())):
+        # Every run but the last must be excused: its process was killed or frozen after
+        # it started and before the call ran again elsewhere (in flight: its result not
+        # checkpointed yet), or it started in the instant after a thaw (the lease check).
+        for (t, pid), (again, _) in itertools.pairwise(mine):
+            if any(t <= k <= again for k in killed.get(pid, ())):
                 killed_in_flight += 1
-            elif any(
-                s <= until and (c >= t or t - c <= THAW_WINDOW) for s, c in frozen.get(pid, ())
-            ):
+            elif any(t <= s <= again or 0 <= t - c <= THAW_WINDOW for s, c in frozen.get(pid, ())):
                 frozen_in_flight += 1
             else:
                 unexcused += 1
