@@ -193,23 +193,21 @@ def test_decisions_that_do_not_fit_give_the_claim_back(db: Path, ledger: Path) -
 def test_a_holder_whose_lease_was_taken_stops_before_its_next_tool_batch(
     db: Path, ledger: Path
 ) -> None:
-    """Frozen past its lease at a boundary that writes nothing (between the approval
-    check and the tools), the holder checks its lease before the batch and pauses."""
+    """Frozen past its lease after the model's reply, the holder's next boundary (into
+    the tool batch) writes nothing: it checks its lease there and pauses, its tools unrun."""
     store = SQLiteStore(db, lease=0.2)
     run = start_run(make_agent(ledger), AgentState.of(PROMPT), store, run_id="r")
-    while run.state != "executing":
+    while run.state != "interrupt_check":
         run.step_sync()
     time.sleep(0.3)  # frozen past the lease; another process takes the run over
     taker = asyncio.run(restore_run(make_agent(ledger), "r", SQLiteStore(db, lease=5)))
-    run.step_sync()  # the transition into executing was checked already: one more step
+    assert run.step_sync().dest == "executing"  # no checkpoint here: a lease check
     run.run_sync()
-    assert run.agent_state.status == "paused"
+    assert run.trace.path.endswith("interrupt_check executing paused")
     assert str(run.agent_state.pause_reason).startswith("checkpoint_failed: RunInUseError")
+    assert launched(ledger) == Counter()  # the holder ran no tool
     taker.run_sync()
-    assert Counter(line for line in launched(ledger) if line.startswith("done")) == {
-        "done one": 1,
-        "done two": 1,
-    }
+    assert launched(ledger) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
 
 
 def test_a_failed_renewal_stops_the_holder_at_its_next_boundary(db: Path, ledger: Path) -> None:
