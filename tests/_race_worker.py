@@ -20,7 +20,7 @@ from pathlib import Path
 from agentfsm import Agent, AgentState, HumanInTheLoop, Message, tool
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.serialization import FormatError
-from agentfsm.store import RunInUseError, SQLiteStore, StoreError, start_run
+from agentfsm.store import ResumeError, RunInUseError, SQLiteStore, StoreError, start_run
 
 PROMPT = "launch it"
 
@@ -74,7 +74,7 @@ def resume(db: Path, ledger: Path, run_id: str) -> str:
             state = make_agent(ledger).resume_run_sync(run_id, store, [{"type": "approve"}])
             while state.status == "interrupted":
                 state = make_agent(ledger).resume_run_sync(run_id, store, [{"type": "approve"}])
-    except (RunInUseError, StoreError, FormatError) as exc:
+    except (RunInUseError, ResumeError, StoreError, FormatError) as exc:
         return type(exc).__name__
     return str(state.status)
 
