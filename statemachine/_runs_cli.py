@@ -3,8 +3,11 @@
 ``resume`` needs the agent the run was made with (its model and tools are code,
 not data): the demo agent by default, or any ``--agent module:attribute`` that
 is an :class:`~agentfsm.agent.Agent` or a function returning one, importable
-from the current folder. ``list`` and ``show`` open the store read-only: they
-never change the file, and one that is not an agentfsm store is refused.
+from the current folder (which goes on ``sys.path`` for ``--agent`` only, after
+the installed packages, so a file there never stands in for one of them).
+Every failure ends in one line on stderr and exit status 2. ``list`` and
+``show`` open the store read-only: they never change the file, and one that is
+not an agentfsm store is refused.
 Everything printed from the store goes through :func:`~agentfsm._printable.printable`.
 """
 
@@ -24,13 +27,18 @@ from typing import Any, TextIO
 from ._printable import printable
 from .agent import Agent
 from .errors import AgentfsmError
+from .machine import UnknownMachineError
 from .messages import Message
+from .middleware.human_in_the_loop import request_digest
 from .serialization import FormatError, UnknownToolError, dump_trace
 from .store import (
     ResumeError,
+    RunExistsError,
+    RunInUseError,
     RunNotFoundError,
     SavedRun,
     SQLiteStore,
+    StoreError,
     load_run,
 )
 from .trace import Transition
@@ -109,7 +117,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     resume.add_argument(
         "--agent",
         metavar="MODULE:ATTRIBUTE",
-        default=DEFAULT_AGENT,
+        default=None,
         help="the agent to resume with: an Agent or a function returning one "
         f"(default: the demo agent, {DEFAULT_AGENT})",
     )
@@ -131,12 +139,31 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if args.runs_command == "show":
             return _show(db, args.run_id, args.json, out)
         return _resume(db, args.run_id, args.agent, args.decisions, out)
-    except (UsageError, RunNotFoundError, ResumeError, FormatError, UnknownToolError) as exc:
-        _say(sys.stderr, f"agentfsm runs: {exc}")
+    except (
+        UsageError,
+        RunNotFoundError,
+        ResumeError,
+        RunExistsError,
+        RunInUseError,
+        StoreError,
+        FormatError,
+        UnknownToolError,
+        UnknownMachineError,
+    ) as exc:
+        _say(sys.stderr, f"agentfsm runs: {_one_line(exc)}")
         return 2
     except sqlite3.DatabaseError as exc:
         _say(sys.stderr, f"agentfsm runs: {db}: the store cannot be read: {exc}")
         return 2
+    except RecursionError:
+        run_id = getattr(args, "run_id", "")
+        _say(sys.stderr, f"agentfsm runs: run {run_id} is nested too deeply to show")
+        return 2
+
+
+def _one_line(exc: Exception) -> str:
+    """An error's message on one line, whatever text it quotes."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def open_store(path: str, *, read_only: bool = True) -> SQLiteStore:
@@ -156,14 +183,16 @@ def open_store(path: str, *, read_only: bool = True) -> SQLiteStore:
     return SQLiteStore(path)
 
 
-def load_agent(spec: str) -> Agent:
-    """The agent named by ``module:attribute``: an Agent, or a function returning one."""
+def load_agent(spec: str, *, from_cwd: bool = True) -> Agent:
+    """The agent named by ``module:attribute``: an Agent, or a function returning one.
+
+    With ``from_cwd`` a module in the current folder is importable: the folder goes
+    on ``sys.path`` after the installed packages (never in front of them)."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise UsageError(f"--agent takes MODULE:ATTRIBUTE, got {spec!r}")
-    # As ``python -m`` does: a module in the current folder is importable.
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    if from_cwd and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         value: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -249,6 +278,9 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
             "options": dict(saved.options),
             "traces": [dump_trace(t) for t in saved.traces],
         }
+        requests = _action_requests(saved)
+        if requests:
+            doc["action_requests"] = requests
         _say(out, json.dumps(doc, indent=2, ensure_ascii=False))
         return 0
     _say(
@@ -261,6 +293,8 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
     summary = _summary(saved, db)
     if summary:
         _say(out, summary)
+    for line in _requests(saved):
+        _say(out, line)
     for number, trace in enumerate(saved.traces):
         _say(out, f"segment {number} (entered at {trace.entry}):")
         for index, transition in enumerate(trace):
@@ -280,6 +314,31 @@ def _summary(saved: SavedRun, db: str) -> str | None:
     if state is not None and state.interrupt_data:
         return "interrupted: " + resume_hint(saved.run_id, state.interrupt_data, db)
     return None
+
+
+def _action_requests(saved: SavedRun) -> list[dict[str, Any]]:
+    """An interrupted run's action requests, each with the digest a decision may carry
+    (``{"type": "approve", "digest": ...}``) to approve exactly what is shown here."""
+    state = saved.agent_state
+    data = state.interrupt_data if state is not None else None
+    requests = (data or {}).get("action_requests")
+    if not isinstance(requests, list | tuple):
+        return []
+    return [
+        {**request, "digest": request_digest(request)}
+        for request in requests
+        if isinstance(request, Mapping)
+    ]
+
+
+def _requests(saved: SavedRun) -> list[str]:
+    """The action requests as lines, with their digests."""
+    return [
+        f"request {index}: {request.get('tool_name')}"
+        f"({json.dumps(request.get('arguments'), default=repr)}) "
+        f"call {request.get('tool_call_id')} digest {request['digest']}"
+        for index, request in enumerate(_action_requests(saved))
+    ]
 
 
 def _decisions(text: str | None) -> Sequence[Mapping[str, Any]] | None:
@@ -336,9 +395,12 @@ def _check_resumable(saved: SavedRun, decisions: object, agent: Agent, spec: str
         )
 
 
-def _resume(db: str, run_id: str, agent_spec: str, decisions_text: str | None, out: TextIO) -> int:
+def _resume(
+    db: str, run_id: str, agent_spec: str | None, decisions_text: str | None, out: TextIO
+) -> int:
     decisions = _decisions(decisions_text)
-    agent = load_agent(agent_spec)
+    agent = load_agent(agent_spec or DEFAULT_AGENT, from_cwd=agent_spec is not None)
+    agent_spec = agent_spec or DEFAULT_AGENT
     store = open_store(db, read_only=False)
     before = load_run(store, run_id, strict=False)
     _check_resumable(before, decisions, agent, agent_spec, db)

@@ -343,6 +343,11 @@ class Agent:
         paused one from its chain. An interrupted one needs ``answer``, taken as
         :meth:`resume` takes it. The run keeps checkpointing; ``until_tool`` and
         ``max_runs`` are the saved ones. See :mod:`agentfsm.store`.
+
+        The resume claims the run before anything runs, approved calls included: a
+        run another process holds, or one that went on or ended since it was loaded
+        here, is refused with :class:`~agentfsm.store.RunInUseError` (or its
+        :class:`~agentfsm.store.RunFinishedError`) and runs nothing.
         """
         run = await restore_run(
             self,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import pathlib
@@ -36,10 +37,18 @@ from ._runs_cli import UsageError
 from ._state import AgentState
 from .agent import Agent, AgentRun
 from .errors import ChainError
+from .machine import UnknownMachineError
 from .modes.standard import STANDARD
 from .results import Failed
-from .serialization import FormatError
-from .store import RunNotFoundError, SQLiteStore, load_run, restore_run, start_run
+from .serialization import FormatError, UnknownToolError
+from .store import (
+    RunNotFoundError,
+    SQLiteStore,
+    StoreError,
+    load_run,
+    restore_run,
+    start_run,
+)
 from .trace import Trace
 
 __all__ = ["main"]
@@ -221,7 +230,7 @@ def _store(db: str, *, create: bool = False) -> SQLiteStore:
         if create and not os.path.exists(db):
             return SQLiteStore(db)
         return _runs_cli.open_store(db, read_only=not create)
-    except (FormatError, sqlite3.DatabaseError, UsageError) as exc:
+    except (FormatError, StoreError, sqlite3.DatabaseError, UsageError) as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -264,7 +273,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
     from . import view
 
     source = pathlib.Path(args.run)
-    if args.db is None and (source.suffix == ".json" or source.is_file()):
+    if args.db is None and (source.suffix == ".json" or _is_file(source)):
         page = view.traces_page(_read_traces(source), title=source.name)
         out = pathlib.Path(args.out or source.with_suffix(".html").name)
     else:
@@ -273,20 +282,57 @@ def _cmd_view(args: argparse.Namespace) -> int:
         with store:
             try:
                 saved = load_run(store, args.run, strict=False)
-            except (RunNotFoundError, FormatError, sqlite3.DatabaseError) as exc:
+            except (
+                RunNotFoundError,
+                FormatError,
+                StoreError,
+                UnknownMachineError,
+                UnknownToolError,
+                sqlite3.DatabaseError,
+            ) as exc:
                 raise UsageError(str(exc)) from None
-        page = view.saved_run_page(saved)
+        try:
+            page = view.saved_run_page(saved)
+        except RecursionError:
+            raise UsageError(f"run {args.run} is nested too deeply to show") from None
         out = pathlib.Path(args.out or f"{_file_name(args.run)}.html")
-    if out.is_dir():
+    if _is_dir(out):
         raise UsageError(f"--out {out} is a directory; name the HTML file")
-    out.write_text(page, encoding="utf-8")
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
     print(printable(f"wrote {out}"))
     return 0
 
 
 def _file_name(run_id: str) -> str:
-    """A run id as part of a file name: letters, digits, ``-``, ``_`` and ``.`` only."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id).strip(".") or "run"
+    """A run id as part of a file name: letters, digits, ``-``, ``_`` and ``.`` only, and
+    short enough for any file system (a long id keeps its start and a digest of the rest)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", run_id).strip(".") or "run"
+    if len(name) <= _NAME_MAX:
+        return name
+    digest = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{name[: _NAME_MAX - 13]}-{digest}"
+
+
+#: The longest file name a run id gives (most file systems allow 255 bytes).
+_NAME_MAX = 100
+
+
+def _is_file(path: pathlib.Path) -> bool:
+    """Whether ``path`` is a file; a name no file system takes (too long, say) is none."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _is_dir(path: pathlib.Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 # ---------------------------------------------------------------- diagrams

@@ -19,6 +19,7 @@ catches them all; each also keeps the standard base it had (in brackets), so an
     │   ├── ResumeError                  (ValueError) the run cannot be resumed as asked
     │   ├── RunExistsError               (ValueError) a new run given an id in use
     │   ├── RunInUseError                (RuntimeError) another process holds the run
+    │   │   └── RunFinishedError         (RuntimeError) the run ended: it is never written again
     │   └── StoreError                   (RuntimeError) the store's file cannot be used
     ├── durable runs: agentfsm.durable
     │   └── DurableError                 (RuntimeError) the engine could not run it
@@ -30,7 +31,8 @@ catches them all; each also keeps the standard base it had (in brackets), so an
                                          raises a TypeError naming the parameter
 
 The groups (``machines:``, ``the store:``...) are where the classes live, not
-classes of their own: every exception above subclasses ``AgentfsmError`` directly.
+classes of their own: every exception above subclasses ``AgentfsmError`` directly,
+but ``RunFinishedError``, a ``RunInUseError`` (a finished run is in no one's hands to take).
 ``MachineDefinitionError``, ``UnknownMachineError``, ``DurableError``,
 ``UsageError`` and ``Unsupported`` are defined in their own modules; the rest
 here, and re-exported where they are raised.
@@ -50,6 +52,7 @@ __all__ = [
     "InvariantError",
     "ResumeError",
     "RunExistsError",
+    "RunFinishedError",
     "RunInUseError",
     "RunNotFoundError",
     "SSELimitError",
@@ -141,6 +144,11 @@ class RunExistsError(AgentfsmError, ValueError):
 
 class RunInUseError(AgentfsmError, RuntimeError):
     """Another process holds the run's lease: it is running or resuming it now."""
+
+
+class RunFinishedError(RunInUseError):
+    """The run ended (ok or in error) and a finished run is never written again: a
+    resumer that loaded it before another process finished it is refused."""
 
 
 class StoreError(AgentfsmError, RuntimeError):

@@ -230,7 +230,7 @@ def check_format(data: Any) -> None:
             f"got format {fmt!r}."
         )
     version = fmt[len(_PREFIX) :]
-    if not version.isdigit() or int(version) < 1:
+    if not (version.isascii() and version.isdigit() and len(version) < 10) or int(version) < 1:
         raise FormatError(f"Unknown document format {fmt!r}; this version reads {FORMAT!r}.")
     if int(version) > FORMAT_VERSION:
         raise FormatError(
@@ -712,7 +712,7 @@ def load(
         ) from exc
     except RecursionError:
         raise FormatError(f"Malformed {kind} document: nested too deeply to read") from None
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError) as exc:
         what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
         raise FormatError(f"Malformed {kind} document: {what}") from exc
 

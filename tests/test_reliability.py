@@ -493,10 +493,14 @@ def _skip_the_approval(tmp: pathlib.Path) -> Any:
 
 def _forged_decision(tmp: pathlib.Path) -> Any:
     store, agent = _saved_interrupt(tmp)
+    # Both copies of the interrupt (the result's and the agent state's): one alone is
+    # refused as it loads, as a copy that is not the log's.
     _edit(
         store,
         "UPDATE runs SET agent_state = json_set(agent_state, "
         "'$.interrupt_data.action_requests[0].arguments.path', 'notes.txt')",
+        "UPDATE runs SET result = json_set(result, "
+        "'$.data.action_requests[0].arguments.path', 'notes.txt')",
     )
     return agent.resume_run_sync("r", store, [{"type": "approve"}])
 

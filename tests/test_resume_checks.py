@@ -189,8 +189,11 @@ def test_decisions_answer_only_the_calls_that_will_run(
 ) -> None:
     _forge_state(interrupted, forge)
     decisions: list[dict[str, Any]] = [] if forge is _no_request else [{"type": "approve"}]
-    with SQLiteStore(interrupted) as store, pytest.raises(InvariantError, match="Nothing was run"):
+    # The saved agent state is a copy of the log: an edited one is refused as it loads.
+    with SQLiteStore(interrupted) as store, pytest.raises(FormatError, match="Nothing was run"):
         agent().resume_run_sync("r", store, decisions)
+    with SQLiteStore(interrupted) as store, pytest.raises(FormatError, match="agent state"):
+        load_run(store, "r", tools=[delete])
     assert DELETED == []
 
 

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from .base import Middleware
-from .human_in_the_loop import HumanInTheLoop, check_decisions, check_pre_tool_hitl
+from .human_in_the_loop import HumanInTheLoop, check_decisions, check_pre_tool_hitl, request_digest
 
-__all__ = ["HumanInTheLoop", "Middleware", "check_decisions", "check_pre_tool_hitl"]
+__all__ = [
+    "HumanInTheLoop",
+    "Middleware",
+    "check_decisions",
+    "check_pre_tool_hitl",
+    "request_digest",
+]

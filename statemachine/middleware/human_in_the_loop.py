@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -22,6 +24,7 @@ __all__ = [
     "HumanInTheLoop",
     "check_decisions",
     "check_pre_tool_hitl",
+    "request_digest",
     "unanswered_calls",
 ]
 
@@ -109,7 +112,10 @@ class HumanInTheLoop(Middleware):
 
         ``answer`` is one decision per gated call, in action-request order:
         ``{"type": "approve"}``, ``{"type": "edit", "arguments": {...}}`` or
-        ``{"type": "reject"}``. Approved and edited calls (and ungated siblings)
+        ``{"type": "reject"}``; a decision may carry ``"digest":`` the
+        :func:`request_digest` of the request the reviewer saw, and is refused if
+        the request is not that one any more. A saved interrupt allows no decision
+        this middleware does not. Approved and edited calls (and ungated siblings)
         run here, outside the machine; a rejected call gets a result saying so.
         The state returned ends with one tool message holding every result, in
         call order.
@@ -117,7 +123,7 @@ class HumanInTheLoop(Middleware):
         data = state.interrupt_data or {}
         if "hitl_tool_call_ids" not in data:
             return None
-        by_id = check_decisions(data, answer)
+        by_id = check_decisions(data, answer, self.configs)
         chain = agent.build_chain(state)
         calls = unanswered_calls(chain.messages)
         to_run: list[ToolCall] = []
@@ -144,7 +150,44 @@ def _rejected(call: ToolCall) -> ToolResult:
     )
 
 
-def check_decisions(data: Mapping[str, Any], decisions: Any) -> dict[str, Mapping[str, Any]]:
+def request_digest(request: Mapping[str, Any]) -> str:
+    """The fingerprint of one action request as a reviewer saw it (call id, tool, arguments).
+
+    A decision that carries it as ``"digest"`` approves exactly that request: one
+    whose call id, tool or arguments changed since it was shown is refused.
+    """
+    shown = [request.get("tool_call_id"), request.get("tool_name"), request.get("arguments")]
+    text = json.dumps(shown, sort_keys=True, separators=(",", ":"), default=repr)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _check_digest(index: int, decision: Mapping[str, Any], request: Mapping[str, Any]) -> None:
+    """Refuse a decision whose digest is not the request's as it stands."""
+    digest = decision.get("digest")
+    if digest is not None and digest != request_digest(request):
+        raise ValueError(
+            f"Decision at index {index} was made on another action request than request "
+            f"{index} as it stands (its call id, tool or arguments changed since it was "
+            "shown); nothing was run. Show the run again and decide anew."
+        )
+
+
+def _allowed(
+    tool_name: str, saved: Mapping[str, Any], own: Mapping[str, Mapping[str, Any]] | None
+) -> list[str]:
+    """The decisions allowed for ``tool_name``: the saved interrupt's, never more than the
+    resuming middleware allows (a saved interrupt is data that may have been edited)."""
+    config = saved.get(tool_name, {}) if isinstance(saved, Mapping) else {}
+    allowed = config.get("allowed_decisions", ()) if isinstance(config, Mapping) else ()
+    if own is None:
+        return list(allowed)
+    mine = own.get(tool_name, {"allowed_decisions": ["approve", "reject"]})
+    return [d for d in allowed if d in mine.get("allowed_decisions", ())]
+
+
+def check_decisions(
+    data: Mapping[str, Any], decisions: Any, own: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Mapping[str, Any]]:
     """The decisions by tool call id; ValueError for any that does not fit."""
     ids = list(data["hitl_tool_call_ids"])
     requests = list(data.get("action_requests", ()))
@@ -165,7 +208,7 @@ def check_decisions(data: Mapping[str, Any], decisions: Any) -> dict[str, Mappin
                 f"Decision at index {index} has no type; use 'approve', 'edit' or 'reject'"
             )
         tool_name = request["tool_name"]
-        allowed = list(configs.get(tool_name, {}).get("allowed_decisions", ()))
+        allowed = _allowed(tool_name, configs, own)
         if kind not in allowed:
             raise ValueError(
                 f"Decision type '{kind}' not allowed for tool '{tool_name}'. Allowed: {allowed}"
@@ -180,6 +223,7 @@ def check_decisions(data: Mapping[str, Any], decisions: Any) -> dict[str, Mappin
                 f"Decision at index {index} names tool call {named!r}, but action request "
                 f"{index} is {request['tool_call_id']!r}; decisions go in action-request order"
             )
+        _check_digest(index, decision, request)
         by_id[request["tool_call_id"]] = decision
     return by_id
 

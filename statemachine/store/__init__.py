@@ -7,6 +7,7 @@ is the embedded one, :mod:`~agentfsm.store.checkpoint` saves and restores runs.
 from .base import (
     ResumeError,
     RunExistsError,
+    RunFinishedError,
     RunInfo,
     RunInUseError,
     RunNotFoundError,
@@ -30,6 +31,7 @@ __all__ = [
     "Checkpointer",
     "ResumeError",
     "RunExistsError",
+    "RunFinishedError",
     "RunInUseError",
     "RunInfo",
     "RunNotFoundError",

@@ -14,6 +14,7 @@ import attrs
 from ..errors import (
     ResumeError,
     RunExistsError,
+    RunFinishedError,
     RunInUseError,
     RunNotFoundError,
     StoreError,
@@ -24,6 +25,7 @@ __all__ = [
     "RUN_STATUS",
     "ResumeError",
     "RunExistsError",
+    "RunFinishedError",
     "RunInUseError",
     "RunInfo",
     "RunNotFoundError",
@@ -80,6 +82,9 @@ class StoreWrite:
     #: The writer's first write: it claims the run. A later write of a writer whose
     #: run went further in another process meanwhile is refused (no splicing).
     claim: bool = False
+    #: The run's log head as the writer read it (:attr:`StoredRun.head`): a write
+    #: that does not extend that head is refused before anything else happens.
+    head: str | None = None
 
 
 @attrs.frozen
@@ -109,11 +114,22 @@ class StoredRun:
     contexts: tuple[str, ...]
     result: str | None
     agent_state: str | None
+    #: The newest checkpoint this read saw (opaque; None when the store keeps none):
+    #: a write carrying it as :attr:`StoreWrite.head` extends exactly this read.
+    head: str | None = None
 
 
 @runtime_checkable
 class Store(Protocol):
-    """Where checkpoints go: three calls over JSON text."""
+    """Where checkpoints go: three calls over JSON text.
+
+    A store that keeps leases (as :class:`~agentfsm.store.sqlite.SQLiteStore` does)
+    also has ``claim(run_id, owner, head)``, ``renew(run_id, owner) -> bool`` and
+    ``release(run_id, owner)``, and a ``lease`` in seconds: a resume then claims the
+    run before anything runs, and its holder checks the lease at every boundary.
+    A write carrying :attr:`StoreWrite.head` must be refused unless the run's head
+    is still that one.
+    """
 
     def write(self, run_id: str, write: StoreWrite) -> None:
         """Apply ``write`` atomically, or raise and change nothing."""

@@ -19,7 +19,9 @@ What runs again after a crash:
   tools idempotent, or key their side effects on ``ToolContext.tool_call_id``
   (stable across the resume). A model call in flight is likewise made again,
   and the tools a middleware runs to answer an interrupt (approved calls) run
-  before the resumed run's first checkpoint.
+  once the resume claimed the run, before its first checkpoint. A process
+  frozen (not killed) past its lease while a tool is in flight is the same
+  case: the lease stops its next step, not the tool already running.
 
 A store write that fails does not lose the run: the checkpointer asks the run
 to pause (reason ``"checkpoint_failed: <error>"``) and keeps what it could not
@@ -32,6 +34,13 @@ One place at a time: a running run's checkpointer holds the run's lease in the
 store (:class:`~agentfsm.store.sqlite.SQLiteStore`), so a second process that
 resumes it meanwhile is refused with :class:`RunInUseError`, and a new run
 given a taken id with :class:`RunExistsError` (unless ``replace=True``).
+A resume claims the run before anything runs, approved calls included: the
+claim is a compare-and-set on the run as it was loaded, so a resumer that
+loaded it before another process went on (or finished it:
+:class:`RunFinishedError`) is refused and runs nothing. The holder checks its
+lease at every state boundary before a model call or a tool batch, and one
+that lost it (a renewal failed, another process took the run over) pauses
+there, its chain kept in memory.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ import socket
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
@@ -75,6 +84,7 @@ from .base import (
     ResumeError,
     RunExistsError,
     RunInUseError,
+    RunNotFoundError,
     RunStatus,
     Store,
     StoreWrite,
@@ -120,6 +130,9 @@ class SavedRun:
     #: The run's message and context tables, which the chains share.
     messages: tuple[Message, ...] = attrs.field(repr=False, eq=False)
     contexts: tuple[Mapping[str, Any], ...] = attrs.field(repr=False, eq=False)
+    #: The store's head of the run when it was read: a resume claims the run only
+    #: if it is still there (:attr:`StoredRun.head <agentfsm.store.StoredRun.head>`).
+    head: str | None = attrs.field(default=None, repr=False, eq=False)
 
     @property
     def trace(self) -> Trace:
@@ -201,8 +214,11 @@ def load_run(
             result = decoded
         check_traces(traces, machine_named(traces[-1].machine), ended=result is not None)
         agent_state = None
-        if stored.agent_state is not None:
-            agent_state = converter.structure(parse_json(stored.agent_state), AgentState)
+        if result is not None:
+            _check_logged(run_id, result, traces[-1])
+            if stored.agent_state is not None:
+                agent_state = converter.structure(parse_json(stored.agent_state), AgentState)
+                _check_agent_state(run_id, agent_state, result)
         options = _saved_options(header.get("options"))
     except (FormatError, UnknownToolError, UnknownMachineError):
         raise
@@ -226,7 +242,74 @@ def load_run(
         agent_state=agent_state,
         messages=tuple(unpacker.messages),
         contexts=tuple(unpacker.contexts),
+        head=stored.head,
     )
+
+
+def _edited(run_id: str, what: str) -> FormatError:
+    return FormatError(
+        f"Run {run_id!r}: {what} does not match its checkpoints: the store was edited or "
+        "is damaged. Nothing was run."
+    )
+
+
+def _check_logged(run_id: str, result: Terminal, last: Trace) -> None:
+    """The result's conversation is the one the log's last transition left: the run's row
+    is a copy of the log, never a second source."""
+    transitions = last.transitions
+    if not transitions or tuple(transitions[-1].chain.messages) != tuple(result.chain.messages):
+        raise _edited(run_id, "the result's conversation")
+    if isinstance(result, Interrupted):
+        _check_interrupt(run_id, result.data)
+
+
+def _check_interrupt(run_id: str, data: Any) -> None:
+    """An approval interrupt's data has the shape its middleware reads (else FormatError)."""
+    if not isinstance(data, Mapping):
+        raise _edited(run_id, "the interrupt")
+    if "hitl_tool_call_ids" not in data:
+        return
+    requests = data.get("action_requests")
+    ids = data.get("hitl_tool_call_ids")
+    configs = data.get("review_configs")
+    if not (
+        isinstance(requests, list)
+        and isinstance(ids, list)
+        and isinstance(configs, Mapping)
+        and all(isinstance(i, str) for i in ids)
+        and all(
+            isinstance(r, Mapping)
+            and isinstance(r.get("tool_call_id"), str)
+            and isinstance(r.get("tool_name"), str)
+            and isinstance(r.get("arguments"), Mapping)
+            for r in requests
+        )
+        and all(
+            isinstance(c, Mapping) and isinstance(c.get("allowed_decisions", []), list)
+            for c in configs.values()
+        )
+    ):
+        raise FormatError(f"Run {run_id!r} has an approval interrupt that is not one")
+
+
+def _check_agent_state(run_id: str, state: AgentState, result: Terminal) -> None:
+    """The saved agent state says what the result says: the conversation (less a system
+    prompt), the status, the interrupt, the error's type. An ok run's state is its
+    after_model hooks' (they may rewrite it), so only its status is checked."""
+    if isinstance(result, Ok):
+        if state.status not in ("ok", "error"):
+            raise _edited(run_id, "the saved agent state")
+        return
+    messages = tuple(result.chain.messages)
+    if messages and messages[0].role == "system" and tuple(state.messages) == messages[1:]:
+        messages = messages[1:]
+    same = tuple(state.messages) == messages and state.status == RUN_STATUS[type(result)]
+    if isinstance(result, Interrupted):
+        same = same and state.interrupt_data == result.data
+    elif isinstance(result, Failed):
+        same = same and state.error is not None and state.error.type == result.error.type
+    if not same:
+        raise _edited(run_id, "the saved agent state")
 
 
 # ---------------------------------------------------------------- checkpointing
@@ -273,6 +356,8 @@ class Checkpointer:
         saved: int,
         new_segment: bool,
         marks: tuple[int, int] = (0, 0),
+        head: str | None = None,
+        owner: str | None = None,
     ) -> None:
         self.run = run
         self.store = store
@@ -282,7 +367,13 @@ class Checkpointer:
         self.error: Exception | None = None
         self.writes = 0
         #: The lease holder's name in the store: host, process, and this checkpointer.
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        self.owner = owner or _new_owner()
+        #: The run as this writer read it: its first write extends exactly that.
+        self.head = head
+        #: Until when (this host's clock) the lease is known held; None: no lease.
+        self._lease_until: float | None = None
+        #: Why the lease was lost (a renewal failed, another process took the run).
+        self._lost: Exception | None = None
         self.create = False
         self.replace = False
         self._written = -1
@@ -317,10 +408,42 @@ class Checkpointer:
         # between are pure: a resumed run does them again from the last one written.
         if run.done or self.error is not None or len(run.chain.messages) != self._written:
             self.flush()
+        elif self._lease_until is not None or self._lost is not None:
+            self._check_lease(run)
         if self._lease_loop is not False and not run.done:
             loop = asyncio._get_running_loop()
             if loop is not self._lease_loop and loop is not None:
                 self._keep_lease(loop)
+
+    def _check_lease(self, run: Run) -> None:
+        """Before the next step's work (a model call, a tool batch): still the holder?
+        A lease known held costs nothing; one near its end is renewed in one statement,
+        and one that cannot be (taken over, ended elsewhere, a failing store) makes the
+        next step pause instead of doing its work."""
+        now = time.time()
+        if self._lost is None and self._lease_until is not None and now < self._lease_until:
+            return
+        renew = getattr(self.store, "renew", None)
+        lease = getattr(self.store, "lease", None)
+        if self._lost is None and (renew is None or not lease):
+            self._lease_until = None
+            return
+        if self._lost is None:
+            try:
+                held = bool(renew(self.run_id, self.owner))  # type: ignore[misc]
+            except Exception as exc:
+                self._lost = exc
+            else:
+                if held:
+                    self._lease_until = now + lease / 2  # type: ignore[operator]
+                    return
+                self._lost = RunInUseError(
+                    f"Run {self.run_id!r} was taken over by another process (this holder's "
+                    "lease lapsed); this copy stops so the two do not splice."
+                )
+        lost = self._lost
+        self.error = lost
+        run.request_pause(f"checkpoint_failed: {type(lost).__name__}: {lost}")
 
     def _keep_lease(self, loop: asyncio.AbstractEventLoop) -> None:
         """While a step is in flight (a long tool, a slow model), renew the run's lease
@@ -346,16 +469,36 @@ class Checkpointer:
             ):
                 return
             if checkpointer.run.busy and checkpointer.error is None:
-                with contextlib.suppress(Exception):  # the next write reports a failing store
-                    checkpointer.store.renew(checkpointer.run_id, checkpointer.owner)  # type: ignore[attr-defined]
+                checkpointer._renew_now(lease)
             loop.call_later(every, tick)
 
         loop.call_later(every, tick)
 
+    def _renew_now(self, lease: float) -> None:
+        """The timer's renewal: a failed one is noted, and the next boundary checks
+        the lease again in full (so a holder that lost it stops there)."""
+        now = time.time()
+        try:
+            held = self.store.renew(self.run_id, self.owner)  # type: ignore[attr-defined]
+        except Exception:  # the next boundary asks again, and stops if it fails
+            self._lease_until = 0.0
+            return
+        if held:
+            self._lease_until = now + lease / 2
+        else:
+            self._lease_until = 0.0
+            self._lost = RunInUseError(
+                f"Run {self.run_id!r} was taken over by another process while a step was "
+                "in flight; this copy stops at its next boundary."
+            )
+
     def flush(self) -> bool:
         """Write everything not saved yet; on failure ask the run to pause. True if written."""
         run = self.run
+        started = time.time()
         try:
+            if self._lost is not None:
+                raise self._lost
             write = self._pending()
             self.store.write(self.run_id, write)
         except Exception as exc:
@@ -364,6 +507,9 @@ class Checkpointer:
                 run.request_pause(f"checkpoint_failed: {type(exc).__name__}: {exc}")
             return False
         self.error = None
+        lease = getattr(self.store, "lease", None)
+        if lease and getattr(self.store, "renew", None) is not None:
+            self._lease_until = started + lease / 2  # a write holds the lease that long
         self.writes += 1
         self.create = False
         self._written = len(run.chain.messages)
@@ -411,6 +557,7 @@ class Checkpointer:
             create=self.create,
             replace=self.replace,
             claim=self.writes == 0,
+            head=self.head if self.writes == 0 else None,
         )
 
 
@@ -423,6 +570,7 @@ def checkpoint(
     saved: SavedRun | None = None,
     new_segment: bool = False,
     replace: bool = False,
+    owner: str | None = None,
 ) -> Checkpointer:
     """Save ``run`` to ``store`` now and at every transition from here on.
 
@@ -435,7 +583,10 @@ def checkpoint(
 
     The first write claims the run: a new run's id that the store has is
     refused (:class:`RunExistsError`) unless ``replace``; a run another process
-    is running is refused (:class:`RunInUseError`). Nothing is attached then.
+    is running is refused (:class:`RunInUseError`), as is a saved run that went on
+    or ended since it was loaded. Nothing is attached then. ``owner`` is the lease
+    holder's name when the run was claimed already (:func:`restore_run` claims
+    before approved calls run).
     """
     kept = {k: v for k, v in dict(options or {}).items() if k in SAVED_OPTIONS}
     if saved is None:
@@ -449,6 +600,7 @@ def checkpoint(
             prior_steps=0,
             saved=0,
             new_segment=True,
+            owner=owner,
         )
     else:
         packer = Packer(saved.messages, saved.contexts)
@@ -466,6 +618,8 @@ def checkpoint(
                 saved=0,
                 new_segment=True,
                 marks=marks,
+                head=saved.head,
+                owner=owner,
             )
         else:
             checkpointer = Checkpointer(
@@ -479,10 +633,14 @@ def checkpoint(
                 saved=len(saved.trace),
                 new_segment=False,
                 marks=marks,
+                head=saved.head,
+                owner=owner,
             )
     checkpointer.create = saved is None
     checkpointer.replace = replace
-    if not checkpointer.flush() and isinstance(checkpointer.error, RunExistsError | RunInUseError):
+    if not checkpointer.flush() and isinstance(
+        checkpointer.error, RunExistsError | RunInUseError | RunNotFoundError
+    ):
         raise checkpointer.error
     run.add_hook(checkpointer, first=True)  # saved before any other hook hears the step
     return checkpointer
@@ -590,14 +748,22 @@ async def restore_run(
         shared = tuple(saved.result.chain.messages)[-len(state.messages) :]
         if state.messages and shared == state.messages:
             state = attrs.evolve(state, messages=shared)
-        resumed = await agent.start_resume(
-            state,
-            answer,
-            should_pause=should_pause,
-            extra_steps=extra_steps,
-            **execute_options(saved.options),
-        )
-        checkpoint(resumed, store, options=saved.options, saved=saved)
+        # Claim first: the approved calls run only in the one process that holds the run.
+        owner = _new_owner()
+        _claim(store, run_id, owner, saved.head)
+        try:
+            async with _holding(store, run_id, owner):
+                resumed = await agent.start_resume(
+                    state,
+                    answer,
+                    should_pause=should_pause,
+                    extra_steps=extra_steps,
+                    **execute_options(saved.options),
+                )
+        except BaseException:
+            _release(store, run_id, owner)
+            raise
+        checkpoint(resumed, store, options=saved.options, saved=saved, owner=owner)
         return resumed
     if answer is not None:
         raise ResumeError(
@@ -633,6 +799,51 @@ async def restore_run(
     run.agent = agent
     checkpoint(run, store, options=saved.options, saved=saved, new_segment=ask_again)
     return run
+
+
+def _new_owner() -> str:
+    """A lease holder's name: host, process, and a token of its own."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+
+
+def _claim(store: Store, run_id: str, owner: str, head: str | None) -> None:
+    """Take the run for ``owner`` if the store keeps leases (a compare-and-set on ``head``)."""
+    claim = getattr(store, "claim", None)
+    if claim is not None:
+        claim(run_id, owner, head)
+
+
+def _release(store: Store, run_id: str, owner: str) -> None:
+    """Give back a claim that ran nothing (decisions that did not fit, say)."""
+    release = getattr(store, "release", None)
+    if release is not None:
+        with contextlib.suppress(Exception):  # the lease lapses by itself anyway
+            release(run_id, owner)
+
+
+@contextlib.asynccontextmanager
+async def _holding(store: Store, run_id: str, owner: str) -> AsyncIterator[None]:
+    """Renew ``owner``'s lease every third of it while the block runs (approved calls)."""
+    renew = getattr(store, "renew", None)
+    lease = getattr(store, "lease", None)
+    if renew is None or not lease:
+        yield
+        return
+
+    async def keep() -> None:
+        while True:
+            await asyncio.sleep(lease / 3)
+            try:
+                if not renew(run_id, owner):
+                    return
+            except Exception:  # the first checkpoint reports a failing store
+                return
+
+    task = asyncio.ensure_future(keep())
+    try:
+        yield
+    finally:
+        task.cancel()
 
 
 def execute_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, TypeGuard
 from ..serialization import FORMAT, FormatError, check_format, compact_json, parse_json
 from .base import (
     RunExistsError,
+    RunFinishedError,
     RunInfo,
     RunInUseError,
     RunNotFoundError,
@@ -83,6 +84,17 @@ WHERE run_id = ? AND owner = ?
 """
 
 _APPEND: Final = "INSERT INTO log VALUES (?, ?, ?, ?, ?, ?)"
+
+# A run's head: when its row was made and its newest checkpoint. A write or claim that
+# names a head extends exactly that run as its writer read it, or is refused.
+_HEAD: Final = (
+    "SELECT status, owner, lease_until, created, "
+    "(SELECT max(rowid) FROM log WHERE run_id = ?1) FROM runs WHERE run_id = ?1"
+)
+_HEAD_LEGACY: Final = "SELECT status, owner, lease_until, created, NULL FROM runs WHERE run_id = ?1"
+
+_FINISHED: Final = ("ok", "error")
+_STATUSES: Final = ("running", "ok", "paused", "interrupted", "error")
 
 # The holder's checkpoint while more than half its lease is left: one statement, so one
 # transaction of its own, that appends only if the run's row says so.
@@ -162,6 +174,11 @@ def _open_read_only(path: str, timeout: float) -> sqlite3.Connection:
         con.close()
         raise
     return con
+
+
+def _head(created: object, newest: object) -> str:
+    """The opaque head of a run: its row's birth and its newest checkpoint."""
+    return f"{created!r}:{newest!r}"
 
 
 def _tables(con: sqlite3.Connection) -> tuple[str, ...]:
@@ -250,7 +267,12 @@ class _Rows:
         return self._checked(pairs)
 
     def stored(
-        self, status: RunStatus, state: str, result: str | None, agent_state: str | None
+        self,
+        status: RunStatus,
+        state: str,
+        result: str | None,
+        agent_state: str | None,
+        head: str | None,
     ) -> StoredRun:
         segments = len(self.headers)
         if sorted(self.headers) != list(range(segments)) or not set(self.transitions) <= set(
@@ -258,24 +280,56 @@ class _Rows:
         ):
             raise self.damaged("has segments without their header")
         return StoredRun(
-            self.run_id,
-            status,
-            state,
-            tuple(self.headers[n] for n in range(segments)),
-            tuple(
+            run_id=self.run_id,
+            status=status,
+            state=state,
+            headers=tuple(self.headers[n] for n in range(segments)),
+            transitions=tuple(
                 tuple(doc for _, doc in sorted(self.transitions.get(n, {}).items()))
                 for n in range(segments)
             ),
-            self._table("messages", self.messages),
-            self._table("contexts", self.contexts),
-            result,
-            agent_state,
+            messages=self._table("messages", self.messages),
+            contexts=self._table("contexts", self.contexts),
+            result=result,
+            agent_state=agent_state,
+            head=head,
         )
 
     def _table(self, kind: str, rows: dict[int, str]) -> tuple[str, ...]:
         if sorted(rows) != list(range(len(rows))):
             raise FormatError(f"The {kind} of run {self.run_id!r} have gaps: the store is damaged")
         return tuple(rows[i] for i in range(len(rows)))
+
+
+def _info(row: Sequence[Any]) -> RunInfo:
+    """One row of a listing, checked: a file's owner may have written anything there."""
+    run_id, status, state, steps, segments, summary, created, updated = row
+    if not (
+        isinstance(run_id, str)
+        and status in _STATUSES
+        and isinstance(state, str)
+        and _is_index(steps)
+        and _is_index(segments)
+        and isinstance(summary, str | None)
+        and _is_time(created)
+        and _is_time(updated)
+    ):
+        raise FormatError(f"The row of run {str(run_id)[:80]!r} is damaged: the store was edited")
+    return RunInfo(
+        run_id=run_id,
+        status=status,
+        state=state,
+        steps=steps,
+        segments=segments,
+        summary=summary,
+        created=float(created),
+        updated=float(updated),
+    )
+
+
+def _is_time(value: object) -> bool:
+    """A time a store writes: seconds since the epoch, before the year 5000."""
+    return type(value) in (int, float) and 0 <= value < 1e11  # type: ignore[operator]
 
 
 def _is_index(value: object) -> TypeGuard[int]:
@@ -306,12 +360,15 @@ class SQLiteStore:
         #: Seconds a running run stays claimed after its writer last renewed it.
         self.lease = lease
         self._lock = threading.Lock()
-        if read_only:
-            self._con = _open_read_only(self.path, timeout)
-        else:
-            self._con = sqlite3.connect(
-                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
-            )
+        if os.path.isdir(self.path):
+            raise StoreError(f"The store {self.path} is a directory, not a store file")
+        with _guard(self.path):
+            if read_only:
+                self._con = _open_read_only(self.path, timeout)
+            else:
+                self._con = sqlite3.connect(
+                    self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+                )
         try:
             with _guard(self.path):
                 if not read_only:
@@ -324,21 +381,48 @@ class SQLiteStore:
 
     def _open(self) -> None:
         con = self._con
+        # Another application's file is never changed: tables (and WAL) only in an
+        # empty file or one that is already an agentfsm store.
+        existing = self._check_is_store()
         con.execute("PRAGMA journal_mode=WAL")
         con.execute(f"PRAGMA synchronous={self._synchronous}")
-        con.executescript(_SCHEMA)
-        columns = {row[1] for row in con.execute("PRAGMA table_info(runs)")}
-        for column, kind in (("owner", "TEXT"), ("lease_until", "REAL")):
-            if column not in columns:  # a store written before leases
-                con.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
-        row = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-        if row is None:
+        con.execute("BEGIN IMMEDIATE")  # a new store is made whole or not at all
+        try:
+            if not existing:
+                self._check_is_store()  # another process may have made it meanwhile
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    con.execute(statement)
+            columns = {row[1] for row in con.execute("PRAGMA table_info(runs)")}
+            for column, kind in (("owner", "TEXT"), ("lease_until", "REAL")):
+                if column not in columns:  # a store written before leases
+                    con.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
             con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
-        else:
-            try:
-                check_format({"format": row[0]})
-            except FormatError as exc:
-                raise FormatError(f"{self.path}: {exc}") from exc
+            con.execute("COMMIT")
+        except BaseException:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            raise
+
+    def _check_is_store(self) -> bool:
+        """Whether the file is an agentfsm store (False: an empty file); FormatError for a
+        file with other tables or a store of a format this version does not read."""
+        con = self._con
+        names = {name for (name,) in con.execute("SELECT name FROM sqlite_master")}
+        if not names:
+            return False
+        row = None
+        if {"meta", "runs"} <= names:
+            row = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+        if row is None:
+            raise FormatError(
+                f"{self.path} is not an agentfsm store (it has other tables); it was left as it is"
+            )
+        try:
+            check_format({"format": row[0]})
+        except FormatError as exc:
+            raise FormatError(f"{self.path}: {exc}") from exc
+        return True
 
     def write(self, run_id: str, write: StoreWrite) -> None:
         now = time.time()
@@ -347,10 +431,12 @@ class SQLiteStore:
         with self._lock:
             con, cur = self._con, self._cursor
             try:
-                if self._append_held(cur, row, write, now):
+                if write.head is None and self._append_held(cur, row, write, now):
                     return
                 cur.execute("BEGIN IMMEDIATE")
                 try:
+                    if write.head is not None and not write.create:
+                        self._check_head(cur, run_id, write.head)
                     self._write_run(cur, run_id, write, now)
                     cur.execute(_APPEND, row)
                     cur.execute("COMMIT")
@@ -391,14 +477,81 @@ class SQLiteStore:
             self._check_claim(cur, run_id, write, now)
             cur.execute(_UPSERT_RUN, (run_id, now, *row))
 
+    def _check_head(self, cur: sqlite3.Cursor, run_id: str, head: str) -> None:
+        """Refuse a write or claim that does not extend the run as its writer read it."""
+        row = cur.execute(_HEAD if "log" in self._tables else _HEAD_LEGACY, (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFoundError(f"No run {run_id!r} in {self.path} (it was deleted)")
+        status, _, _, created, newest = row
+        if status in _FINISHED:
+            raise RunFinishedError(
+                f"Run {run_id!r} ended {status} in another process after it was read here; "
+                "a finished run is not run again."
+            )
+        if _head(created, newest) != head:
+            raise RunInUseError(
+                f"Run {run_id!r} went on in another process after it was read here; "
+                "this copy stops so the two do not splice. Load it again to see where it is."
+            )
+
+    def claim(self, run_id: str, owner: str, head: str | None) -> None:
+        """Take the run's lease for ``owner`` before anything runs, as one compare-and-set:
+        refused when the run ended (:class:`RunFinishedError`), went on since ``head`` was
+        read, or another live process holds it (:class:`RunInUseError`)."""
+        now = time.time()
+        with self._lock:
+            con, cur = self._con, self._cursor
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    if head is not None:
+                        self._check_head(cur, run_id, head)
+                    row = cur.execute(_HEAD_LEGACY, (run_id,)).fetchone()
+                    if row is None:
+                        raise RunNotFoundError(f"No run {run_id!r} in {self.path}")
+                    status, holder, until, _, _ = row
+                    if status in _FINISHED:
+                        raise RunFinishedError(f"Run {run_id!r} ended {status}: it is over")
+                    if holder not in (None, owner):
+                        self._check_lease(run_id, holder, until, now)
+                    cur.execute(
+                        "UPDATE runs SET owner = ?, lease_until = ? WHERE run_id = ?",
+                        (owner, now + self.lease, run_id),
+                    )
+                    cur.execute("COMMIT")
+                except BaseException:
+                    if con.in_transaction:
+                        cur.execute("ROLLBACK")
+                    raise
+            except sqlite3.DatabaseError as exc:
+                raise _store_error(self.path, exc) from exc
+
+    def release(self, run_id: str, owner: str) -> None:
+        """Give back ``owner``'s claim on a run it has not written since (nothing ran)."""
+        with self._lock, _guard(self.path):  # one statement: it commits by itself
+            self._con.execute(
+                "UPDATE runs SET owner = NULL, lease_until = NULL "
+                "WHERE run_id = ? AND owner = ? AND status != 'running'",
+                (run_id, owner),
+            )
+
+    def _check_lease(self, run_id: str, owner: str, until: object, now: float) -> None:
+        """Refuse when ``owner`` (not the writer) holds a live lease on the run."""
+        if isinstance(until, int | float) and until > now and _alive(owner):
+            raise RunInUseError(
+                f"Run {run_id!r} is being run by another process (its lease holds for "
+                f"{until - now:.0f}s more, renewed while it runs); resume it from one "
+                "place at a time. If that process died, resume after the lease expires."
+            )
+
     def renew(self, run_id: str, owner: str) -> bool:
-        """Extend ``owner``'s lease on a running run by :attr:`lease` seconds from now;
+        """Extend ``owner``'s lease on a run it holds by :attr:`lease` seconds from now;
         False when ``owner`` no longer holds it (it ended, or another process took it)."""
         with self._lock:
             try:  # one statement: it commits by itself
                 renewed = self._con.execute(
                     "UPDATE runs SET lease_until = ? "
-                    "WHERE run_id = ? AND owner = ? AND status = 'running'",
+                    "WHERE run_id = ? AND owner = ? AND status NOT IN ('ok', 'error')",
                     (time.time() + self.lease, run_id, owner),
                 )
             except sqlite3.DatabaseError as exc:
@@ -407,7 +560,7 @@ class SQLiteStore:
 
     def _check_claim(self, cur: sqlite3.Cursor, run_id: str, write: StoreWrite, now: float) -> None:
         row = cur.execute(
-            "SELECT owner, lease_until, max(steps, coalesce("
+            "SELECT status, owner, lease_until, max(steps, coalesce("
             "(SELECT max(steps) FROM log WHERE run_id = ?1), 0)) FROM runs WHERE run_id = ?1",
             (run_id,),
         ).fetchone()
@@ -421,56 +574,74 @@ class SQLiteStore:
                 )
             self._forget(cur, run_id)
             return
-        owner, until, steps = row
-        if not write.claim and owner != write.owner and write.steps < steps:
+        status, owner, until, steps = row
+        if not write.claim:  # the writer held the run: another process took it since
+            raise RunInUseError(
+                f"Run {run_id!r} was taken over by another process (this writer's lease "
+                "lapsed); this copy stops so the two do not splice."
+            )
+        if status in _FINISHED:
+            raise RunFinishedError(
+                f"Run {run_id!r} ended {status}: a finished run is not run again"
+            )
+        if write.head is None and write.steps < steps:  # a head was checked already
             raise RunInUseError(
                 f"Run {run_id!r} went on in another process ({steps} steps saved, this "
                 f"writer has {write.steps}); this copy stops so the two do not splice."
             )
-        if (
-            owner is not None
-            and owner != write.owner
-            and until is not None
-            and until > now
-            and _alive(owner)
-        ):
-            raise RunInUseError(
-                f"Run {run_id!r} is being run by another process (its lease holds for "
-                f"{until - now:.0f}s more, renewed while it runs); resume it from one "
-                "place at a time. If that process died, resume after the lease expires."
-            )
+        if owner is not None and owner != write.owner:
+            self._check_lease(run_id, owner, until, now)
 
     def _forget(self, cur: sqlite3.Cursor, run_id: str) -> None:
         for table in ("runs", *self._tables):
             cur.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
     def read(self, run_id: str) -> StoredRun:
+        """The run's rows, read in one transaction: the run's row and its log agree."""
         with self._lock, _guard(self.path):
             con = self._con
-            row = con.execute(
-                "SELECT status, state, result, agent_state FROM runs WHERE run_id = ?",
+            con.execute("BEGIN")
+            try:
+                stored = self._read(con, run_id)
+            finally:
+                if con.in_transaction:
+                    con.execute("COMMIT")
+        return stored
+
+    def _read(self, con: sqlite3.Connection, run_id: str) -> StoredRun:
+        row = con.execute(
+            "SELECT status, state, result, agent_state, created FROM runs WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            raise RunNotFoundError(f"No run {run_id!r} in {self.path}")
+        status, state, result, agent_state, created = row
+        if status not in _STATUSES or not isinstance(state, str):
+            raise FormatError(
+                f"Run {run_id!r} has a status row that is not one: the store is damaged"
+            )
+        if not all(isinstance(text, str | None) for text in (result, agent_state)):
+            raise FormatError(f"Run {run_id!r} has a result that is not text: the store is damaged")
+        rows = _Rows(run_id)
+        if "segments" in self._tables:
+            rows.legacy(con)
+        newest = None
+        if "log" in self._tables:
+            for rowid, segment, then, doc in con.execute(
+                "SELECT rowid, segment, state, doc FROM log WHERE run_id = ? ORDER BY rowid",
                 (run_id,),
-            ).fetchone()
-            if row is None:
-                raise RunNotFoundError(f"No run {run_id!r} in {self.path}")
-            status, state, result, agent_state = row
-            rows = _Rows(run_id)
-            if "segments" in self._tables:
-                rows.legacy(con)
-            if "log" in self._tables:
-                for segment, then, doc in con.execute(
-                    "SELECT segment, state, doc FROM log WHERE run_id = ? ORDER BY rowid",
-                    (run_id,),
-                ):
-                    rows.add(segment, doc)
-                    state = then  # the newest checkpoint's (the runs row may be older)
-        return rows.stored(status, state, result, agent_state)
+            ):
+                rows.add(segment, doc)
+                state, newest = then, rowid  # the newest checkpoint's (the runs row may be older)
+        if not isinstance(state, str):
+            raise rows.damaged("has a checkpoint state that is not text")
+        return rows.stored(status, state, result, agent_state, _head(created, newest))
 
     def runs(self) -> list[RunInfo]:
         with self._lock, _guard(self.path):
             query = _LIST if "log" in self._tables else _LIST_LEGACY
             rows = self._con.execute(query).fetchall()
-        return [RunInfo(*row) for row in rows]
+        return [_info(row) for row in rows]
 
     def delete(self, run_id: str) -> None:
         """Forget a run and everything saved of it."""

@@ -1,0 +1,259 @@
+"""One writer at a time: racing resumers, late resumers and holders that lost their lease
+never run a tool twice."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentfsm import AgentState
+from agentfsm.store import (
+    RunFinishedError,
+    RunInUseError,
+    SQLiteStore,
+    StoreError,
+    checkpoint,
+    load_run,
+    restore_run,
+    start_run,
+)
+from tests import _race_worker as race
+from tests._crash_worker import PROMPT, make_agent
+
+ROOT = Path(__file__).resolve().parent.parent
+checkpoint_module = importlib.import_module("agentfsm.store.checkpoint")
+APPROVE = [{"type": "approve"}]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "runs.db"
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.txt"
+
+
+def launched(ledger: Path) -> Counter[str]:
+    return Counter(ledger.read_text().splitlines()) if ledger.exists() else Counter()
+
+
+def ended_ok(db: Path) -> None:
+    with SQLiteStore(db) as store:
+        saved = load_run(store, "r", strict=False)
+    assert saved.status == "ok"
+    assert saved.chain.last_message is not None and saved.chain.last_message.text == "done"
+
+
+# ---------------------------------------------------------------- racing approvals
+
+
+def test_resumers_racing_in_threads_run_the_approved_tool_once(db: Path, ledger: Path) -> None:
+    race.interrupted(db, ledger)
+    start = threading.Barrier(4)
+    outcomes: list[str] = []
+
+    def resumer() -> None:
+        start.wait()
+        outcomes.append(race.resume(db, ledger, "r"))
+
+    threads = [threading.Thread(target=resumer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert launched(ledger) == {"moon": 1, "mars": 1}
+    assert outcomes.count("ok") == 1, outcomes
+    assert len(outcomes) == 4
+    assert set(outcomes) <= {"ok", "RunInUseError", "RunFinishedError", "ResumeError"}
+    ended_ok(db)
+
+
+def test_resumers_racing_in_processes_run_the_approved_tool_once(
+    db: Path, ledger: Path, tmp_path: Path
+) -> None:
+    race.interrupted(db, ledger)
+    go = tmp_path / "go"
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests._race_worker", str(db), str(ledger), "r", str(go)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    time.sleep(1.5)  # every racer imported and waits at the line
+    go.touch()
+    outcomes = []
+    for racer in racers:
+        out, err = racer.communicate(timeout=60)
+        assert racer.returncode == 0, err
+        outcomes.append(json.loads(out)["outcome"])
+    assert launched(ledger) == {"moon": 1, "mars": 1}
+    assert outcomes.count("ok") == 1, outcomes
+    ended_ok(db)
+
+
+# ---------------------------------------------------------------- late resumers
+
+
+def test_a_resumer_that_loaded_before_the_winner_finished_runs_nothing(
+    db: Path, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loser loads the interrupted run, then waits; the winner approves and finishes;
+    the loser's claim is refused (the run is over) before any approved call runs."""
+    race.interrupted(db, ledger)
+    loaded, go = threading.Event(), threading.Event()
+    claim = checkpoint_module._claim
+    calls: list[object] = []
+
+    def slow_claim(*args: Any) -> None:
+        calls.append(args)
+        if len(calls) == 1:  # the late resumer's: it loaded the run, then stalls
+            loaded.set()
+            go.wait(30)
+        claim(*args)
+
+    monkeypatch.setattr(checkpoint_module, "_claim", slow_claim)
+
+    def winner() -> None:
+        loaded.wait(30)
+        assert race.resume(db, ledger, "r") == "ok"
+        go.set()
+
+    thread = threading.Thread(target=winner)
+    thread.start()
+    with SQLiteStore(db) as store, pytest.raises(RunFinishedError, match="ended ok"):
+        race.make_agent(ledger).resume_run_sync("r", store, APPROVE)
+    thread.join(30)
+    assert launched(ledger) == {"moon": 1, "mars": 1}
+    ended_ok(db)
+
+
+def test_a_late_claim_of_a_run_that_went_on_is_refused(db: Path, ledger: Path) -> None:
+    """A resumer that read the run before another process wrote more is refused,
+    its first write never skipping that check."""
+    store = SQLiteStore(db)
+    run = start_run(make_agent(ledger), AgentState.of(PROMPT), store, run_id="r")
+    run.request_pause("stop")
+    run.run_sync()
+    stale = load_run(store, "r", strict=False)
+    make_agent(ledger).resume_run_sync("r", SQLiteStore(db))  # the winner, to the end
+    again = make_agent(ledger).start(AgentState.of(PROMPT))
+    with pytest.raises(RunFinishedError):
+        checkpoint(again, store, saved=stale)
+    assert load_run(store, "r", strict=False).status == "ok"
+
+
+def test_a_finished_run_is_never_written_again(db: Path, ledger: Path) -> None:
+    store = SQLiteStore(db)
+    start_run(make_agent(ledger), AgentState.of(PROMPT), store, run_id="r").run_sync()
+    with pytest.raises(RunFinishedError):
+        store.claim("r", "someone", None)
+    assert issubclass(RunFinishedError, RunInUseError)
+
+
+def test_a_stale_interrupted_copy_is_refused_before_its_approved_call_runs(
+    db: Path, ledger: Path
+) -> None:
+    race.interrupted(db, ledger)
+    with SQLiteStore(db) as store:
+        stale = load_run(store, "r", strict=False)
+        assert race.resume(db, ledger, "r") == "ok"
+        with pytest.raises(RunFinishedError):
+            store.claim("r", "late", stale.head)
+    assert launched(ledger) == {"moon": 1, "mars": 1}
+
+
+def test_decisions_that_do_not_fit_give_the_claim_back(db: Path, ledger: Path) -> None:
+    race.interrupted(db, ledger)
+    with SQLiteStore(db) as store:
+        with pytest.raises(ValueError, match="not allowed"):
+            race.make_agent(ledger).resume_run_sync("r", store, [{"type": "nope"}])
+        assert race.resume(db, ledger, "r") == "ok"  # not refused as in use
+    assert launched(ledger) == {"moon": 1, "mars": 1}
+
+
+# ---------------------------------------------------------------- lost leases
+
+
+def test_a_holder_whose_lease_was_taken_stops_before_its_next_tool_batch(
+    db: Path, ledger: Path
+) -> None:
+    """Frozen past its lease after the model's reply, the holder's next boundary (into
+    the tool batch) writes nothing: it checks its lease there and pauses, its tools unrun."""
+    store = SQLiteStore(db, lease=0.2)
+    run = start_run(make_agent(ledger), AgentState.of(PROMPT), store, run_id="r")
+    while run.state != "interrupt_check":
+        run.step_sync()
+    time.sleep(0.3)  # frozen past the lease; another process takes the run over
+    taker = asyncio.run(restore_run(make_agent(ledger), "r", SQLiteStore(db, lease=5)))
+    assert run.step_sync().dest == "executing"  # no checkpoint here: a lease check
+    run.run_sync()
+    assert run.trace.path.endswith("interrupt_check executing paused")
+    assert str(run.agent_state.pause_reason).startswith("checkpoint_failed: RunInUseError")
+    assert launched(ledger) == Counter()  # the holder ran no tool
+    taker.run_sync()
+    assert launched(ledger) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
+
+
+def test_a_failed_renewal_stops_the_holder_at_its_next_boundary(db: Path, ledger: Path) -> None:
+    store = SQLiteStore(db, lease=0.2)
+    run = start_run(make_agent(ledger), AgentState.of(PROMPT), store, run_id="r")
+    run.step_sync()
+    time.sleep(0.3)
+    SQLiteStore(db).claim("r", "another-host:1:x", None)  # another host took it over
+    run.step_sync()  # the model call: its reply's checkpoint is refused
+    run.run_sync()
+    assert run.agent_state.status == "paused"
+    assert launched(ledger) == Counter()  # no tool ran
+
+
+def test_a_directory_is_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="directory"):
+        SQLiteStore(tmp_path)
+
+
+def test_runs_resume_racing_on_the_command_line_runs_the_approved_tool_once(
+    db: Path, ledger: Path
+) -> None:
+    race.interrupted(db, ledger)
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from agentfsm.cli import main; sys.exit(main(sys.argv[1:]))",
+        "runs",
+        "resume",
+        "r",
+        "--db",
+        str(db),
+        "--agent",
+        "tests._race_worker:agent",
+        "--decisions",
+        json.dumps(APPROVE),
+    ]
+    env = {**os.environ, "AGENTFSM_TEST_LEDGER": str(ledger)}
+    racers = [
+        subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    for racer in racers:
+        _, err = racer.communicate(timeout=60)
+        assert racer.returncode in (0, 2), err
+        assert err.count(b"\n") <= 1 and b"Traceback" not in err, err
+    counts = launched(ledger)
+    assert counts["moon"] == 1 and counts["mars"] <= 1, counts
