@@ -1,0 +1,23 @@
+"""Testing agents: assert paths, cover edges, force every path, replay recorded runs.
+
+``assert_path(run, "expanding calling ... ok")`` checks the path a run took;
+:func:`edge_coverage` counts the edges runs take; :func:`path_cases` gives, for
+each path of a machine, a scenario that takes it. The pytest plugin (installed
+with the package) adds fixtures and a coverage report; see the testing docs.
+"""
+
+from __future__ import annotations
+
+from ._assertions import EdgeCoverage, assert_path, edge_coverage, matches_path
+from ._cases import PathCase, Scenario, assert_took, path_cases
+
+__all__ = [
+    "EdgeCoverage",
+    "PathCase",
+    "Scenario",
+    "assert_path",
+    "assert_took",
+    "edge_coverage",
+    "matches_path",
+    "path_cases",
+]

@@ -1,0 +1,1 @@
+"""The agentfsm pytest plugin."""
