@@ -10,14 +10,20 @@ from __future__ import annotations
 
 from ._assertions import EdgeCoverage, assert_path, edge_coverage, matches_path
 from ._cases import PathCase, Scenario, assert_took, path_cases
+from ._cassette import Cassette, CassetteMismatchError, Recorder, record, redact
 
 __all__ = [
+    "Cassette",
+    "CassetteMismatchError",
     "EdgeCoverage",
     "PathCase",
+    "Recorder",
     "Scenario",
     "assert_path",
     "assert_took",
     "edge_coverage",
     "matches_path",
     "path_cases",
+    "record",
+    "redact",
 ]

@@ -14,6 +14,7 @@ reason (:attr:`PathCase.unforceable`), never dropped.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -488,12 +489,21 @@ def path_cases(table: MachineTable, *, loops: int = 1) -> list[PathCase]:
     return out
 
 
+#: True while :func:`path_cases` tries its scenarios: coverage counts none of those runs.
+PLANNING: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
+    "agentfsm_planning", default=False
+)
+
+
 def _verified(table: MachineTable, path: Path, scenario: Scenario) -> PathCase:
+    token = PLANNING.set(True)
     try:
         run = scenario.run()
     except Exception as exc:  # a scenario the machine refuses is reported, not raised
         reason = f"its scenario raised {type(exc).__name__}: {exc}"
         return PathCase(table=table, path=path, scenario=scenario, unforceable=reason)
+    finally:
+        PLANNING.reset(token)
     took = _took(run.trace)
     if took == _path_steps(path):
         return PathCase(table=table, path=path, scenario=scenario)
