@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import pathlib
+import re
 
 import pytest
 
@@ -58,7 +60,7 @@ def test_coverage_reports_each_machine_run_and_what_it_never_took(
     assert "agentfsm coverage" in out
     result.stdout.fnmatch_lines(
         [
-            "standard: 1 runs; edges 8/25 (32%), paths 1/95 (1%)",
+            "standard: 1 runs; edges 8/25 (32%), paths 1/95 (1%; 2 no run can take)",
             "  edges never taken:",
             "    calling --failed--> error  (*",
             "  paths never taken:",
@@ -159,3 +161,28 @@ def test_cassette_without_recording_or_model_fails(pytester: pytest.Pytester) ->
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*no cassette at *test_recorded.json: pass the real model*"])
+
+
+def test_the_project_takes_every_path_a_run_can_take(pytester: pytest.Pytester) -> None:
+    suite = pathlib.Path(__file__).with_name("test_path_cases.py")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--agentfsm-coverage", "--agentfsm-fail-under=100", str(suite)
+    )
+    assert result.ret == pytest.ExitCode.OK
+    out = result.stdout.str()
+    for name in (
+        "single_call",
+        "step",
+        "while_needs_response",
+        "until_success",
+        "until_tool_used",
+    ):
+        assert re.search(rf"^{name}: \d+ runs; edges (\d+)/\1 \(100%\), paths (\d+)/\2 ", out, re.M)
+    for name in ("standard", "compacting"):
+        assert re.search(
+            rf"^{name}: \d+ runs; edges (\d+)/\1 \(100%\), "
+            r"paths \d+/\d+ \(98%; 2 no run can take\)",
+            out,
+            re.M,
+        ), out
+    assert out.count("(no run can take it)") == 4

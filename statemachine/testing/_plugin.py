@@ -182,26 +182,45 @@ def machine_report(
     edges: Counter[tuple[str, str]],
     runs: Counter[tuple[tuple[str, str], ...]],
 ) -> list[str]:
-    """The lines that report one machine: edges and paths taken, and the untaken ones."""
+    """The lines that report one machine: edges and paths taken, and the untaken ones.
+
+    An untaken path that no run can take (:attr:`PathCase.unforceable`) says so.
+    """
     from agentfsm.paths import paths
 
     untaken = [e for e in table.edges if not edges[(e.source, e.trigger)]]
     all_paths = paths(table)
     took = set(runs)
     missed = [p for p in all_paths if tuple((e.source, e.trigger) for e in p.edges) not in took]
+    impossible = _impossible(table) if missed else {}
     n_edges, n_paths = len(table.edges), len(all_paths)
+    taken_paths = n_paths - len(missed)
+    note = f"; {len(impossible)} no run can take" if impossible else ""
     lines = [
         f"{table.name}: {_n_runs(runs)} runs; edges {n_edges - len(untaken)}/{n_edges} "
         f"({(n_edges - len(untaken)) / n_edges:.0%}), "
-        f"paths {n_paths - len(missed)}/{n_paths} ({(n_paths - len(missed)) / n_paths:.0%})"
+        f"paths {taken_paths}/{n_paths} ({taken_paths / n_paths:.0%}{note})"
     ]
     if untaken:
         lines.append("  edges never taken:")
         lines += [f"    {e.source} --{e.trigger}--> {e.dest}  ({e.why})" for e in untaken]
     if missed:
         lines.append("  paths never taken:")
-        lines += [f"    {p.entry}: {p.text}" for p in missed]
+        for p in missed:
+            why = impossible.get(p.edges)
+            lines.append(f"    {p.entry}: {p.text}" + ("  (no run can take it)" if why else ""))
     return lines
+
+
+def _impossible(table: MachineTable) -> dict[tuple[Any, ...], str]:
+    """The paths of ``table`` that :func:`path_cases` finds no run can take, with why."""
+    from agentfsm.testing import path_cases
+
+    return {
+        c.path.edges: c.unforceable
+        for c in path_cases(table)
+        if c.unforceable is not None and c.scenario is not None
+    }
 
 
 def _n_runs(runs: Counter[Any]) -> int:
