@@ -10,7 +10,14 @@ import pytest
 from agentfsm import Agent, AgentState, ChainError, Message, tool
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.results import Failed, Ok
-from agentfsm.testing import Cassette, CassetteMismatchError, record, redact
+from agentfsm.testing import (
+    Cassette,
+    CassetteMismatchError,
+    cassette_from_traces,
+    record,
+    redact,
+    regression_test,
+)
 
 
 @tool
@@ -109,3 +116,38 @@ def test_keys_and_authorization_headers_are_redacted(tmp_path: Path) -> None:
         assert secret not in text
     assert text.count("[REDACTED]") >= 5
     assert redact({"note": "Bearer 0123456789"}) == {"note": "[REDACTED]"}
+
+
+def _agent(model: object) -> Agent:
+    return Agent(model, [add], system_prompt="You add.")  # type: ignore[arg-type]
+
+
+def test_a_saved_run_becomes_a_cassette(tmp_path: Path) -> None:
+    real = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
+    run = _agent(real).start(AgentState.of("1+2?"))
+    run.run_sync()
+    path = tmp_path / "saved.json"
+    assert cassette_from_traces(run.trace, path) == 2
+    doc = json.loads(path.read_text())
+    assert doc["episodes"][0]["request"]["tools"] == [{"name": "add"}]
+    replay = Cassette(path)
+    again = _agent(replay).start(AgentState.of("1+2?"))
+    again.run_sync()
+    replay.check()
+    assert again.trace.path == run.trace.path
+    assert cassette_from_traces([run.trace], path, tools=[add]) == 2
+    assert json.loads(path.read_text())["episodes"][0]["request"]["tools"][0]["description"]
+    other = Cassette(path)
+    _agent(other).start(AgentState.of("1+3?")).run_sync()
+    assert other.mismatches
+
+
+def test_a_saved_run_becomes_a_regression_test(tmp_path: Path) -> None:
+    real = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
+    run = _agent(real).start(AgentState.of("1+2?"))
+    run.run_sync()
+    cassette_from_traces(run.trace, tmp_path / "saved.json")
+    text = regression_test(run.trace, tmp_path / "saved.json", agent="tests.test_cassettes:_agent")
+    assert "from tests.test_cassettes import _agent" in text
+    assert repr(run.trace.path) in text and "Path(__file__).with_name('saved.json')" in text
+    compile(text, "test_saved.py", "exec")  # a valid test module

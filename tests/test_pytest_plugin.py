@@ -186,3 +186,17 @@ def test_the_project_takes_every_path_a_run_can_take(pytester: pytest.Pytester) 
             re.M,
         ), out
     assert out.count("(no run can take it)") == 4
+
+
+def test_a_saved_run_becomes_a_passing_regression_test(pytester: pytest.Pytester) -> None:
+    from agentfsm import AgentState
+    from agentfsm.providers import ScriptedModel, call_tool, say
+    from agentfsm.testing import cassette_from_traces, regression_test
+    from tests.test_cassettes import _agent
+
+    run = _agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")])).start(AgentState.of("1+2?"))
+    run.run_sync()
+    cassette_from_traces(run.trace, pytester.path / "saved.json")
+    text = regression_test(run.trace, "saved.json", agent="tests.test_cassettes:_agent")
+    pytester.makepyfile(test_saved=text)
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)

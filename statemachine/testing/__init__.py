@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from ._assertions import EdgeCoverage, assert_path, edge_coverage, matches_path
 from ._cases import PathCase, Scenario, assert_took, path_cases
-from ._cassette import Cassette, CassetteMismatchError, Recorder, record, redact
+from ._cassette import (
+    Cassette,
+    CassetteMismatchError,
+    Recorder,
+    cassette_from_traces,
+    record,
+    redact,
+    regression_test,
+)
 
 __all__ = [
     "Cassette",
@@ -21,9 +29,11 @@ __all__ = [
     "Scenario",
     "assert_path",
     "assert_took",
+    "cassette_from_traces",
     "edge_coverage",
     "matches_path",
     "path_cases",
     "record",
     "redact",
+    "regression_test",
 ]

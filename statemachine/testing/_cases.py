@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ..chain import LLMChain
-from ..errors import ChainError
+from ..errors import AgentfsmError, ChainError
 from ..machine import Edge, MachineTable
 from ..messages import Message, ToolCall, ToolResult
 from ..middleware import HumanInTheLoop
@@ -124,7 +124,7 @@ def _failure() -> ChainError:
 # ---------------------------------------------------------------- scenarios
 
 
-class ScenarioFault(RuntimeError):
+class ScenarioFault(AgentfsmError, RuntimeError):
     """Raised by a scenario's step where its path takes a fail edge."""
 
 

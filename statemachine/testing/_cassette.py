@@ -28,11 +28,20 @@ from ..errors import ChainError
 from ..messages import Message, MessageDelta
 from ..serialization import dump, load
 from ..tools import Tool
+from ..trace import Trace
 
 if TYPE_CHECKING:
     from agentfsm.providers.base import ChatModel, DeltaHandler
 
-__all__ = ["Cassette", "CassetteMismatchError", "Recorder", "record", "redact"]
+__all__ = [
+    "Cassette",
+    "CassetteMismatchError",
+    "Recorder",
+    "cassette_from_traces",
+    "record",
+    "redact",
+    "regression_test",
+]
 
 FORMAT: Final = "agentfsm-cassette/1"
 REDACTED: Final = "[REDACTED]"
@@ -206,6 +215,8 @@ class Cassette:
         if index >= len(self.episodes):
             return await self._new(index, request, messages, tools, on_delta)
         recorded = self.episodes[index]["request"]
+        if _names_only(recorded):
+            request = {**request, "tools": [{"name": t["name"]} for t in request["tools"]]}
         if recorded != request:
             self._mismatch(
                 f"request {index + 1} differs from the one recorded in {self.path}:\n"
@@ -265,3 +276,81 @@ def _diff(recorded: Any, request: Any) -> str:
     new = json.dumps(request, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
     lines = difflib.unified_diff(old, new, "recorded", "requested", lineterm="", n=2)
     return "\n".join(lines)
+
+
+def _names_only(request: Mapping[str, Any]) -> bool:
+    """A request exported from a saved run knows its tools by name only."""
+    return any(set(t) == {"name"} for t in request.get("tools", ()))
+
+
+def _calls_model(trace: Trace, state: str) -> bool:
+    from ..checks import effects_of
+    from ..machine import machine_named
+
+    table = machine_named(trace.machine)
+    return any("model" in (effects_of(step) or ()) for step in table.steps.get(state, ()))
+
+
+def cassette_from_traces(
+    traces: Trace | Sequence[Trace], path: str | Path, *, tools: Sequence[Tool] = ()
+) -> int:
+    """Write the model calls of a saved run's ``traces`` to a cassette; how many.
+
+    Each transition out of a state that calls the model (by its steps' declared
+    effects) and ends in a new assistant reply is one request (the conversation
+    before the reply) and that reply. ``tools`` (the agent's) are written in full;
+    without them a tool is known by its name and compared by name on replay. A
+    model call a state makes apart from the conversation (a summary, say) is not
+    in the trace, so a cassette made this way lacks it.
+    """
+    runs = [traces] if isinstance(traces, Trace) else list(traces)
+    by_name = {t.name: t for t in tools}
+    episodes: list[dict[str, Any]] = []
+    model = "cassette"
+    for trace in runs:
+        before: Message | None = None
+        for transition in trace:
+            reply = transition.chain.last_message
+            made = reply is not None and reply is not before and reply.role == "assistant"
+            if made and reply is not None and _calls_model(trace, transition.source):
+                offered = [
+                    _tool(by_name[t.name]) if t.name in by_name else {"name": t.name}
+                    for t in transition.chain.tools
+                ]
+                messages = list(transition.chain.messages)[:-1]
+                request = _request(messages, ())
+                request["tools"] = redact(offered)
+                episodes.append({"request": request, **_answer(reply)})
+                model = str(reply.metadata.get("model", model))
+            before = reply
+    _write(Path(path), model, episodes)
+    return len(episodes)
+
+
+def regression_test(trace: Trace, cassette: str | Path, *, agent: str) -> str:
+    """The text of a pytest file that replays ``cassette`` through ``agent``
+    (``module:factory``, a function of the model returning the Agent) and asserts
+    the run takes ``trace``'s path again."""
+    module, _, factory = agent.partition(":")
+    first = next(
+        (m.text for t in trace for m in t.chain.messages if m.role == "user"),
+        "",
+    )
+    return f'''"""A saved run, replayed from its cassette: it must take the same path."""
+
+from pathlib import Path
+
+from agentfsm import AgentState
+from agentfsm.testing import Cassette, assert_path
+from {module} import {factory}
+
+CASSETTE = Path(__file__).with_name({Path(cassette).name!r})
+
+
+def test_saved_run_takes_its_path_again():
+    model = Cassette(CASSETTE)
+    run = {factory}(model).start(AgentState.of({first!r}))
+    run.run_sync()
+    model.check()
+    assert_path(run, {trace.path!r})
+'''
