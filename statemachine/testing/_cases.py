@@ -124,7 +124,7 @@ def _failure() -> ChainError:
 # ---------------------------------------------------------------- scenarios
 
 
-class ScenarioFault(AgentfsmError, RuntimeError):
+class _ScenarioFault(AgentfsmError, RuntimeError):
     """Raised by a scenario's step where its path takes a fail edge."""
 
 
@@ -148,7 +148,7 @@ class _Director:
     def fault(self, state: str) -> Callable[[PipelineResult, Any], PipelineResult]:
         def fail_here(result: PipelineResult, opts: Any = None) -> PipelineResult:
             if isinstance(result, Continue) and (state, self.visits[state]) in self.scenario.faults:
-                raise ScenarioFault(f"the {state} step fails (visit {self.visits[state] + 1})")
+                raise _ScenarioFault(f"the {state} step fails (visit {self.visits[state] + 1})")
             return result
 
         return fail_here
