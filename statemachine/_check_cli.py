@@ -23,10 +23,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="prove a machine's properties over all its paths",
         description="Check a machine table (or a list of them) over every path: tools run "
         "only after the approval check when the machine has one, and every cycle passes a "
-        "step that bounds it. A failed check prints a counterexample path; exit code 1.",
+        "step that bounds it, and no state calls the model after running tools in the same work. A "
+        "failed check prints a counterexample path; exit code 1.",
     )
     check.add_argument(
         "target", metavar="MODULE:ATTR", help="a MachineTable, or a list of them, in a module"
+    )
+    check.add_argument(
+        "--draw",
+        action="store_true",
+        help="draw each counterexample on its machine (Mermaid), its edges numbered",
     )
     check.set_defaults(handler=handle)
     return check
@@ -71,8 +77,10 @@ def handle(args: argparse.Namespace) -> int:
             print(f"{table.name}: {len(problems)} problem(s)")
             for problem in problems:
                 print("  " + str(problem).replace("\n", "\n  "))
+                if args.draw:
+                    print(problem.mermaid(table))
         else:
-            print(f"{table.name}: ok (approval, bounded) over every path")
+            print(f"{table.name}: ok (approval, bounded, checkpointed) over every path")
         if undeclared:
             print(f"  steps with no declared effects (taken as pure): {', '.join(undeclared)}")
     return 1 if failed else 0

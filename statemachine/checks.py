@@ -9,7 +9,10 @@ as ``check_max_runs`` does). The built-in steps are declared here.
 * ``approval``: when some state asks for approval, no state runs tools that a
   model asked for without an approval since that model call (and since the run
   entered);
-* ``bounded``: every cycle of the machine passes a state with a ``bound`` step.
+* ``bounded``: every cycle of the machine passes a state with a ``bound`` step;
+* ``checkpointed``: no state calls the model after running tools in the same
+  state's work, so each tool call is saved at a state boundary before the next
+  model call (a run is checkpointed at every transition).
 
 A property that fails comes with a counterexample: the states of a path that
 breaks it. ``agentfsm check MODULE:ATTR`` prints them.
@@ -113,7 +116,7 @@ def effects_of(step: Step) -> frozenset[str] | None:
 class MachineProblem:
     """A property the machine breaks, with a path that breaks it."""
 
-    #: ``approval`` or ``bounded``.
+    #: ``approval``, ``bounded`` or ``checkpointed``.
     rule: str
     message: str
     #: The states of the counterexample, from an entry.
@@ -121,6 +124,31 @@ class MachineProblem:
 
     def __str__(self) -> str:
         return f"{self.rule}: {self.message}\n  counterexample: {' -> '.join(self.path)}"
+
+    def mermaid(self, table: MachineTable) -> str:
+        """The machine as a Mermaid state diagram, the counterexample's edges numbered."""
+        from .paths import state_label
+
+        steps: dict[tuple[str, str], list[int]] = {}
+        for i, (a, b) in enumerate(zip(self.path, self.path[1:], strict=False), start=1):
+            steps.setdefault((a, b), []).append(i)
+        lines = ["stateDiagram-v2"]
+        lines += [
+            f"    [*] --> {state_label(state)} : {situation}"
+            for situation, state in table.entries.items()
+        ]
+        drawn: set[tuple[str, str]] = set()
+        for e in table.edges:
+            numbers = steps.get((e.source, e.dest)) if (e.source, e.dest) not in drawn else None
+            label = e.trigger
+            if numbers:
+                drawn.add((e.source, e.dest))
+                label += " ◀ " + ", ".join(f"#{n}" for n in numbers)
+            lines.append(f"    {state_label(e.source)} --> {state_label(e.dest)} : {label}")
+        lines += [f"    {state_label(t)} --> [*]" for t in table.terminals]
+        lines.append(f"    class {state_label(self.path[-1])} broken")
+        lines.append("    classDef broken fill:#fee2e2,stroke:#b91c1c,stroke-width:3px")
+        return "\n".join(lines) + "\n"
 
 
 def _state_effects(table: MachineTable) -> dict[str, list[frozenset[str]]]:
@@ -255,6 +283,26 @@ def _shortest(table: MachineTable, goal: str) -> tuple[str, ...]:
     return tuple(reversed(states))
 
 
+def _checkpointed(table: MachineTable) -> list[MachineProblem]:
+    """A state whose work calls the model after running tools, with no boundary between."""
+    problems = []
+    for state, declared in _state_effects(table).items():
+        ran_tools = False
+        for kinds in declared:
+            if "model" in kinds and ran_tools:
+                problems.append(
+                    MachineProblem(
+                        rule="checkpointed",
+                        message=f"{state!r} calls the model after running tools in the same "
+                        "work, so the tool results are not saved at a boundary before it",
+                        path=_shortest(table, state),
+                    )
+                )
+                break
+            ran_tools = ran_tools or "tools" in kinds
+    return problems
+
+
 def check_machine(table: MachineTable) -> list[MachineProblem]:
     """Every property ``table`` breaks (see the module), each with a counterexample; none: ok."""
-    return [*_approval(table), *_bounded(table)]
+    return [*_approval(table), *_bounded(table), *_checkpointed(table)]

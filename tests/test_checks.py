@@ -48,6 +48,24 @@ def test_a_cycle_without_a_bound_is_found() -> None:
     assert f"the cycle {loop.replace(' ', ' -> ')} passes no step that bounds it" in problem.message
 
 
+@effects("tools")
+def run_tools(result: PipelineResult, opts: object = None) -> PipelineResult:
+    return result
+
+
+@effects("model")
+def ask_again(result: PipelineResult, opts: object = None) -> PipelineResult:
+    return result
+
+
+def test_a_model_call_after_tools_in_one_state_is_found() -> None:
+    table = STANDARD.replace("executing", (run_tools, ask_again), name="check_tools_then_model")
+    problems = check_machine(table)
+    assert [p.rule for p in problems] == ["checkpointed"]
+    assert problems[0].path == ("interrupt_check", "executing")  # from "pending tool calls"
+    assert "calls the model after running tools" in problems[0].message
+
+
 def test_effects_are_declared_and_checked() -> None:
     assert effects_of(prefetch) == {"tools"}
     assert effects_of(call_llm) == {"model"} and effects_of(execute_tools) == {"tools"}
@@ -59,11 +77,15 @@ def test_effects_are_declared_and_checked() -> None:
 def test_the_cli_checks_a_module_attribute(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "agentfsm.modes.langchain:LANGCHAIN_MACHINES"]) == 0
     out = capsys.readouterr().out
-    assert out.count(": ok (approval, bounded)") == len(LANGCHAIN_MACHINES)
+    assert out.count(": ok (approval, bounded, checkpointed)") == len(LANGCHAIN_MACHINES)
     assert main(["check", "tests.test_checks:PREFETCHING"]) == 1
     out = capsys.readouterr().out
     assert "check_prefetch: 1 problem(s)" in out
     assert "counterexample: expanding -> calling -> prefetching" in out
+    assert main(["check", "--draw", "tests.test_checks:PREFETCHING"]) == 1
+    drawn = capsys.readouterr().out
+    assert "Calling --> Prefetching : called ◀ #2" in drawn
+    assert "class Prefetching broken" in drawn
     assert main(["check", "tests.test_checks:ENDLESS"]) == 1
     assert "steps with no declared effects (taken as pure): endless" in capsys.readouterr().out
     assert main(["check", "tests.test_checks:prefetch"]) == 2
