@@ -31,11 +31,11 @@ from agentfsm import (
     Message,
     tool,
 )
-from agentfsm.checks import effects
 from agentfsm.diagram_files import diagram_files
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.results import Continue, PipelineResult
 from agentfsm.steps import Step
+from agentfsm.testing import effects
 
 SUMMARIZE = (
     "Summarize the conversation below for the assistant that continues it: the user's "

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._runs_cli import UsageError
-from .checks import check_machine, effects_of
 from .machine import MachineTable
+from .testing._checks import check_machine, effects_of
 
 __all__ = ["add_parser", "handle", "load_tables"]
 

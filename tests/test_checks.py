@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from agentfsm.checks import MachineProblem, check_machine, effects, effects_of
 from agentfsm.cli import main
 from agentfsm.modes.langchain import LANGCHAIN_MACHINES
 from agentfsm.modes.standard import STANDARD
 from agentfsm.results import Continue, PipelineResult
 from agentfsm.steps import call_llm, execute_tools
+from agentfsm.testing import MachineProblem, check_machine, effects, effects_of
 from tests.test_path_cases import MACHINES
 
 

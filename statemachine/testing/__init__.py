@@ -2,8 +2,11 @@
 
 ``assert_path(run, "expanding calling ... ok")`` checks the path a run took;
 :func:`edge_coverage` counts the edges runs take; :func:`path_cases` gives, for
-each path of a machine, a scenario that takes it. The pytest plugin (installed
-with the package) adds fixtures and a coverage report; see the testing docs.
+each path of a machine, a scenario that takes it; :func:`record` and
+:class:`Cassette` record a model's conversation and replay it;
+:func:`check_machine` proves properties of a table over all its paths, from the
+effects its steps declare (:func:`effects`). The pytest plugin (installed with
+the package) adds fixtures and a coverage report; see the testing docs.
 """
 
 from __future__ import annotations
@@ -19,8 +22,15 @@ from ._cassette import (
     redact,
     regression_test,
 )
+from ._checks import EFFECTS, Effect, MachineProblem, check_machine, effects, effects_of
 
 __all__ = [
+    "EFFECTS",
+    "Effect",
+    "MachineProblem",
+    "check_machine",
+    "effects",
+    "effects_of",
     "Cassette",
     "CassetteMismatchError",
     "EdgeCoverage",

@@ -15,7 +15,8 @@ as ``check_max_runs`` does). The built-in steps are declared here.
   model call (a run is checkpointed at every transition).
 
 A property that fails comes with a counterexample: the states of a path that
-breaks it. ``agentfsm check MODULE:ATTR`` prints them.
+breaks it. ``agentfsm check MODULE:ATTR`` prints them. :mod:`agentfsm.testing` exports
+all of it.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from typing import Final, Literal, TypeAlias, TypeVar
 
 import attrs
 
-from .machine import MachineTable
-from .modes import langchain
-from .modes import standard as _standard
-from .steps import (
+from ..machine import MachineTable
+from ..modes import langchain
+from ..modes import standard as _standard
+from ..steps import (
     Step,
     call_llm,
     check_max_runs,
@@ -127,7 +128,7 @@ class MachineProblem:
 
     def mermaid(self, table: MachineTable) -> str:
         """The machine as a Mermaid state diagram, the counterexample's edges numbered."""
-        from .paths import state_label
+        from ..paths import state_label
 
         steps: dict[tuple[str, str], list[int]] = {}
         for i, (a, b) in enumerate(zip(self.path, self.path[1:], strict=False), start=1):
