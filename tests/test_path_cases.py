@@ -13,10 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from agentfsm.machine import MachineTable
-from agentfsm.modes.langchain import LANGCHAIN_MACHINES
+from agentfsm import ChainError, Message
+from agentfsm.machine import Edge, MachineTable
+from agentfsm.modes.langchain import LANGCHAIN_MACHINES, call_model
 from agentfsm.modes.standard import STANDARD
+from agentfsm.paths import Path as MachinePath
 from agentfsm.paths import paths
+from agentfsm.results import Continue, Failed, Ok, Paused, PipelineResult
+from agentfsm.steps import check_max_runs
 from agentfsm.testing import PathCase, Scenario, assert_took, path_cases
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,9 +94,6 @@ def test_assert_took_names_both_paths() -> None:
 
 
 def test_a_machine_no_planner_knows_is_reported_not_skipped() -> None:
-    from agentfsm.machine import Edge
-    from agentfsm.results import Continue, Ok
-
     def done(result: Continue, opts: object = None) -> Ok:
         return Ok(result.chain)
 
@@ -117,3 +118,60 @@ def test_scenarios_say_what_they_give() -> None:
     assert [r.tool_calls[0].name for r in scenario.replies if hasattr(r, "tool_calls")] == [
         "guarded"
     ]
+
+
+def _judge(result: PipelineResult, opts: object = None) -> PipelineResult:
+    """Done when the model said yes; ask again otherwise (bounded by max_runs)."""
+    if not isinstance(result, Continue):
+        return result
+    last = result.chain.last_message
+    return Ok(result.chain) if last is not None and last.text == "yes" else result
+
+
+ASKING = MachineTable(
+    name="testing_asking",
+    steps={"asking": (call_model,), "judging": (_judge, check_max_runs)},
+    terminals=("ok", "paused", "error"),
+    entries={"fresh": "asking"},
+    edges=(
+        Edge("asking", "judging", on=Continue, trigger="asked", why="the model answered"),
+        Edge("judging", "ok", on=Ok, trigger="agreed", why="the model said yes"),
+        Edge("judging", "asking", on=Continue, trigger="again", why="the model said no"),
+    ),
+)
+
+
+def _plan_asking(path: MachinePath) -> Scenario | None:
+    replies: list[Message | ChainError] = []
+    pauses: set[tuple[str, int]] = set()
+    faults: set[tuple[str, int]] = set()
+    visits: dict[str, int] = {}
+    for i, edge in enumerate(path.edges):
+        visit = visits[edge.source] = visits.get(edge.source, -1) + 1
+        if edge.on is Paused:
+            pauses.add((edge.source, visit))
+        elif edge.source == "asking" and edge.on is Failed:
+            replies.append(ChainError("bad_request", "no", retryable=False))
+        elif edge.source == "asking":
+            agreed = i + 1 < len(path.edges) and path.edges[i + 1].trigger == "agreed"
+            replies.append(Message.assistant("yes" if agreed else "no"))
+        elif edge.on is Failed:
+            faults.add((edge.source, visit))
+    return Scenario(
+        table=ASKING,
+        entry=path.entry,
+        messages=(Message.user("agree?"),),
+        replies=tuple(replies),
+        pauses=frozenset(pauses),
+        faults=frozenset(faults),
+    )
+
+
+def test_a_plan_of_your_own_forces_the_paths_of_your_machine() -> None:
+    cases = path_cases(ASKING, plan=_plan_asking)
+    assert len(cases) == len(paths(ASKING)) > 6
+    assert [c.id for c in cases if c.unforceable] == []
+    for case in cases:
+        case.check()
+    none = path_cases(ASKING, plan=lambda path: None)
+    assert {c.unforceable for c in none} == {"the plan gives no scenario for it"}

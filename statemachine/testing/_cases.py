@@ -464,15 +464,37 @@ class PathCase:
         return pytest.param(self, id=self.id, marks=marks)
 
 
-def path_cases(table: MachineTable, *, loops: int = 1) -> list[PathCase]:
+def path_cases(
+    table: MachineTable,
+    *,
+    loops: int = 1,
+    plan: Callable[[Path], Scenario | None] | None = None,
+) -> list[PathCase]:
     """A case for every path of ``table`` (:func:`agentfsm.paths.paths`, same ``loops``).
 
     Each case's scenario was run once and took its path; a path no scenario
-    takes is a case with :attr:`PathCase.unforceable` saying why.
+    takes is a case with :attr:`PathCase.unforceable` saying why. The scenarios
+    are planned here for the standard machine, the machines derived from it and
+    the LangChain modes'; ``plan(path)`` plans them for any other machine (None:
+    no scenario for that path), and is checked the same way.
     """
     profile = _profile(table)
     out: list[PathCase] = []
     for path in paths(table, loops=loops):
+        if plan is not None:
+            planned = plan(path)
+            if planned is None:
+                out.append(
+                    PathCase(
+                        table=table,
+                        path=path,
+                        scenario=None,
+                        unforceable="the plan gives no scenario for it",
+                    )
+                )
+            else:
+                out.append(_verified(table, path, planned))
+            continue
         if profile is None:
             out.append(
                 PathCase(
@@ -480,7 +502,8 @@ def path_cases(table: MachineTable, *, loops: int = 1) -> list[PathCase]:
                     path=path,
                     scenario=None,
                     unforceable=f"no scenario planner knows the {table.name} machine "
-                    "(its entries are neither the standard ones nor a LangChain mode's)",
+                    "(its entries are neither the standard ones nor a LangChain mode's); "
+                    "pass plan=",
                 )
             )
             continue
