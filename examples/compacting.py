@@ -35,6 +35,7 @@ from agentfsm.diagram_files import diagram_files
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.results import Continue, PipelineResult
 from agentfsm.steps import Step
+from agentfsm.testing import effects
 
 SUMMARIZE = (
     "Summarize the conversation below for the assistant that continues it: the user's "
@@ -47,6 +48,7 @@ def compact_history(*, over: int = 10, keep: int = 4) -> Step:
     """A step that, once the conversation holds more than ``over`` messages (the
     system prompt aside), replaces all but about the last ``keep`` with a summary."""
 
+    @effects("model")  # it asks the model for the summary
     async def compact(result: PipelineResult, opts: Mapping[str, Any] | None) -> PipelineResult:
         if not isinstance(result, Continue):
             return result

@@ -31,7 +31,7 @@ from rich.prompt import Confirm
 from rich.table import Table
 from rich.text import Text
 
-from . import _runs_cli, _worker_cli, diagram_files, diagrams
+from . import _check_cli, _runs_cli, _worker_cli, diagram_files, diagrams
 from ._printable import printable, shown
 from ._runs_cli import UsageError
 from ._state import AgentState
@@ -511,6 +511,7 @@ def _parser() -> _Parser:
     run.set_defaults(handler=_cmd_run)
     _runs_cli.add_parser(commands)
     _worker_cli.add_parser(commands)
+    _check_cli.add_parser(commands)
     return parser
 
 

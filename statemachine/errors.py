@@ -6,6 +6,7 @@ catches them all; each also keeps the standard base it had (in brackets), so an
 
     AgentfsmError
     ├── ChainError                       a failure with a ``type``: a Failed run's error
+    │   └── CassetteMismatchError        agentfsm.testing: a request a cassette did not record
     ├── IllegalTransitionError           (RuntimeError) a move the machine table lacks
     ├── machines: agentfsm.machine
     │   ├── MachineDefinitionError       (ValueError) a table that is not a machine
@@ -31,11 +32,12 @@ catches them all; each also keeps the standard base it had (in brackets), so an
                                          raises a TypeError naming the parameter
 
 The groups (``machines:``, ``the store:``...) are where the classes live, not
-classes of their own: every exception above subclasses ``AgentfsmError`` directly,
-but ``RunFinishedError``, a ``RunInUseError`` (a finished run is in no one's hands to take).
+classes of their own: every exception above subclasses ``AgentfsmError`` directly, but
+``RunFinishedError``, a ``RunInUseError`` (a finished run is in no one's hands to take), and
+``CassetteMismatchError``, a ``ChainError`` so that the model call it ends fails the run.
 ``MachineDefinitionError``, ``UnknownMachineError``, ``DurableError``,
-``UsageError`` and ``Unsupported`` are defined in their own modules; the rest
-here, and re-exported where they are raised.
+``UsageError``, ``Unsupported`` and ``CassetteMismatchError`` are defined in their own
+modules; the rest here, and re-exported where they are raised.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from functools import lru_cache
 
 import attrs
 
-from .hooks import global_hooks
-from .machine import Edge, MachineTable, machine_named
-from .modes.standard import STANDARD
-from .run import Run
-from .trace import Trace
+from ..hooks import global_hooks
+from ..machine import Edge, MachineTable, machine_named
+from ..modes.standard import STANDARD
+from ..run import Run
+from ..trace import Trace
 
 __all__ = ["EdgeCoverage", "assert_path", "edge_coverage", "matches_path"]
 

@@ -1,0 +1,49 @@
+"""Testing agents: assert paths, cover edges, force every path, replay recorded runs.
+
+``assert_path(run, "expanding calling ... ok")`` checks the path a run took;
+:func:`edge_coverage` counts the edges runs take; :func:`path_cases` gives, for
+each path of a machine, a scenario that takes it; :func:`record` and
+:class:`Cassette` record a model's conversation and replay it;
+:func:`check_machine` proves properties of a table over all its paths, from the
+effects its steps declare (:func:`effects`). The pytest plugin (installed with
+the package) adds fixtures and a coverage report; see the testing docs.
+"""
+
+from __future__ import annotations
+
+from ._assertions import EdgeCoverage, assert_path, edge_coverage, matches_path
+from ._cases import PathCase, Scenario, assert_took, path_cases
+from ._cassette import (
+    Cassette,
+    CassetteMismatchError,
+    Recorder,
+    cassette_from_traces,
+    record,
+    redact,
+    regression_test,
+)
+from ._checks import EFFECTS, Effect, MachineProblem, check_machine, effects, effects_of
+
+__all__ = [
+    "EFFECTS",
+    "Effect",
+    "MachineProblem",
+    "check_machine",
+    "effects",
+    "effects_of",
+    "Cassette",
+    "CassetteMismatchError",
+    "EdgeCoverage",
+    "PathCase",
+    "Recorder",
+    "Scenario",
+    "assert_path",
+    "assert_took",
+    "cassette_from_traces",
+    "edge_coverage",
+    "matches_path",
+    "path_cases",
+    "record",
+    "redact",
+    "regression_test",
+]

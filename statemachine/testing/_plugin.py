@@ -1,0 +1,326 @@
+"""The agentfsm pytest plugin, installed with the package (entry point ``pytest11``).
+
+Fixtures:
+
+* ``scripted_model(*replies, name="scripted")``: a :class:`~agentfsm.providers.ScriptedModel`
+  answering ``replies`` in order (or one function of the conversation);
+* ``agentfsm_store``: a :class:`~agentfsm.store.SQLiteStore` in the test's temporary folder;
+* ``cassette(model=None)``: the test's cassette (``cassettes/<file>/<test>.json`` next to
+  the test file) replayed as a model; with no cassette yet, ``model`` recording into it.
+  A request that differs from the recorded one fails the test with a diff.
+
+Options: ``--agentfsm-coverage`` reports, for each machine the tests ran, the edges and
+paths their runs took against all of them, and lists the ones none took;
+``--agentfsm-fail-under=PCT`` fails the session when the edges taken, over all those
+machines, are under ``PCT`` percent; ``--agentfsm-coverage-dir=DIR`` draws each machine
+(Mermaid) with every edge's count; ``--agentfsm-cassettes=strict|new_episodes|rewrite``
+says how ``cassette`` replays.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from agentfsm.machine import MachineTable
+    from agentfsm.providers.base import ChatModel
+    from agentfsm.run import Run
+    from agentfsm.store import SQLiteStore
+
+_COVERAGE = "agentfsm-coverage"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("agentfsm", "agentfsm machines")
+    group.addoption(
+        "--agentfsm-coverage",
+        action="store_true",
+        help="report the edges and paths of each machine the tests' runs took",
+    )
+    group.addoption(
+        "--agentfsm-fail-under",
+        type=float,
+        metavar="PCT",
+        default=None,
+        help="fail when under PCT percent of the edges of the machines run were taken",
+    )
+    group.addoption(
+        "--agentfsm-coverage-dir",
+        metavar="DIR",
+        default=None,
+        help="draw each machine run, with the count of each edge, as DIR/<machine>.mmd",
+    )
+    group.addoption(
+        "--agentfsm-cassettes",
+        choices=("strict", "new_episodes", "rewrite"),
+        default="strict",
+        help="how the cassette fixture replays: strict (default), new_episodes, rewrite",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    wanted = (
+        config.getoption("agentfsm_coverage")
+        or config.getoption("agentfsm_fail_under") is not None
+        or config.getoption("agentfsm_coverage_dir") is not None
+    )
+    if wanted:
+        config.pluginmanager.register(CoverageReport(config), _COVERAGE)
+
+
+# ---------------------------------------------------------------- coverage
+
+
+class _Taken:
+    """A global run hook: the edges and whole paths each machine's runs took."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, MachineTable] = {}
+        self.edges: dict[str, Counter[tuple[str, str]]] = {}
+        self.paths: dict[str, Counter[tuple[tuple[str, str], ...]]] = {}
+        #: Runs a planner made to try its scenarios, not the tests' runs.
+        self.ignored: weakref.WeakSet[Run] = weakref.WeakSet()
+
+    def run_started(self, run: Run) -> None:
+        from agentfsm.testing._cases import PLANNING
+
+        if PLANNING.get():
+            self.ignored.add(run)
+            return
+        name = run.table.name
+        if name not in self.tables:
+            self.tables[name] = run.table
+            self.edges[name] = Counter()
+            self.paths[name] = Counter()
+
+    def transition(self, run: Run, transition: Any) -> None:
+        if run in self.ignored:
+            return
+        self.edges[run.table.name][(transition.source, transition.trigger)] += 1
+
+    def run_ended(self, run: Run) -> None:
+        if run in self.ignored:
+            return
+        path = tuple((t.source, t.trigger) for t in run.trace)
+        self.paths[run.table.name][path] += 1
+
+
+class CoverageReport:
+    """Counts the runs of the session; reports, draws and judges their coverage."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.taken = _Taken()
+        self._remove: Callable[[], None] | None = None
+        self.ratio: float | None = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        from agentfsm.hooks import add_global_hook
+
+        self._remove = add_global_hook(self.taken)
+
+    def _stop(self) -> None:
+        if self._remove is not None:
+            self._remove()
+            self._remove = None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self._stop()
+        under = self.config.getoption("agentfsm_fail_under")
+        self.ratio = self._edge_ratio()
+        failing = under is not None and self.ratio is not None and self.ratio * 100 < under
+        if failing and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        folder = self.config.getoption("agentfsm_coverage_dir")
+        if folder is not None:
+            self._draw(Path(folder))
+
+    def _edge_ratio(self) -> float | None:
+        total = sum(len(t.edges) for t in self.taken.tables.values())
+        if not total:
+            return None
+        taken = sum(self._edges_taken(name) for name in self.taken.tables)
+        return taken / total
+
+    def _edges_taken(self, name: str) -> int:
+        table = self.taken.tables[name]
+        counts = self.taken.edges[name]
+        return sum(1 for e in table.edges if counts[(e.source, e.trigger)])
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        write = terminalreporter.write_line
+        terminalreporter.section("agentfsm coverage")
+        if not self.taken.tables:
+            write("no run of any machine was made")
+        for name, table in sorted(self.taken.tables.items()):
+            for line in machine_report(table, self.taken.edges[name], self.taken.paths[name]):
+                write(line)
+        under = self.config.getoption("agentfsm_fail_under")
+        if under is not None and self.ratio is not None:
+            verdict = "FAIL" if self.ratio * 100 < under else "ok"
+            write(
+                f"edges taken over all machines: {self.ratio:.1%} "
+                f"(--agentfsm-fail-under={under:g}): {verdict}"
+            )
+
+    def _draw(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, table in self.taken.tables.items():
+            (folder / f"{name}.mmd").write_text(coverage_mermaid(table, self.taken.edges[name]))
+
+
+def machine_report(
+    table: MachineTable,
+    edges: Counter[tuple[str, str]],
+    runs: Counter[tuple[tuple[str, str], ...]],
+) -> list[str]:
+    """The lines that report one machine: edges and paths taken, and the untaken ones.
+
+    An untaken path that no run can take (:attr:`PathCase.unforceable`) says so.
+    """
+    from agentfsm.paths import paths
+
+    untaken = [e for e in table.edges if not edges[(e.source, e.trigger)]]
+    all_paths = paths(table)
+    took = set(runs)
+    missed = [p for p in all_paths if tuple((e.source, e.trigger) for e in p.edges) not in took]
+    impossible = _impossible(table) if missed else {}
+    n_edges, n_paths = len(table.edges), len(all_paths)
+    taken_paths = n_paths - len(missed)
+    note = f"; {len(impossible)} no run can take" if impossible else ""
+    lines = [
+        f"{table.name}: {_n_runs(runs)} runs; edges {n_edges - len(untaken)}/{n_edges} "
+        f"({(n_edges - len(untaken)) / n_edges:.0%}), "
+        f"paths {taken_paths}/{n_paths} ({taken_paths / n_paths:.0%}{note})"
+    ]
+    if untaken:
+        lines.append("  edges never taken:")
+        lines += [f"    {e.source} --{e.trigger}--> {e.dest}  ({e.why})" for e in untaken]
+    if missed:
+        lines.append("  paths never taken:")
+        for p in missed:
+            why = impossible.get(p.edges)
+            lines.append(f"    {p.entry}: {p.text}" + ("  (no run can take it)" if why else ""))
+    return lines
+
+
+def _impossible(table: MachineTable) -> dict[tuple[Any, ...], str]:
+    """The paths of ``table`` that :func:`path_cases` finds no run can take, with why."""
+    from agentfsm.testing import path_cases
+
+    return {
+        c.path.edges: c.unforceable
+        for c in path_cases(table)
+        if c.unforceable is not None and c.scenario is not None
+    }
+
+
+def _n_runs(runs: Counter[Any]) -> int:
+    return sum(runs.values())
+
+
+def coverage_mermaid(table: MachineTable, edges: Counter[tuple[str, str]]) -> str:
+    """The machine as a Mermaid state diagram, each edge labelled with its count."""
+    from agentfsm.paths import state_label
+
+    lines = ["stateDiagram-v2"]
+    for situation, state in table.entries.items():
+        lines.append(f"    [*] --> {state_label(state)} : {situation}")
+    for e in table.edges:
+        count = edges[(e.source, e.trigger)]
+        label = f"{e.trigger} x{count}" if count else f"{e.trigger} NEVER"
+        lines.append(f"    {state_label(e.source)} --> {state_label(e.dest)} : {label}")
+    lines += [f"    {state_label(t)} --> [*]" for t in table.terminals]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def scripted_model() -> Callable[..., Any]:
+    """Make a scripted model: ``scripted_model(call_tool("add", a=1, b=2), say("3"))``."""
+    from agentfsm.providers import ScriptedModel
+
+    def make(*replies: Any, name: str = "scripted") -> ScriptedModel:
+        if len(replies) == 1 and callable(replies[0]):
+            return ScriptedModel(replies[0], model_name=name)
+        return ScriptedModel(list(replies), model_name=name)
+
+    return make
+
+
+@pytest.fixture
+def agentfsm_store(tmp_path: Path) -> Iterator[SQLiteStore]:
+    """A run store in a file of the test's temporary folder, closed after the test."""
+    from agentfsm.store import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+_PLAYED: pytest.StashKey[list[Any]] = pytest.StashKey()
+
+
+def _cassette_path(request: pytest.FixtureRequest) -> Path:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")
+    return request.path.parent / "cassettes" / request.path.stem / f"{name}.json"
+
+
+@pytest.fixture
+def cassette(request: pytest.FixtureRequest) -> Iterator[Callable[..., ChatModel]]:
+    """The test's cassette as a model: ``model = cassette(real_model)``.
+
+    Replays ``cassettes/<test file>/<test>.json`` (next to the test file) when it
+    exists; otherwise records ``model`` into it (a test with no cassette and no
+    model fails). ``--agentfsm-cassettes`` picks the mode; ``rewrite`` records anew.
+    A request that differs from the recorded one fails the test with a diff.
+    """
+    from agentfsm.testing import Cassette, record
+
+    mode = request.config.getoption("agentfsm_cassettes")
+    played: list[Cassette] = request.node.stash.setdefault(_PLAYED, [])
+
+    def make(model: ChatModel | None = None, *, path: str | Path | None = None) -> ChatModel:
+        where = Path(path) if path is not None else _cassette_path(request)
+        if mode == "rewrite" or not where.exists():
+            if model is None:
+                pytest.fail(f"no cassette at {where}: pass the real model once to record it")
+            if where.exists():
+                where.unlink()
+            return record(model, where)
+        if mode == "new_episodes" and model is not None:
+            replay = Cassette(where, "new_episodes", model=model)
+        else:
+            replay = Cassette(where)
+        played.append(replay)
+        return replay
+
+    yield make
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A test whose cassette met a request it did not record fails, showing the diff."""
+    report = yield
+    if call.when != "call":
+        return report
+    mismatches = [m for c in item.stash.get(_PLAYED, []) for m in c.mismatches]
+    if mismatches:
+        text = "\n\n".join(m.message for m in mismatches)
+        if report.outcome == "passed":
+            report.longrepr = text
+        report.outcome = "failed"
+        report.sections.append(("cassette mismatch", text))
+    return report

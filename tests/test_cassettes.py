@@ -1,0 +1,153 @@
+"""Cassettes: record a model's requests and replies, replay them, refuse what differs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentfsm import Agent, AgentState, ChainError, Message, tool
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.results import Failed, Ok
+from agentfsm.testing import (
+    Cassette,
+    CassetteMismatchError,
+    cassette_from_traces,
+    record,
+    redact,
+    regression_test,
+)
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def _ask(model: object, question: str = "1+2?") -> object:
+    return Agent(model, [add]).start(AgentState.of(question)).run_sync()  # type: ignore[arg-type]
+
+
+def _recorded(tmp_path: Path, *replies: object) -> Path:
+    path = tmp_path / "c.json"
+    real = ScriptedModel(list(replies or (call_tool("add", a=1, b=2), say("3"))))
+    result = _ask(record(real, path))
+    assert isinstance(result, Ok | Failed)
+    return path
+
+
+def test_a_replayed_run_is_the_recorded_one(tmp_path: Path) -> None:
+    path = _recorded(tmp_path)
+    doc = json.loads(path.read_text())
+    assert doc["model"] == "scripted"
+    assert [len(e["request"]["messages"]) for e in doc["episodes"]] == [1, 3]
+    assert doc["episodes"][0]["request"]["tools"][0]["name"] == "add"
+    replay = Cassette(path)
+    result = _ask(replay)
+    assert isinstance(result, Ok) and result.chain.last_message.text == "3"
+    assert replay.played == 2 and replay.name == "scripted"
+    replay.check()
+
+
+def test_a_different_request_fails_with_a_diff(tmp_path: Path) -> None:
+    replay = Cassette(_recorded(tmp_path))
+    result = _ask(replay, "2+2?")
+    assert isinstance(result, Failed) and result.error.type == "cassette_mismatch"
+    with pytest.raises(CassetteMismatchError) as info:
+        replay.check()
+    text = info.value.message
+    assert "request 1 differs" in text
+    assert '-      "content": "1+2?",' in text and '+      "content": "2+2?",' in text
+
+
+def test_strict_refuses_a_request_past_the_recording(tmp_path: Path) -> None:
+    path = _recorded(tmp_path, say("3"))
+    replay = Cassette(path)
+    _ask(replay)
+    result = _ask(replay)
+    assert isinstance(result, Failed)
+    assert "request 2 is not in" in result.error.message
+
+
+def test_new_episodes_records_past_the_recording(tmp_path: Path) -> None:
+    path = _recorded(tmp_path, say("3"))
+    more = ScriptedModel([say("4")])
+    replay = Cassette(path, "new_episodes", model=more)
+    _ask(replay)
+    second = _ask(replay, "2+2?")
+    assert isinstance(second, Ok) and second.chain.last_message.text == "4"
+    assert len(json.loads(path.read_text())["episodes"]) == 2
+    assert isinstance(_ask(Cassette(path)), Ok)
+
+
+def test_new_episodes_needs_a_model(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs the model"):
+        Cassette(_recorded(tmp_path), "new_episodes")
+    with pytest.raises(ValueError, match="mode is"):
+        Cassette(_recorded(tmp_path), "all")  # type: ignore[arg-type]
+
+
+def test_a_failing_call_is_recorded_and_replayed(tmp_path: Path) -> None:
+    error = ChainError("bad_request", "no", retryable=False)
+    path = _recorded(tmp_path, error)
+    result = _ask(Cassette(path))
+    assert isinstance(result, Failed) and result.error.type == "bad_request"
+
+
+def test_keys_and_authorization_headers_are_redacted(tmp_path: Path) -> None:
+    leaky = Message.assistant(
+        "done",
+        metadata={"headers": {"Authorization": "Bearer abc.def.ghi", "x-api-key": "k-123"}},
+    )
+    error = ChainError(
+        "bad_request",
+        "rejected key sk-ant-0123456789abcdefghij",
+        retryable=False,
+        details={"api_key": "secret-value", "request": {"authorization": "Basic xyz"}},
+    )
+    path = tmp_path / "c.json"
+    real = ScriptedModel([leaky, error])
+    _ask(record(real, path))
+    _ask(record(real, tmp_path / "e.json"))
+    text = path.read_text() + (tmp_path / "e.json").read_text()
+    for secret in ("abc.def.ghi", "k-123", "0123456789abcdefghij", "secret-value", "xyz"):
+        assert secret not in text
+    assert text.count("[REDACTED]") >= 5
+    assert redact({"note": "Bearer 0123456789"}) == {"note": "[REDACTED]"}
+
+
+def _agent(model: object) -> Agent:
+    return Agent(model, [add], system_prompt="You add.")  # type: ignore[arg-type]
+
+
+def test_a_saved_run_becomes_a_cassette(tmp_path: Path) -> None:
+    real = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
+    run = _agent(real).start(AgentState.of("1+2?"))
+    run.run_sync()
+    path = tmp_path / "saved.json"
+    assert cassette_from_traces(run.trace, path) == 2
+    doc = json.loads(path.read_text())
+    assert doc["episodes"][0]["request"]["tools"] == [{"name": "add"}]
+    replay = Cassette(path)
+    again = _agent(replay).start(AgentState.of("1+2?"))
+    again.run_sync()
+    replay.check()
+    assert again.trace.path == run.trace.path
+    assert cassette_from_traces([run.trace], path, tools=[add]) == 2
+    assert json.loads(path.read_text())["episodes"][0]["request"]["tools"][0]["description"]
+    other = Cassette(path)
+    _agent(other).start(AgentState.of("1+3?")).run_sync()
+    assert other.mismatches
+
+
+def test_a_saved_run_becomes_a_regression_test(tmp_path: Path) -> None:
+    real = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
+    run = _agent(real).start(AgentState.of("1+2?"))
+    run.run_sync()
+    cassette_from_traces(run.trace, tmp_path / "saved.json")
+    text = regression_test(run.trace, tmp_path / "saved.json", agent="tests.test_cassettes:_agent")
+    assert "from tests.test_cassettes import _agent" in text
+    assert repr(run.trace.path) in text and "Path(__file__).with_name('saved.json')" in text
+    compile(text, "test_saved.py", "exec")  # a valid test module

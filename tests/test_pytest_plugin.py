@@ -1,0 +1,202 @@
+"""The pytest plugin, run in a pytest of its own (``pytester``): fixtures, coverage, cassettes."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+
+
+AGENT_TEST = '''
+from agentfsm import Agent, AgentState, tool
+from agentfsm.providers import call_tool, say
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def test_answers(scripted_model):
+    model = scripted_model(call_tool("add", a=1, b=2), say("3"))
+    run = Agent(model, [add]).start(AgentState.of("1+2?"))
+    run.run_sync()
+    assert run.agent_state.messages[-1].text == "3"
+'''
+
+
+def test_the_fixtures_are_there_without_configuration(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        AGENT_TEST
+        + """
+
+def test_store(agentfsm_store):
+    from agentfsm.store import SQLiteStore
+    assert isinstance(agentfsm_store, SQLiteStore)
+"""
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    assert "agentfsm coverage" not in result.stdout.str()
+
+
+def test_coverage_reports_each_machine_run_and_what_it_never_took(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(AGENT_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--agentfsm-coverage")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "agentfsm coverage" in out
+    result.stdout.fnmatch_lines(
+        [
+            "standard: 1 runs; edges 8/25 (32%), paths 1/95 (1%; 2 no run can take)",
+            "  edges never taken:",
+            "    calling --failed--> error  (*",
+            "  paths never taken:",
+        ]
+    )
+    assert "    interrupt_check --interrupted--> interrupted" in out
+
+
+def test_fail_under_fails_a_green_session(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(AGENT_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--agentfsm-fail-under=90")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["edges taken over all machines: *(--agentfsm-fail-under=90): FAIL"]
+    )
+    passing = pytester.runpytest("-p", "no:cacheprovider", "--agentfsm-fail-under=10")
+    assert passing.ret == pytest.ExitCode.OK
+
+
+def test_path_cases_cover_every_edge_of_a_machine(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+import pytest
+from agentfsm.modes.langchain import UNTIL_SUCCESS
+from agentfsm.testing import path_cases
+
+
+@pytest.mark.parametrize("case", [c.param for c in path_cases(UNTIL_SUCCESS)])
+def test_path(case):
+    case.check()
+"""
+    )
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--agentfsm-coverage", "--agentfsm-fail-under=100"
+    )
+    result.assert_outcomes(passed=25)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["until_success: 25 runs; edges 10/10 (100%), paths 25/25 (100%)"])
+
+
+def test_coverage_dir_draws_each_machine(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(AGENT_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--agentfsm-coverage-dir=drawn")
+    result.assert_outcomes(passed=1)
+    drawn = (pytester.path / "drawn" / "standard.mmd").read_text()
+    assert drawn.startswith("stateDiagram-v2")
+    assert "Calling --> InterruptCheck : called x2" in drawn
+    assert "Calling --> Error : failed NEVER" in drawn
+
+
+CASSETTE_TEST = '''
+from agentfsm import Agent, AgentState, tool
+from agentfsm.providers import ScriptedModel, call_tool, say
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def test_recorded(cassette):
+    real = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
+    model = cassette(real if REAL else None)
+    run = Agent(model, [add]).start(AgentState.of(QUESTION))
+    run.run_sync()
+    assert run.agent_state.messages[-1].text == "3"
+'''
+
+
+def test_cassette_records_then_replays_then_fails_with_a_diff(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_agent="REAL = True\nQUESTION = '1+2?'\n" + CASSETTE_TEST,
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    saved = pytester.path / "cassettes" / "test_agent" / "test_recorded.json"
+    doc = json.loads(saved.read_text())
+    assert doc["format"] == "agentfsm-cassette/1" and len(doc["episodes"]) == 2
+
+    pytester.makepyfile(test_agent="REAL = False\nQUESTION = '1+2?'\n" + CASSETTE_TEST)
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+    pytester.makepyfile(test_agent="REAL = False\nQUESTION = '2+2?'\n" + CASSETTE_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*request 1 differs from the one recorded in *test_recorded.json*",
+            '*-      "content": "1+2?",',
+            '*+      "content": "2+2?",',
+        ]
+    )
+
+
+def test_cassette_without_recording_or_model_fails(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent="REAL = False\nQUESTION = '1+2?'\n" + CASSETTE_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*no cassette at *test_recorded.json: pass the real model*"])
+
+
+def test_the_project_takes_every_path_a_run_can_take(pytester: pytest.Pytester) -> None:
+    suite = pathlib.Path(__file__).with_name("test_path_cases.py")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "--agentfsm-coverage", "--agentfsm-fail-under=100", str(suite)
+    )
+    assert result.ret == pytest.ExitCode.OK
+    out = result.stdout.str()
+    for name in (
+        "single_call",
+        "step",
+        "while_needs_response",
+        "until_success",
+        "until_tool_used",
+    ):
+        assert re.search(rf"^{name}: \d+ runs; edges (\d+)/\1 \(100%\), paths (\d+)/\2 ", out, re.M)
+    for name in ("standard", "compacting"):
+        assert re.search(
+            rf"^{name}: \d+ runs; edges (\d+)/\1 \(100%\), "
+            r"paths \d+/\d+ \(98%; 2 no run can take\)",
+            out,
+            re.M,
+        ), out
+    assert out.count("(no run can take it)") == 4
+
+
+def test_a_saved_run_becomes_a_passing_regression_test(pytester: pytest.Pytester) -> None:
+    from agentfsm import AgentState
+    from agentfsm.providers import ScriptedModel, call_tool, say
+    from agentfsm.testing import cassette_from_traces, regression_test
+    from tests.test_cassettes import _agent
+
+    run = _agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")])).start(AgentState.of("1+2?"))
+    run.run_sync()
+    cassette_from_traces(run.trace, pytester.path / "saved.json")
+    text = regression_test(run.trace, "saved.json", agent="tests.test_cassettes:_agent")
+    pytester.makepyfile(test_saved=text)
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
