@@ -22,6 +22,7 @@ import shlex
 import sqlite3
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from ._printable import printable
@@ -104,7 +105,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="The runs saved in a store: list them, show one, resume one.",
     )
     runs.set_defaults(handler=handle)
-    commands = runs.add_subparsers(dest="runs_command", metavar="{list,show,resume}")
+    commands = runs.add_subparsers(dest="runs_command", metavar="{list,show,resume,export}")
     commands.required = True
     commands.add_parser("list", parents=[common], help="every saved run, newest first")
     show = commands.add_parser("show", parents=[common], help="one run: status, path, messages")
@@ -126,6 +127,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="JSON",
         help='for an interrupted run: the decisions, e.g. \'[{"type": "approve"}]\'',
     )
+    export = commands.add_parser(
+        "export", parents=[common], help="a saved run as a cassette and a regression test"
+    )
+    export.add_argument("run_id", metavar="RUN_ID")
+    export.add_argument(
+        "--cassette", metavar="FILE", required=True, help="where to write its model calls"
+    )
+    export.add_argument(
+        "--test",
+        metavar="FILE",
+        help="also write a pytest file that replays the cassette and asserts the run's path",
+    )
+    export.add_argument(
+        "--agent",
+        metavar="MODULE:FACTORY",
+        help="for --test: a function of the model that returns the agent to replay through",
+    )
     return runs
 
 
@@ -138,6 +156,8 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
             return _list(open_store(db), out)
         if args.runs_command == "show":
             return _show(db, args.run_id, args.json, out)
+        if args.runs_command == "export":
+            return _export(db, args.run_id, args.cassette, args.test, args.agent, out)
         return _resume(db, args.run_id, args.agent, args.decisions, out)
     except (
         UsageError,
@@ -159,6 +179,23 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         run_id = getattr(args, "run_id", "")
         _say(sys.stderr, f"agentfsm runs: run {run_id} is nested too deeply to show")
         return 2
+
+
+def _export(
+    db: str, run_id: str, cassette: str, test: str | None, agent: str | None, out: TextIO
+) -> int:
+    """Write a saved run's model calls as a cassette, and a test that replays it."""
+    from .testing import cassette_from_traces, regression_test
+
+    if test is not None and agent is None:
+        raise UsageError("--test needs --agent MODULE:FACTORY, the agent to replay through")
+    saved = load_run(open_store(db), run_id, strict=False)
+    calls = cassette_from_traces(saved.traces, cassette)
+    _say(out, f"wrote {calls} model call(s) of run {run_id} to {cassette}")
+    if test is not None and agent is not None:
+        Path(test).write_text(regression_test(saved.trace, cassette, agent=agent), "utf-8")
+        _say(out, f"wrote {test}: it replays {cassette} and asserts the path {saved.trace.path}")
+    return 0
 
 
 def _one_line(exc: Exception) -> str:

@@ -151,3 +151,59 @@ def test_a_saved_run_becomes_a_regression_test(tmp_path: Path) -> None:
     assert "from tests.test_cassettes import _agent" in text
     assert repr(run.trace.path) in text and "Path(__file__).with_name('saved.json')" in text
     compile(text, "test_saved.py", "exec")  # a valid test module
+
+
+def test_runs_export_turns_a_saved_run_into_a_cassette_and_a_passing_test(
+    tmp_path: Path,
+) -> None:
+    """A run seen in production becomes a regression test from the shell."""
+    import subprocess
+    import sys
+
+    from agentfsm import AgentState
+    from agentfsm._demo import calculator_agent
+    from agentfsm.providers import ScriptedModel, call_tool, say
+    from agentfsm.store import SQLiteStore, start_run
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    model = ScriptedModel([call_tool("add", a=2, b=40), say("2 + 40 = 42")])
+    run = start_run(calculator_agent(model), AgentState.of("What is 2 + 40?"), store, run_id="calc")
+    run.run_sync()
+    store.close()
+    cli = [sys.executable, "-m", "agentfsm.cli", "runs", "export", "calc"]
+    done = subprocess.run(
+        [
+            *cli,
+            "--db",
+            "runs.db",
+            "--cassette",
+            "calc.json",
+            "--test",
+            "test_calc.py",
+            "--agent",
+            "agentfsm._demo:calculator_agent",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "wrote 2 model call(s) of run calc to calc.json" in done.stdout
+    replayed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_calc.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "1 passed" in replayed.stdout
+    refused = subprocess.run(
+        [*cli, "--db", "runs.db", "--cassette", "x.json", "--test", "t.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "--test needs --agent" in refused.stderr
