@@ -43,7 +43,7 @@ from agentfsm.providers._model import tool_call
 from agentfsm.serialization import loads
 from agentfsm.store import SQLiteStore, load_run, start_run
 from tests.providers.fake_server import FakeServer, Reply
-from tests.support import add, boom, edit_saved, submit
+from tests.support import add, boom, edit_saved, registered_runs, submit
 
 
 @tool(timeout=0.05)
@@ -440,7 +440,7 @@ async def test_a_thousand_runs_share_one_machine() -> None:
         await run.run()
         return n, run
 
-    models_before = len(STANDARD.machine.models)
+    models_before = registered_runs(STANDARD)
     runs = await asyncio.gather(*(one(n) for n in range(1000)))
     for n, run in runs:
         assert run.trace.states.count("calling") == n % 3 + 1
@@ -450,7 +450,7 @@ async def test_a_thousand_runs_share_one_machine() -> None:
         assert [r.content for m in run.chain.messages for r in m.tool_results] == [str(n + 1)] * (
             n % 3
         )
-    assert len(STANDARD.machine.models) == models_before
+    assert registered_runs(STANDARD) == models_before
 
 
 @attrs.frozen
