@@ -404,11 +404,13 @@ def test_invalid_options_are_a_value_error_before_anything_runs(
 
 async def test_cancelled_mid_tool_pauses_and_the_resume_runs_the_tool_again() -> None:
     calls: list[int] = []
+    started = asyncio.Event()
 
     @tool
     async def slow() -> str:
         """Slow."""
         calls.append(1)
+        started.set()
         if len(calls) == 1:
             await asyncio.sleep(30)
         return "finished"
@@ -416,8 +418,7 @@ async def test_cancelled_mid_tool_pauses_and_the_resume_runs_the_tool_again() ->
     agent = Agent(ScriptedModel([call_tool("slow"), say("done")]), [slow])
     run = agent.start(AgentState.of("go"))
     task = asyncio.create_task(run.run())
-    while not calls:
-        await asyncio.sleep(0)
+    await asyncio.wait_for(started.wait(), 30)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
