@@ -50,15 +50,15 @@ async def test_the_budget_sums_every_call_not_the_last_ones() -> None:
     assert run.chain.llm.calls == 4
     state = run.agent_state
     assert state.error is not None and state.error.type == "exceeded_token_budget"
-    assert state.error.message.startswith(
+    assert state.error.message == (
         "The run used 160 tokens, more than its token_budget of 130; the last reply is kept, "
-        "its tool calls were not run."
+        "its tool calls were not run. Raise token_budget to go on."
     )
     assert state.error.details == {
         "usage": {"input_tokens": 120, "output_tokens": 40},
         "token_budget": 130,
     }
-    assert not state.error.retryable
+    assert state.error.retryable is False
     last = state.messages[-1]
     assert last.role == "assistant" and [c.name for c in last.tool_calls] == ["note"]
     assert [m.role for m in state.messages].count("tool") == 3

@@ -9,14 +9,16 @@ errors; a run's listeners and observers hear every move.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
+import attrs
 import pytest
 
 from agentfsm import Agent, AgentState, LLMChain, Message, tool
 from agentfsm.errors import IllegalTransitionError
-from agentfsm.machine import Edge, MachineTable
-from agentfsm.messages import ContentPart
+from agentfsm.machine import Edge, MachineTable, UnknownMachineError, machine_named
+from agentfsm.messages import ContentPart, ToolResult
 from agentfsm.modes.langchain import WhileNeedsResponse
 from agentfsm.options import Options
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
@@ -25,6 +27,7 @@ from agentfsm.run import Run
 from agentfsm.steps import (
     call_llm,
     check_max_runs,
+    check_response_complete,
     continue_or_done,
     ensure_mode_state,
     execute_tools,
@@ -239,6 +242,7 @@ async def test_a_run_is_busy_only_while_a_state_works() -> None:
         busy_between.append(run.busy)
     assert seen == [True]
     assert busy_between == [False] * len(run.trace)
+    assert run.busy is False
 
 
 async def test_a_cancelled_run_is_not_left_busy() -> None:
@@ -364,3 +368,335 @@ def test_a_reply_message_is_recorded_in_the_chain_each_transition_carries() -> N
     assert [len(c.messages) for c in chains] == [1, 2, 2, 2, 2, 2, 2]
     assert chains[-1] is run.chain
     assert isinstance(run.chain.last_message, Message)
+
+
+# ---------------------------------------------------------------- what steps record and say
+
+
+async def test_calling_records_the_model_its_calls_and_its_usage() -> None:
+    reply = attrs.evolve(
+        call_tool("add", a=1, b=2), metadata={"usage": {"input_tokens": 5, "output_tokens": 2}}
+    )
+    run = Agent(ScriptedModel([reply, say("3")]), [add]).start(AgentState.of("go"))
+    await run.run()
+    first, second = run.trace.where("calling")
+    assert first.detail == {
+        "model": "scripted",
+        "tool_calls": ["add"],
+        "usage": {"input_tokens": 5, "output_tokens": 2},
+    }
+    assert second.detail == {"model": "scripted", "tool_calls": []}
+
+
+async def test_a_state_with_extra_steps_keeps_recording_its_detail() -> None:
+    seen: list[Any] = []
+
+    def watch(result: PipelineResult, opts: Any = None) -> PipelineResult:
+        seen.append(opts)
+        return result
+
+    run = Agent(ScriptedModel([say("3")]), [add]).start(
+        AgentState.of("go"), extra_steps={"calling": [watch]}
+    )
+    await run.run()
+    (called,) = run.trace.where("calling")
+    assert called.detail == {"model": "scripted", "tool_calls": []}
+    assert seen == [run.opts]
+
+
+async def test_the_model_is_offered_the_chains_tools() -> None:
+    model = ScriptedModel([say("3")])
+    await Agent(model, [add, boom]).execute(AgentState.of("go"))
+    (request,) = model.requests
+    assert [t.name for t in request.tools] == ["add", "boom"]
+    assert [m.text for m in request.messages] == ["go"]
+
+
+async def test_a_streamed_reply_without_callbacks_streams_to_no_one() -> None:
+    state = await Agent(ScriptedModel([say("two words")], stream=True), []).execute(
+        AgentState.of("go")
+    )
+    assert state.status == "ok" and state.messages[-1].text == "two words"
+
+
+class _Replying:
+    """A model whose reply is ``reply``, whatever it is."""
+
+    name = "replying"
+
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+
+    async def complete(self, messages: Any, tools: Any, on_delta: Any = None) -> Any:
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply
+
+
+@pytest.mark.parametrize("reply", ["just text", Message.user("a user message")])
+async def test_a_reply_that_is_no_assistant_message_is_an_invalid_response(reply: Any) -> None:
+    chain = chain_of(ScriptedModel([]))
+    chain = attrs.evolve(chain, llm=_Replying(reply))
+    result = await call_llm(Continue(chain))
+    assert isinstance(result, Failed) and result.chain is chain
+    assert result.error.type == "invalid_response"
+    assert result.error.message == f"The model returned {reply!r}, not an assistant Message"
+
+
+async def test_a_provider_bug_is_a_final_model_error() -> None:
+    chain = attrs.evolve(chain_of(ScriptedModel([])), llm=_Replying(KeyError("choices")))
+    result = await call_llm(Continue(chain))
+    assert isinstance(result, Failed) and result.chain is chain
+    assert (result.error.type, result.error.message) == ("model_error", "KeyError: 'choices'")
+    assert result.error.retryable is False
+
+
+async def test_call_llm_counts_into_a_mode_state_without_a_count() -> None:
+    chain = chain_of(ScriptedModel([say("x"), say("y")]))
+    chain = chain.update_custom_context({"mode_state": {"drafts": 2}})
+    result = await call_llm(Continue(chain))
+    assert result.chain.custom_context["mode_state"] == {"drafts": 2, "run_count": 1}
+    again = await call_llm(Continue(result.chain.add_message(Message.user("more"))))
+    assert again.chain.custom_context["mode_state"] == {"drafts": 2, "run_count": 2}
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind", "message"),
+    [
+        (
+            say("half", status="length"),
+            "response_truncated",
+            "The model's reply was cut off at its token limit; its tool calls were not run. "
+            "Raise the model's max_tokens or ask for a shorter answer.",
+        ),
+        (
+            say("", status="filtered"),
+            "content_filtered",
+            "The provider's content filter stopped the model's reply; its tool calls were not run.",
+        ),
+        (
+            say(""),
+            "empty_response",
+            "The model returned an empty reply (no text and no tool calls). Retry the run, or "
+            "give the model a fallback (agentfsm.providers.FallbackModel).",
+        ),
+    ],
+)
+def test_an_incomplete_reply_fails_with_its_message(
+    reply: Message, kind: str, message: str
+) -> None:
+    chain = chain_of(ScriptedModel([])).add_message(reply)
+    result = check_response_complete(Continue(chain))
+    assert isinstance(result, Failed) and result.chain is chain
+    assert (result.error.type, result.error.message) == (kind, message)
+
+
+@pytest.mark.parametrize("last", [Message.user("go"), None])
+def test_response_checks_leave_a_chain_without_a_reply_alone(last: Message | None) -> None:
+    chain = LLMChain(ScriptedModel([]))
+    if last is not None:
+        chain = chain.add_message(last)
+    start = Continue(chain)
+    assert check_response_complete(start) is start
+
+
+def test_a_tool_message_passes_the_response_checks() -> None:
+    chain = chain_of(ScriptedModel([])).add_message(call_tool("add", a=1, b=2))
+    chain = chain.add_message(Message.tool([ToolResult("c", "add", "3")]))
+    start = Continue(chain)
+    assert check_response_complete(start) is start
+
+
+# ---------------------------------------------------------------- tables: names, reprs, paths
+
+
+def test_an_unknown_machine_name_says_how_to_find_it() -> None:
+    with pytest.raises(UnknownMachineError) as raised:
+        machine_named("nowhere_declared")
+    message = str(raised.value)
+    assert message.startswith("No machine named 'nowhere_declared' is declared in this process")
+    assert message.endswith(
+        "Import the module that declares it before loading or resuming runs made on it."
+    )
+
+
+def test_the_standard_machine_is_found_at_its_former_home() -> None:
+    from agentfsm import machine as machine_module
+    from agentfsm.modes.standard import STANDARD
+
+    assert machine_module.STANDARD is STANDARD
+    with pytest.raises(AttributeError, match="has no attribute 'ELSEWHERE'"):
+        _ = machine_module.ELSEWHERE
+
+
+def test_an_edge_reads_back_as_written() -> None:
+    one = Edge("a", "b", on=Ok, trigger="go", why="because")
+    assert repr(one) == "Edge('a', 'b', on=Ok, trigger='go', why='because')"
+    two = Edge(("a", "c"), "b", on=Failed, trigger="go", why="because")
+    assert repr(two) == "Edge(('a', 'c'), 'b', on=Failed, trigger='go', why='because')"
+    odd = Edge("a", "b", on="nothing", trigger="go", why="because")  # type: ignore[arg-type]
+    assert repr(odd) == "Edge('a', 'b', on=nothing, trigger='go', why='because')"
+    with pytest.raises(ValueError) as raised:
+        _ = two.source
+    assert str(raised.value) == f"{two!r} leaves 2 states; a table holds one edge per source"
+
+
+def test_a_derived_table_keeps_its_options_class() -> None:
+    from agentfsm.modes.standard import STANDARD
+    from agentfsm.options import StandardOptions
+
+    derived = STANDARD.replace("deciding", STANDARD.steps["deciding"], name="guards_same_options")
+    assert derived.options is StandardOptions
+    inserted = SHAPES.insert("extra_state", (_sync("x"),), after="one_sync", name="guards_inserted")
+    assert inserted.options is Options
+
+
+def test_is_path_refuses_triggers_that_do_not_match_the_states_in_number() -> None:
+    from agentfsm.modes.standard import STANDARD
+
+    assert STANDARD.is_path(["expanding", "calling", "error"], ["expanded", "failed"])
+    with pytest.raises(ValueError):
+        STANDARD.is_path(["expanding", "calling", "error"], ["expanded"])
+
+
+# ---------------------------------------------------------------- a run's clock and budget
+
+
+def test_a_transitions_elapsed_time_is_its_states_work() -> None:
+    run = Agent(ScriptedModel([say("x")]), [add]).start(AgentState.of("go"))
+    assert run.busy is False
+    for _ in range(3):
+        before = time.perf_counter()
+        moved = run.step_sync()
+        after = time.perf_counter()
+        assert 0 <= moved.elapsed <= after - before
+        assert run.busy is False
+    assert repr(run) == "<Run standard state='executing' steps=3>"
+
+
+def _calls_first(result: PipelineResult, opts: Any = None) -> PipelineResult:
+    if isinstance(result, Continue) and not result.chain.needs_response:
+        return Ok(result.chain)
+    return result
+
+
+CALLS_FIRST = MachineTable(
+    name="guards_calls_first",
+    steps={"calling": (call_llm,), "executing": (execute_tools,), "deciding": (_calls_first,)},
+    terminals=("ok", "paused", "error"),
+    entries={"fresh": "calling"},
+    edges=(
+        Edge("calling", "executing", on=Continue, trigger="called", why="the model replied"),
+        Edge("executing", "deciding", on=Continue, trigger="executed", why="the tools ran"),
+        Edge("deciding", "calling", on=Continue, trigger="loop", why="a response is needed"),
+        Edge("deciding", "ok", on=Ok, trigger="done", why="no response is needed"),
+    ),
+)
+
+
+async def test_the_budget_counts_the_first_transition_of_a_run_too() -> None:
+    """A machine whose entry calls the model: its first move carries usage, and counts."""
+    usage = {"input_tokens": 30, "output_tokens": 10}
+    script = [attrs.evolve(call_tool("add", a=i, b=1), metadata={"usage": usage}) for i in range(4)]
+    model = ScriptedModel([*script, say("done")])
+    run = Run(CALLS_FIRST, chain_of(model, add), "calling", {"token_budget": 100})
+    result = await run.run()
+    assert isinstance(result, Failed) and result.error.type == "exceeded_token_budget"
+    assert model.calls == 3
+    assert result.error.details["usage"] == {"input_tokens": 90, "output_tokens": 30}
+
+
+# ---------------------------------------------------------------- steps of every kind
+
+
+class _Future:
+    """An awaitable that is no coroutine (a future, say), resolving to ``value``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Any:
+        yield from asyncio.sleep(0).__await__()
+        return self.value
+
+
+class _Callable:
+    """A step that is an object with ``__call__``: no ``__qualname__`` of its own."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __call__(self, result: PipelineResult, opts: Any = None) -> Any:
+        return self.value
+
+    def __repr__(self) -> str:
+        return "<a callable step>"
+
+
+def _run_with(*steps: Any) -> Run:
+    table = SHAPES.replace("all_sync", steps, name=f"guards_steps_{len(_TABLES)}")
+    _TABLES.append(table)
+    return Run(table, chain_of(ScriptedModel([])), "all_sync")
+
+
+_TABLES: list[MachineTable] = []
+
+
+async def test_a_step_may_return_any_awaitable() -> None:
+    def later(result: PipelineResult, opts: Any = None) -> Any:
+        return _Future(Ok(result.chain))
+
+    run = _run_with(_sync("before"), later)
+    assert isinstance(await run.run(), Ok)
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda: _Callable(42), "<a callable step>"),
+        (lambda: _Callable(_Future(42)), "<a callable step>"),
+    ],
+)
+async def test_a_step_that_gives_no_result_is_named_in_the_error(make: Any, name: str) -> None:
+    for steps in ((make(),), (_sync("first"), make())):
+        run = _run_with(*steps)
+        result = await run.run()
+        assert isinstance(result, Failed) and result.error.type == "step_error"
+        assert result.error.message == (
+            f"The all_sync step raised TypeError: the step {name} returned int, not a "
+            "pipeline result (Continue, Ok, Paused, Interrupted or Failed)"
+        )
+
+
+async def test_an_async_step_returning_no_result_is_named() -> None:
+    async def forty_two(result: PipelineResult, opts: Any = None) -> Any:
+        return 42
+
+    for steps in ((forty_two,), (_sync("first"), forty_two), (forty_two, _sync("never"))):
+        result = await _run_with(*steps).run()
+        assert isinstance(result, Failed)
+        assert result.error.message == (
+            "The all_sync step raised TypeError: the step "
+            "test_an_async_step_returning_no_result_is_named.<locals>.forty_two returned int, "
+            "not a pipeline result (Continue, Ok, Paused, Interrupted or Failed)"
+        )
+
+
+async def test_a_later_step_returning_no_result_after_an_async_one_is_named() -> None:
+    result = await _run_with(_async("first"), _Callable(42)).run()
+    assert isinstance(result, Failed)
+    assert "the step <a callable step> returned int, not a pipeline result" in (
+        result.error.message
+    )
+
+
+async def test_a_text_reply_resets_the_failure_count_with_callbacks_too() -> None:
+    heard: list[int] = []
+    chain = LLMChain(
+        ScriptedModel([say("ok then")]),
+        callbacks=[{"on_llm_new_message": lambda c, m: heard.append(c.current_failure_count)}],
+    ).add_message(Message.user("go"))
+    chain = chain.add_message(Message.assistant("thinking"), current_failure_count=2)
+    chain = chain.add_message(Message.user("go on"))
+    result = await call_llm(Continue(chain))
+    assert result.chain.current_failure_count == 0 and heard == [0]
