@@ -134,16 +134,27 @@ def _report(work: Path) -> int:
         rate = dead / len(done) if done else 0.0
         print(f"{module:<24} {len(done):>8} {dead:>8} {rate:>7.1%}")
     print(f"{'all':<24} {total:>8} {killed:>8} {killed / max(total, 1):>7.1%}")
-    others = sorted({v for v in status.values()} - {"killed", "survived", "timeout"})
+    verdicts = list(status.values())
+    others = sorted(set(verdicts) - {"killed", "survived", "timeout"})
     if others:
-        print("other verdicts:", ", ".join(f"{v}: {list(status.values()).count(v)}" for v in others))
+        print("other verdicts:", ", ".join(f"{v}: {verdicts.count(v)}" for v in others))
+    print(f"{len(survivors)} survivors (diffs in {work / 'mutants.txt'}):")
     with (work / "mutants.txt").open("w") as out:
         for name in survivors:
-            out.write(_mutmut(work, "show", name).stdout + "\n")
-    print(f"{len(survivors)} survivors (diffs in {work / 'mutants.txt'}):")
-    for name in survivors:
-        print(" ", name)
+            diff = _mutmut(work, "show", name).stdout
+            out.write(diff + "\n")
+            print(f"  {name}: {_changed(diff)}")
     return 0
+
+
+def _changed(diff: str) -> str:
+    """The lines a mutant changed, on one line: ``- old | + new``."""
+    lines = [
+        " ".join(line.split())
+        for line in diff.splitlines()
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    return " | ".join(lines)[:240]
 
 
 def main(argv: list[str] | None = None) -> int:
