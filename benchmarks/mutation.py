@@ -5,6 +5,7 @@ Not part of CI: a full run takes long (an hour or more on two cores). Run by han
     pip install -e '.[test,mutation]' --config-settings editable_mode=strict
     nice -n 10 python benchmarks/mutation.py            # run.py, steps.py, machine.py
     python benchmarks/mutation.py --report              # the numbers and the survivors again
+    python benchmarks/mutation.py --recheck-only        # survivors again, in fresh processes
     python benchmarks/mutation.py --only 'agentfsm.run*'  # some mutants only (mutmut's globs)
 
 mutmut (3.x) mutates files by their path and names a mutant by the module its
@@ -26,6 +27,8 @@ in ``mutants.txt`` of the work folder.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -108,36 +111,75 @@ def _mutmut(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _report(work: Path) -> int:
-    """Kill rate per module and overall; the survivors, one a line, diffs in mutants.txt."""
+def _statuses(work: Path) -> dict[str, str]:
+    """Each mutant's verdict in the last run, by name."""
     listing = _mutmut(work, "results", "--all", "true").stdout
     status: dict[str, str] = {}
     for line in listing.splitlines():
         match = re.match(r"\s*(\S+__mutmut_\d+): (.+)$", line)
         if match:
             status[match.group(1)] = match.group(2).strip()
+    return status
+
+
+def _recheck(work: Path, survivors: list[str]) -> dict[str, bool]:
+    """Each survivor against every test of :data:`TESTS`, in a fresh process.
+
+    mutmut forks each mutant's tests from a process that already imported the
+    package and ran them once, so what a module builds when it is imported or first
+    used (a machine's piped steps, say) is the unmutated code's: such a mutant
+    survives tests that would kill it. A fresh process builds everything with the
+    mutant in place, and runs all the selected tests, not only those that hit it.
+    """
+    tests = [t for t in TESTS if (work / "mutants" / t).exists()]
+    env = {**os.environ, "PYTHONPATH": "src"}
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly"]
+    killed: dict[str, bool] = {}
+    for name in survivors:
+        finished = subprocess.run(
+            [*command, "-p", "no:cacheprovider", *tests],
+            cwd=work / "mutants",
+            env={**env, "MUTANT_UNDER_TEST": name},
+            capture_output=True,
+            check=False,
+        )
+        killed[name] = finished.returncode != 0
+        print(f"  {name}: {'killed' if killed[name] else 'survived'}", flush=True)
+    (work / "recheck.json").write_text(json.dumps(killed, indent=1))
+    return killed
+
+
+def _report(work: Path) -> int:
+    """Kill rate per module and overall (a survivor killed on recheck counts as killed);
+    the survivors, one a line, their diffs in mutants.txt."""
+    status = _statuses(work)
     if not status:
-        print(listing)
         print("no results yet: run without --report first")
         return 1
+    recheck = work / "recheck.json"
+    if recheck.exists():
+        for name, killed in json.loads(recheck.read_text()).items():
+            if killed and status.get(name) == "survived":
+                status[name] = "killed on recheck"
     per_module: dict[str, list[str]] = {}
     for name, verdict in status.items():
         per_module.setdefault(name.split(".x")[0], []).append(verdict)
-    survivors = sorted(n for n, v in status.items() if v == "survived")
+    dead_verdicts = ("killed", "timeout", "caught by type check", "killed on recheck")
     print(f"{'module':<24} {'mutants':>8} {'killed':>8} {'rate':>7}")
     total = killed = 0
     for module, verdicts in sorted(per_module.items()):
         done = [v for v in verdicts if v not in ("not checked", "skipped")]
-        dead = sum(v in ("killed", "timeout", "caught by type check") for v in done)
+        dead = sum(v in dead_verdicts for v in done)
         total += len(done)
         killed += dead
         rate = dead / len(done) if done else 0.0
         print(f"{module:<24} {len(done):>8} {dead:>8} {rate:>7.1%}")
     print(f"{'all':<24} {total:>8} {killed:>8} {killed / max(total, 1):>7.1%}")
     verdicts = list(status.values())
-    others = sorted(set(verdicts) - {"killed", "survived", "timeout"})
+    others = sorted(set(verdicts) - {"killed", "survived"})
     if others:
-        print("other verdicts:", ", ".join(f"{v}: {verdicts.count(v)}" for v in others))
+        print("verdicts besides killed:", ", ".join(f"{v}: {verdicts.count(v)}" for v in others))
+    survivors = sorted(n for n, v in status.items() if v == "survived")
     print(f"{len(survivors)} survivors (diffs in {work / 'mutants.txt'}):")
     with (work / "mutants.txt").open("w") as out:
         for name in survivors:
@@ -163,9 +205,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1, help="mutants tested at once")
     parser.add_argument("--only", nargs="*", default=[], help="mutant names or globs")
     parser.add_argument("--report", action="store_true", help="only report the last run")
+    parser.add_argument(
+        "--no-recheck", action="store_true", help="skip running each survivor in a fresh process"
+    )
+    parser.add_argument(
+        "--recheck-only", action="store_true", help="recheck the last run's survivors, report"
+    )
     args = parser.parse_args(argv)
     work: Path = args.work
-    if not args.report:
+    if args.recheck_only:
+        survivors = sorted(n for n, v in _statuses(work).items() if v == "survived")
+        _recheck(work, survivors)
+    elif not args.report:
         work.mkdir(parents=True, exist_ok=True)
         if (work / "mutants").exists():
             shutil.rmtree(work / "mutants")
@@ -174,6 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         finished = subprocess.run([*command, *args.only], cwd=work, check=False)
         if finished.returncode not in (0, 1):
             return finished.returncode
+        (work / "recheck.json").unlink(missing_ok=True)
+        if not args.no_recheck:
+            survivors = sorted(n for n, v in _statuses(work).items() if v == "survived")
+            print(f"rechecking {len(survivors)} survivors in fresh processes")
+            _recheck(work, survivors)
     return _report(work)
 
 

@@ -9,6 +9,7 @@ errors; a run's listeners and observers hear every move.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from agentfsm import Agent, AgentState, LLMChain, Message, tool
 from agentfsm.errors import IllegalTransitionError
 from agentfsm.machine import Edge, MachineTable, UnknownMachineError, machine_named
-from agentfsm.messages import ContentPart, ToolResult
+from agentfsm.messages import ContentPart, ToolCall, ToolResult
 from agentfsm.modes.langchain import WhileNeedsResponse
 from agentfsm.options import Options
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
@@ -32,7 +33,9 @@ from agentfsm.steps import (
     ensure_mode_state,
     execute_tools,
     pipe,
+    run_tool_calls,
 )
+from agentfsm.tools import ToolContext
 from tests.support import LOOP, add, boom, chain_of
 
 # ---------------------------------------------------------------- options in every step shape
@@ -700,3 +703,54 @@ async def test_a_text_reply_resets_the_failure_count_with_callbacks_too() -> Non
     chain = chain.add_message(Message.user("go on"))
     result = await call_llm(Continue(chain))
     assert result.chain.current_failure_count == 0 and heard == [0]
+
+
+# ---------------------------------------------------------------- tools of a turn
+
+
+async def test_a_blank_text_part_is_an_empty_response_too() -> None:
+    blank = Message.assistant([ContentPart.text("  "), ContentPart.text("\n")])
+    run = Agent(ScriptedModel([blank]), [add]).start(AgentState.of("go"))
+    await run.run()
+    assert run.trace.path == "expanding calling error"
+    assert run.agent_state.error is not None
+    assert run.agent_state.error.type == "empty_response"
+
+
+async def test_a_tool_reads_the_runs_context_and_its_call_id() -> None:
+    seen: list[tuple[Any, ...]] = []
+
+    @tool
+    def look(context: ToolContext) -> str:
+        """Look at what the run carries."""
+        seen.append(
+            (dict(context.state), context.custom_context.get("tenant"), context.tool_call_id)
+        )
+        return "looked"
+
+    chain = chain_of(ScriptedModel([]), look)
+    chain = chain.update_custom_context({"tenant": "acme", "state": {"k": 1}})
+    (result,) = await run_tool_calls(chain, [ToolCall("c9", "look", {})])
+    assert result.content == "looked"
+    assert seen == [({"k": 1}, "acme", "c9")]
+
+
+async def test_a_sync_tool_with_a_timeout_runs_beside_the_async_tools_of_its_turn() -> None:
+    """It runs in a thread, gathered with the async calls: an async call made after it
+    starts while it still runs (run in turn, it would wait for a start that never came)."""
+    async_started = threading.Event()
+
+    @tool(timeout=30)
+    def waits() -> str:
+        """Wait for the async tool to start."""
+        return "together" if async_started.wait(10) else "alone"
+
+    @tool
+    async def starts() -> str:
+        """Start."""
+        async_started.set()
+        return "started"
+
+    chain = chain_of(ScriptedModel([]), waits, starts)
+    results = await run_tool_calls(chain, [ToolCall("1", "waits", {}), ToolCall("2", "starts", {})])
+    assert [r.content for r in results] == ["together", "started"]
