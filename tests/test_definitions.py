@@ -361,3 +361,16 @@ def test_extra_steps_run_after_the_states_own() -> None:
     result, detail = machine.work({"work": [mine]})["work"](Continue(chain), Options())
     assert seen == ["own", "mine"] and isinstance(result, Ok) and detail is None
     assert machine.work() is machine.work({})  # no extra steps: the table's own work
+
+
+def test_an_agent_refuses_an_extra_step_that_is_not_callable_before_anything_runs() -> None:
+    from agentfsm import Agent, AgentState
+    from agentfsm.providers import say
+
+    model = ScriptedModel([say("x")])
+    with pytest.raises(ValueError) as raised:
+        Agent(model).start(AgentState.of("go"), extra_steps={"calling": [finish, 3]})
+    assert str(raised.value) == "extra_steps['calling']: 3 is not a step"
+    with pytest.raises(ValueError, match=r"extra_steps names unknown state\(s\) \['caling'\]"):
+        Agent(model).start(AgentState.of("go"), extra_steps={"caling": [finish]})
+    assert model.calls == 0
