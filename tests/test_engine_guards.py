@@ -29,6 +29,7 @@ from agentfsm.steps import (
     call_llm,
     check_max_runs,
     check_response_complete,
+    check_until_tool,
     continue_or_done,
     ensure_mode_state,
     execute_tools,
@@ -754,3 +755,60 @@ async def test_a_sync_tool_with_a_timeout_runs_beside_the_async_tools_of_its_tur
     chain = chain_of(ScriptedModel([]), waits, starts)
     results = await run_tool_calls(chain, [ToolCall("1", "waits", {}), ToolCall("2", "starts", {})])
     assert [r.content for r in results] == ["together", "started"]
+
+
+# ---------------------------------------------------------------- steps on the edges of their input
+
+
+def test_steps_that_read_the_last_message_pass_a_chain_without_one() -> None:
+    from agentfsm.steps import expand_tool_results, pending_calls, propagate_state
+
+    start = Continue(LLMChain(ScriptedModel([])))
+    assert pending_calls(None) == ()
+    assert expand_tool_results(start) is start
+    assert propagate_state(start) is start
+    assert check_until_tool(start, {"tool_names": ["submit"]}) is start
+
+
+def test_an_interrupting_result_keeps_its_expansion_while_others_expand() -> None:
+    from agentfsm.messages import MessageExpansion
+    from agentfsm.steps import expand_tool_results
+
+    note = Message.user("expanded note")
+    secret = Message.user("not before approval")
+    expanding = ToolResult(
+        "c1", "read", "full text", expansion=MessageExpansion((note,), result_content="see below")
+    )
+    waiting = ToolResult(
+        "c2",
+        "ask",
+        "asked",
+        is_interrupt=True,
+        interrupt_data={"type": "ask"},
+        expansion=MessageExpansion((secret,)),
+    )
+    chain = chain_of(ScriptedModel([])).add_message(Message.tool([expanding, waiting]))
+    result = expand_tool_results(Continue(chain))
+    assert [m.text for m in result.chain.messages] == ["go", "", "expanded note"]
+    tool_message = result.chain.messages[1]
+    first, second = tool_message.tool_results
+    assert (first.content, first.expansion) == ("see below", None)
+    assert second == waiting  # an interrupt keeps its expansion for after the answer
+
+
+def test_a_machine_and_table_out_of_step_is_an_illegal_transition() -> None:
+    """The shared machine refusing a move its table lists: the run says so, naming both."""
+    holder: list[Run] = []
+
+    def moves_the_cursor(result: PipelineResult, opts: Any = None) -> PipelineResult:
+        holder[0]._cursor.state = "ok"  # as if the run were moved behind its back
+        return Ok(result.chain)
+
+    run = _run_with(moves_the_cursor)
+    holder.append(run)
+    with pytest.raises(IllegalTransitionError) as raised:
+        run.step_sync()
+    assert str(raised.value) == (
+        f"The all_sync step asked for 'finish', which the {run.table.name} machine does not "
+        "have from 'all_sync': Ok is not a way out of this state."
+    )
