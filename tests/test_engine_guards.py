@@ -812,3 +812,18 @@ def test_a_machine_and_table_out_of_step_is_an_illegal_transition() -> None:
         f"The all_sync step asked for 'finish', which the {run.table.name} machine does not "
         "have from 'all_sync': Ok is not a way out of this state."
     )
+
+
+def test_expanding_records_what_it_inserted_with_extra_steps_too() -> None:
+    from agentfsm.messages import MessageExpansion
+    from agentfsm.modes.standard import STANDARD
+
+    expanding = ToolResult(
+        "c1", "read", "full text", expansion=MessageExpansion((Message.user("a note"),))
+    )
+    chain = chain_of(ScriptedModel([])).add_message(call_tool("read", call_id="c1"))
+    chain = chain.add_message(Message.tool([expanding]))
+    for extra in ({}, {"expanding": [_sync("after expanding")]}):
+        run = Run(STANDARD, chain, "expanding", extra_steps=extra)
+        moved = run.step_sync()
+        assert (moved.trigger, moved.detail) == ("expanded", {"inserted": 1})
