@@ -827,3 +827,15 @@ def test_expanding_records_what_it_inserted_with_extra_steps_too() -> None:
         run = Run(STANDARD, chain, "expanding", extra_steps=extra)
         moved = run.step_sync()
         assert (moved.trigger, moved.detail) == ("expanded", {"inserted": 1})
+
+
+async def test_a_step_that_empties_the_conversation_is_no_reply_to_count() -> None:
+    """A step may drop every message (a compaction that starts over): nothing to count."""
+
+    def forget(result: PipelineResult, opts: Any = None) -> PipelineResult:
+        return Continue(LLMChain(result.chain.llm))
+
+    run = _run_with(forget, _done)
+    result = await run.run()
+    assert isinstance(result, Ok) and result.chain.messages == ()
+    assert run.trace.transitions[-1].detail is None
