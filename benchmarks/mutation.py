@@ -1,6 +1,8 @@
 """Mutation testing of the core: which small changes to the engine no test notices.
 
-Not part of CI: a full run takes long (an hour or more on two cores). Run by hand::
+Not part of CI: a run takes about 20 minutes on two shared cores, one worker. The last
+run's numbers, and why each survivor is equivalent, are in ``benchmarks/mutation.md``.
+Run by hand::
 
     pip install -e '.[test,mutation]' --config-settings editable_mode=strict
     nice -n 10 python benchmarks/mutation.py            # run.py, steps.py, machine.py
@@ -16,7 +18,9 @@ out under its import name in a work folder (``src/agentfsm/``, providers inside
 it, the tests and the docs beside it) and runs mutmut there. The editable
 install of the project stays as it is: mutmut puts its mutated copy first on
 ``sys.path``. Each mutant runs the tests of :data:`TESTS` that reach the mutated
-function (mutmut records which do), one worker at a time (``--workers``).
+function (mutmut records which do), one worker at a time (``--workers``); each
+survivor then runs every test of :data:`TESTS` once more in a fresh process, where
+what the package builds on import is built with the mutant in place.
 
 A survivor is a change of the code that no test fails on: either a missing test,
 or an equivalent mutant (the code behaves the same, e.g. a default argument that
