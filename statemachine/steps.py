@@ -179,7 +179,7 @@ def check_response_complete(result: PipelineResult, opts: Opts = None) -> Pipeli
                 "were not run.",
             ),
         )
-    if not last.tool_calls and not last.text.strip() and not last.content:
+    if not last.tool_calls and not last.text.strip() and not _has_media(last):
         return Failed(
             result.chain,
             ChainError(
@@ -189,6 +189,12 @@ def check_response_complete(result: PipelineResult, opts: Opts = None) -> Pipeli
             ),
         )
     return result
+
+
+def _has_media(message: Message) -> bool:
+    """Whether the content has a part that is not text (an image, a file): a reply too."""
+    content = message.content
+    return isinstance(content, tuple) and any(part.type != "text" for part in content)
 
 
 # ------------------------------------------------------------------ tools

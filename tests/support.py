@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import sqlite3
@@ -45,6 +46,14 @@ def boom() -> str:
 def remember(key: str, value: Any) -> ToolOutput:
     """Store a value in the agent state."""
     return ToolOutput(f"remembered {key}", state_updates={key: value})
+
+
+def registered_runs(table: Any) -> int:
+    """Runs registered with ``table``'s shared machine, after a collection: runs that earlier
+    tests abandoned leave it when the collector finds them, so a count taken without one
+    changes whenever a collection happens to run mid-test."""
+    gc.collect()
+    return len(table.machine.models)
 
 
 def chain_of(model: ScriptedModel, *tools: Any, prompt: str = "go") -> LLMChain:

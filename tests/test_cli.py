@@ -429,46 +429,80 @@ def _runs(folder: pathlib.Path) -> list[str]:
         return [r.run_id for r in store.runs()]
 
 
-def _wait_for(fd: int, text: bytes, timeout: float = 30) -> bytes:
+def _wait_for(fd: int, text: bytes | None, timeout: float = 90) -> bytes:
+    """What the terminal showed until ``text`` (None: until the process closed it); neither
+    within ``timeout`` seconds fails."""
     seen = b""
     deadline = time.monotonic() + timeout
-    while text not in seen:
+    while text is None or text not in seen:
         left = deadline - time.monotonic()
         assert left > 0, f"never saw {text!r} in {seen[-2000:]!r}"
         ready, _, _ = select.select([fd], [], [], left)
         if ready:
             try:
                 chunk = os.read(fd, 4096)
-            except OSError:
-                break
+            except OSError:  # EIO: every end of the terminal is closed
+                chunk = b""
             if not chunk:
+                assert text is None, f"the terminal closed before {text!r}: {seen[-2000:]!r}"
                 break
             seen += chunk
     return seen
 
 
+def _wait_until_reading_stdin(pid: int, timeout: float = 30) -> None:
+    """Until process ``pid`` sleeps in ``read(0, ...)`` (Linux; elsewhere, at once).
+
+    A signal that lands after the prompt is written but in the instant before the
+    process blocks in ``read`` (inside ``input()``, past Python's last check of
+    pending signals) is only acted on once ``read`` returns: the process would wait
+    for a key press. A person presses Ctrl-C at a waiting prompt; so does the test.
+    """
+    syscall = pathlib.Path(f"/proc/{pid}/syscall")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            words = syscall.read_text().split()
+        except OSError:
+            return  # no /proc: the prompt's own wait has to do
+        if words[:2] == ["0", "0x0"]:  # read(fd 0, ...)
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never waited for input: {syscall.read_text()!r}")
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+@pytest.mark.timeout(300)
 def test_one_ctrl_c_at_the_approval_prompt_stops_the_demo(tmp_path: pathlib.Path) -> None:
+    """The demo asks at a terminal (stdin and stdout a pseudo-terminal); its error output
+    goes to a pipe, which keeps every byte of its last words (a terminal closed by an
+    exiting process may drop what it had not delivered yet)."""
     main_fd, child_fd = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "agentfsm.cli", "demo", "--out", str(tmp_path)],
         cwd=tmp_path,
         stdin=child_fd,
         stdout=child_fd,
-        stderr=child_fd,
+        stderr=subprocess.PIPE,
         env={**os.environ, "COLUMNS": "100"},
     )
     os.close(child_fd)
     try:
         _wait_for(main_fd, b"Approve write_file?")
+        _wait_until_reading_stdin(process.pid)
         process.send_signal(signal.SIGINT)
         # Keep reading while it exits: a full terminal buffer would block its last words.
-        rest = _wait_for(main_fd, b"interrupted", timeout=60)
+        _wait_for(main_fd, None)
         assert process.wait(timeout=60) == 130
-        assert b"Traceback" not in rest
+        assert process.stderr is not None
+        err = process.stderr.read()
+        assert b"agentfsm demo: interrupted" in err and b"Traceback" not in err, err
     finally:
         if process.poll() is None:
             process.kill()
+            process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
         os.close(main_fd)
 
 

@@ -7,6 +7,7 @@ killed with SIGKILL at random points; another worker finishes their runs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import random
@@ -17,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -335,7 +336,9 @@ def test_a_drained_run_keeps_its_max_runs_budget(db: str) -> None:
         assert entered.wait(30)
         drainer = threading.Thread(target=lambda: handed.extend(first.drain(timeout=30)))
         drainer.start()
+        deadline = time.monotonic() + 30
         while not WORKER.draining:
+            assert time.monotonic() < deadline, "the worker never started draining"
             time.sleep(0.005)
         release.set()  # the tool call in flight finishes on the draining worker
         drainer.join(60)
@@ -411,12 +414,19 @@ class _Workers:
     def lines(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
-    def wait_for(self, word: str, after: int) -> None:
-        deadline = time.monotonic() + 8
+    def wait_for(self, word: str, after: int, *, moot: Callable[[], bool] | None = None) -> None:
+        """Until a worker logs ``word`` past line ``after``, or ``moot()`` says there is
+        nothing left to wait for (every run finished); neither within 30 s fails."""
+        deadline = time.monotonic() + 30
+        checks = 0
         while time.monotonic() < deadline:
             if any(line.split()[0] == word for line in self.lines()[after:]):
                 return
+            checks += 1
+            if moot is not None and checks % 25 == 0 and moot():
+                return
             time.sleep(0.002)
+        raise AssertionError(f"no worker logged {word!r} after line {after}: {self.lines()}")
 
     def close(self) -> None:
         for proc in self.procs:
@@ -488,6 +498,10 @@ def test_sigterm_drains_a_worker_and_another_finishes_its_runs(workers: _Workers
     assert all(r.ends[-1] == "ok" for r in results)
 
 
+def _all_finished(engine: Engine, ids: list[str]) -> bool:
+    return all(engine._status(i, output=False).status == "SUCCESS" for i in ids)
+
+
 def test_workers_killed_at_random_points_lose_nothing_and_rerun_no_recorded_tool(
     workers: _Workers,
 ) -> None:
@@ -510,7 +524,8 @@ def test_workers_killed_at_random_points_lose_nothing_and_rerun_no_recorded_tool
             if where == "anywhere":
                 time.sleep(rng.uniform(0.5, 1.5))
             else:
-                workers.wait_for(where, mark)  # inside a model call, or inside a tool
+                # inside a model call, or inside a tool; unless every run has finished
+                workers.wait_for(where, mark, moot=functools.partial(_all_finished, engine, ids))
                 time.sleep(rng.uniform(0.0, 0.03))
             proc.kill()
             proc.wait()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -132,10 +133,18 @@ def mutated(document: str) -> st.SearchStrategy[str]:
 @given(text=st.one_of(texts, mutated(TRACE)))
 def test_any_document_loads_or_is_a_format_error(text: str) -> None:
     for kind in (Trace, AgentState):
-        with contextlib.suppress(FormatError, UnknownToolError):
-            loads(text, kind, tools=[add])
-        with contextlib.suppress(FormatError):
-            loads(text.encode("utf-8", "surrogatepass"), kind, tools=[add], strict=False)
+        try:
+            loaded = loads(text, kind, tools=[add])
+        except (FormatError, UnknownToolError):
+            pass
+        else:
+            assert isinstance(loaded, kind)
+        try:
+            lenient = loads(text.encode("utf-8", "surrogatepass"), kind, tools=[add], strict=False)
+        except FormatError:
+            pass
+        else:
+            assert isinstance(lenient, kind)
 
 
 # ---------------------------------------------------------------- store rows
@@ -201,11 +210,33 @@ async def test_any_store_row_loads_or_is_a_format_error(saved: Path, data: st.Da
     )
     refused = (FormatError, ResumeError, UnknownToolError, UnknownMachineError, InvariantError)
     with SQLiteStore(copy) as store:
-        with contextlib.suppress(FormatError, UnknownToolError, UnknownMachineError):
-            load_run(store, "r", tools=[add, remember])
-        with contextlib.suppress(*refused):
-            await restore_run(agent, "r", store)
-        # An answer that does not fit the (edited) interrupt is a ValueError by contract.
-        with contextlib.suppress(*refused, ValueError):
-            await restore_run(agent, "r", store, [{"type": "reject"}])
+        try:
+            loaded = load_run(store, "r", tools=[add, remember])
+        except (FormatError, UnknownToolError, UnknownMachineError):
+            pass
+        else:
+            assert loaded.run_id == "r" and loaded.traces
+            assert loaded.traces[0].machine == loaded.trace.machine
+        try:
+            restored = await restore_run(agent, "r", store)
+        except refused:
+            pass
+        else:  # a run edited out of its interrupt goes on from a working state
+            assert not restored.done and restored.state in restored.table.working
+        try:
+            run = await restore_run(agent, "r", store, [{"type": "reject"}])
+        except refused:
+            pass
+        except ValueError as error:
+            # An answer that does not fit the (edited) interrupt is a ValueError by contract.
+            assert _ANSWER_REFUSED.match(str(error)), error
+        else:
+            assert not run.done and run.state in run.table.working
     copy.unlink()
+
+
+#: The ValueErrors of an answer that does not fit an interrupt (agentfsm.middleware).
+_ANSWER_REFUSED = re.compile(
+    r"Decisions? |Edit decision |Unknown decision type|No interrupt data found|"
+    r"No middleware handled the resume"
+)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -82,18 +81,20 @@ def _agent(callbacks: list[Any], n: int) -> Agent:
 
 async def test_slow_callbacks_off_the_loop_do_not_stall_other_runs() -> None:
     seen: list[str] = []
+    release = threading.Event()
 
     def slow(chain: LLMChain, message: Message) -> None:
-        time.sleep(0.2)  # a network call, say
+        release.wait(10)  # a network call that takes as long as the runs, say
         seen.append(message.role)
 
     handlers = off_loop({"on_llm_new_message": slow})
-    started = time.perf_counter()
     slow_run = _agent([handlers], 4).start(AgentState.of("go"))
     other = _agent([], 4).start(AgentState.of("go"))
     await asyncio.gather(slow_run.run(), other.run())
-    elapsed = time.perf_counter() - started
-    assert elapsed < 0.8  # on the loop, the five 0.2 s calls alone would take 1 s
+    # Both runs ended while the handler was still blocked on its first event: on the
+    # loop, the first run could not have gone past its first reply.
+    assert slow_run.done and other.done and seen == []
+    release.set()
     await asyncio.to_thread(handlers.flush)
     assert seen == ["assistant"] * 5  # every event, in order
     handlers.close()

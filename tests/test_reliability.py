@@ -43,7 +43,7 @@ from agentfsm.providers._model import tool_call
 from agentfsm.serialization import loads
 from agentfsm.store import SQLiteStore, load_run, start_run
 from tests.providers.fake_server import FakeServer, Reply
-from tests.support import add, boom, edit_saved, submit
+from tests.support import add, boom, edit_saved, registered_runs, submit
 
 
 @tool(timeout=0.05)
@@ -404,11 +404,13 @@ def test_invalid_options_are_a_value_error_before_anything_runs(
 
 async def test_cancelled_mid_tool_pauses_and_the_resume_runs_the_tool_again() -> None:
     calls: list[int] = []
+    started = asyncio.Event()
 
     @tool
     async def slow() -> str:
         """Slow."""
         calls.append(1)
+        started.set()
         if len(calls) == 1:
             await asyncio.sleep(30)
         return "finished"
@@ -416,8 +418,7 @@ async def test_cancelled_mid_tool_pauses_and_the_resume_runs_the_tool_again() ->
     agent = Agent(ScriptedModel([call_tool("slow"), say("done")]), [slow])
     run = agent.start(AgentState.of("go"))
     task = asyncio.create_task(run.run())
-    while not calls:
-        await asyncio.sleep(0)
+    await asyncio.wait_for(started.wait(), 30)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -440,7 +441,7 @@ async def test_a_thousand_runs_share_one_machine() -> None:
         await run.run()
         return n, run
 
-    models_before = len(STANDARD.machine.models)
+    models_before = registered_runs(STANDARD)
     runs = await asyncio.gather(*(one(n) for n in range(1000)))
     for n, run in runs:
         assert run.trace.states.count("calling") == n % 3 + 1
@@ -450,7 +451,7 @@ async def test_a_thousand_runs_share_one_machine() -> None:
         assert [r.content for m in run.chain.messages for r in m.tool_results] == [str(n + 1)] * (
             n % 3
         )
-    assert len(STANDARD.machine.models) == models_before
+    assert registered_runs(STANDARD) == models_before
 
 
 @attrs.frozen

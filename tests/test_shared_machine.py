@@ -18,28 +18,28 @@ from agentfsm import STANDARD, Agent, AgentState
 from agentfsm.modes.standard import StandardMode
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.testing import assert_path
-from tests.support import LOOP, add, chain_of
+from tests.support import LOOP, add, chain_of, registered_runs
 
 
 async def test_starting_and_ending_many_runs_leaves_no_model_registered() -> None:
-    before = len(STANDARD.machine.models)
+    before = registered_runs(STANDARD)
     agents = [Agent(ScriptedModel([say(f"done {n}")])) for n in range(2000)]
     runs = [agent.start(AgentState.of("go")) for agent in agents]
-    assert len(STANDARD.machine.models) == before + 2000
+    assert registered_runs(STANDARD) == before + 2000
     results = await asyncio.gather(*(run.run() for run in runs))
     assert all(type(r).__name__ == "Ok" for r in results)
-    assert len(STANDARD.machine.models) == before
+    assert registered_runs(STANDARD) == before
 
 
 async def test_an_abandoned_run_is_collected_and_leaves_the_machine() -> None:
-    before = len(STANDARD.machine.models)
+    before = registered_runs(STANDARD)
     run = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("done")]), [add]).start(
         AgentState.of("go")
     )
     await run.step()
     await run.step()
     assert run.state == "interrupt_check" and not run.done
-    assert len(STANDARD.machine.models) == before + 1
+    assert registered_runs(STANDARD) == before + 1
     gone = weakref.ref(run)
     del run
     gc.collect()

@@ -29,7 +29,17 @@ from agentfsm.providers import FallbackModel, ScriptedModel, call_tool, call_too
 from agentfsm.results import Continue
 from agentfsm.steps import expand_tool_results
 from agentfsm.testing import assert_path, edge_coverage, matches_path
-from tests.support import LOOP, add, boom, chain_of, remember, search, submit, texts
+from tests.support import (
+    LOOP,
+    add,
+    boom,
+    chain_of,
+    registered_runs,
+    remember,
+    search,
+    submit,
+    texts,
+)
 
 
 def agent(model: ScriptedModel, *tools: Any, **kw: Any) -> Agent:
@@ -421,12 +431,12 @@ class TestRun:
             await run.run()
             return n, run
 
-        before = len(STANDARD.machine.models)
+        before = registered_runs(STANDARD)
         results = await asyncio.gather(*(one(n) for n in range(100)))
         for n, run in results:
             assert matches_path(run, f"({LOOP} ){{{n % 4 + 1}}}ok")
             assert run.chain.last_message.text == f"done {n}"
-        assert len(STANDARD.machine.models) == before
+        assert registered_runs(STANDARD) == before
 
     async def test_a_step_that_raises_ends_in_error(self) -> None:
         def broken(result: Any, opts: Any) -> Any:

@@ -135,24 +135,27 @@ async def test_return_values_are_normalized() -> None:
 
 async def test_async_tools_run_concurrently_and_keep_call_order() -> None:
     order: list[str] = []
+    b_done = asyncio.Event()
 
     @tool
-    async def slow(name: str, wait: float) -> str:
-        """Sleep then answer."""
-        await asyncio.sleep(wait)
-        order.append(name)
+    async def slow(name: str) -> str:
+        """Answer; ``a`` only once ``b`` has (run in turn, ``a`` would wait forever)."""
+        order.append(f"{name} started")
+        if name == "a":
+            await asyncio.wait_for(b_done.wait(), 30)
+        else:
+            b_done.set()
+        order.append(f"{name} done")
         return name
 
     calls = [
-        ToolCall("1", "slow", {"name": "a", "wait": 0.2}),
-        ToolCall("2", "slow", {"name": "b", "wait": 0.01}),
+        ToolCall("1", "slow", {"name": "a"}),
+        ToolCall("2", "slow", {"name": "b"}),
         ToolCall("3", "add", {"a": 1, "b": 2}),
     ]
-    started = time.perf_counter()
     results = await run_tool_calls(_chain(slow, add), calls)
-    assert time.perf_counter() - started < 0.35
     assert [r.content for r in results] == ["a", "b", "3"]
-    assert order == ["b", "a"]
+    assert order == ["a started", "b started", "b done", "a done"]
 
 
 async def test_tool_timeout_becomes_an_error_result() -> None:
