@@ -349,16 +349,25 @@ async def test_executing_records_every_tool_and_every_error_of_its_turn() -> Non
 # ---------------------------------------------------------------- listeners and observers
 
 
-async def test_listeners_hear_every_move_and_observers_every_run() -> None:
+async def test_hooks_hear_every_move_and_global_hooks_every_run() -> None:
+    from agentfsm.hooks import global_hooks
+
     runs: list[Run] = []
-    Run.observers.append(runs.append)
-    try:
-        run = Agent(ScriptedModel([say("x")]), [add]).start(AgentState.of("go"))
-    finally:
-        Run.observers.remove(runs.append)
-    assert runs == [run]
+
+    class Starts:
+        def run_started(self, run: Run) -> None:
+            runs.append(run)
+
     heard: list[tuple[Run, str, bool]] = []
-    run.listeners.append(lambda r, t: heard.append((r, t.dest, r.done)))
+
+    class Moves:
+        def transition(self, run: Run, transition: Any) -> None:
+            heard.append((run, transition.dest, run.done))
+
+    with global_hooks(Starts()):
+        run = Agent(ScriptedModel([say("x")]), [add]).start(AgentState.of("go"))
+    assert runs == [run]
+    run.add_hook(Moves())
     await run.run()
     assert [dest for _, dest, _ in heard] == run.trace.states[1:]
     assert all(r is run for r, _, _ in heard)
@@ -524,13 +533,12 @@ def test_an_unknown_machine_name_says_how_to_find_it() -> None:
     )
 
 
-def test_the_standard_machine_is_found_at_its_former_home() -> None:
+def test_the_standard_machine_lives_with_its_mode_only() -> None:
     from agentfsm import machine as machine_module
     from agentfsm.modes.standard import STANDARD
 
-    assert machine_module.STANDARD is STANDARD
-    with pytest.raises(AttributeError, match="has no attribute 'ELSEWHERE'"):
-        _ = machine_module.ELSEWHERE
+    assert not hasattr(machine_module, "STANDARD")
+    assert STANDARD.name == "standard"
 
 
 def test_an_edge_reads_back_as_written() -> None:
