@@ -774,7 +774,6 @@ def replay(
     (the run's saved options when ``saved`` is a saved run); the report
     compares the states visited.
     """
-    import asyncio
 
     from agentfsm.providers.scripted import ScriptedModel
 
@@ -833,7 +832,7 @@ def replay(
         run = StandardMode(table).start(chain, opts)
     else:
         run = Run(table, chain, next(iter(table.entries.values())), opts)
-    result = asyncio.run(run.run())
+    result = run.run_sync()
     recorded = tuple(s for trace in traces for s in trace.states)
     return ReplayReport(
         recorded=recorded,
