@@ -21,6 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from . import _versions_cli
 from ._printable import printable
 from .agent import Agent
 from .errors import AgentfsmError
@@ -96,7 +97,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="The runs saved in a store: list them, show one, resume one.",
     )
     runs.set_defaults(handler=handle)
-    commands = runs.add_subparsers(dest="runs_command", metavar="{list,show,resume}")
+    commands = runs.add_subparsers(dest="runs_command", metavar="{list,show,resume,...}")
     commands.required = True
     commands.add_parser("list", parents=[common], help="every saved run, newest first")
     show = commands.add_parser("show", parents=[common], help="one run: status, path, messages")
@@ -118,6 +119,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="JSON",
         help='for an interrupted run: the decisions, e.g. \'[{"type": "approve"}]\'',
     )
+    _versions_cli.add_runs_commands(commands)  # migrate, replay: their own handlers
     return runs
 
 
@@ -262,7 +264,7 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
     if summary:
         _say(out, summary)
     for number, trace in enumerate(saved.traces):
-        _say(out, f"segment {number} (entered at {trace.entry}):")
+        _say(out, f"segment {number} (entered at {trace.entry}{_versions_cli.on(trace)}):")
         for index, transition in enumerate(trace):
             _say(out, _transition_line(index, transition))
     _say(out, "messages:")

@@ -23,6 +23,7 @@ VIEWS = (
     "agentfsm._runs_cli",
     "agentfsm._printable",
     "agentfsm._worker_cli",
+    "agentfsm._versions_cli",
     "agentfsm.console",
     "agentfsm.diagrams",
     "agentfsm.diagram_files",

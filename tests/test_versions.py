@@ -288,3 +288,71 @@ def test_replay_names_the_first_state_where_the_tables_part(tmp_path: Path) -> N
 def test_replay_needs_a_recorded_step() -> None:
     with pytest.raises(ValueError, match="nothing to replay"):
         replay(Trace(entry="expanding", machine="versioned"), _v1())
+
+
+# ---------------------------------------------------------------- the command line
+
+_MODULE = """
+from agentfsm import STANDARD, Agent, Edge, Failed
+from agentfsm.providers import ScriptedModel, call_tool, say
+from tests.support import add
+
+
+def _note(result, opts=None):
+    return result
+
+
+V1 = STANDARD.replace("deciding", STANDARD.steps["deciding"], name="cli_versioned")
+V2 = V1.insert("noting", (_note,), after="expanding", name="cli_versioned", version=2,
+               edges=(Edge("noting", "error", on=Failed, trigger="failed", why="it failed"),))
+
+
+def agent():
+    return Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add], machine=V1)
+"""
+
+
+def test_the_command_line_diffs_machines_and_replays_and_checks_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from agentfsm.cli import main
+
+    (tmp_path / "cli_machines.py").write_text(_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cli_machines", raising=False)
+    assert main(["machines", "diff", "cli_machines:V1", "cli_machines:V2"]) == 1
+    out = capsys.readouterr().out
+    assert "old: cli_versioned v1" in out and "+ state noting" in out
+    assert "```mermaid" in out and "class noting added" in out
+    assert main(["machines", "diff", "cli_machines:V1", "cli_machines:agent"]) == 0
+    assert "no change" in capsys.readouterr().out
+    assert main(["machines", "diff", "cli_machines:nothing", "cli_machines:V2"]) == 2
+    assert "no attribute" in capsys.readouterr().err
+
+    import cli_machines  # type: ignore[import-not-found]
+
+    db = str(tmp_path / "runs.db")
+    store = SQLiteStore(db)
+    start_run(cli_machines.agent(), AgentState.of("1+2?"), store, run_id="r1").run_sync()
+    store.close()
+    assert main(["runs", "show", "r1", "--db", db]) == 0
+    assert f"on cli_versioned v1 ({cli_machines.V1.fingerprint})" in capsys.readouterr().out
+    assert main(["runs", "replay", "r1", "--db", db, "--machine", "cli_machines:V1"]) == 0
+    assert "agrees" in capsys.readouterr().out
+    assert main(["runs", "replay", "r1", "--db", db, "--machine", "cli_machines:V2"]) == 1
+    assert "parts at state 1" in capsys.readouterr().out
+    assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2", "--dry-run"]) == 0
+    assert "r1: needs mapping" in capsys.readouterr().out
+    mapped_args = ["--policy", "mapped", "--from", "cli_machines:V1"]
+    assert (
+        main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2", "--dry-run", *mapped_args])
+        == 0
+    )
+    assert "r1: ok (mapped, at ok)" in capsys.readouterr().out
+    bad = [*mapped_args, "--map", "interrupt_check=executing"]
+    assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2", "--dry-run", *bad]) == 2
+    assert "without its decision" in capsys.readouterr().err
+    assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2"]) == 2
+    assert "--dry-run" in capsys.readouterr().err

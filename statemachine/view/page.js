@@ -51,6 +51,7 @@
   facts.append(badge);
   if (data.run_id !== null) fact("run", data.run_id);
   fact("machine", data.machine);
+  if (data.version) fact("version", data.version);
   fact("steps", steps.length);
   fact("segments", segments.length);
   fact("model calls", calls);
