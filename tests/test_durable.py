@@ -102,7 +102,9 @@ def test_a_run_is_a_workflow_its_calls_are_steps(engine: Engine) -> None:
         "assistant",
     ]
     steps = [s["function_name"] for s in engine.client.list_workflow_steps(run_id)]
-    assert steps == ["model:scripted", "tool:record"] * 3 + ["model:scripted"]
+    # each step is named by what it calls, the edge into the state that calls, and its index
+    turn = ["model:scripted@expanded>calling", "tool:record@clear>executing"]
+    assert steps == [f"{n}#{i}" for i, n in enumerate(turn * 3 + turn[:1], 1)]
     # step outputs are agentfsm documents in JSON, not pickles
     first = engine.client.list_workflow_steps(run_id)[0]["output"]
     assert first["message"]["role"] == "assistant" and first["draining"] is False
@@ -351,7 +353,8 @@ def test_a_drained_run_keeps_its_max_runs_budget(db: str) -> None:
     finally:
         second.close()
     # two model calls in all: the second segment had one left, not a fresh two
-    assert steps == ["model:scripted", "tool:record"] * 2
+    turn = ["model:scripted@expanded>calling", "tool:record@clear>executing"]
+    assert steps == [f"{n}#{i}" for i, n in enumerate(turn * 2, 1)]
     assert result.ends == ("paused: draining", "error")
     assert [t.path for t in result.traces] == [
         "expanding calling interrupt_check executing propagating paused",
