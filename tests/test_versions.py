@@ -356,3 +356,23 @@ def test_the_command_line_diffs_machines_and_replays_and_checks_runs(
     assert "without its decision" in capsys.readouterr().err
     assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2"]) == 2
     assert "--dry-run" in capsys.readouterr().err
+
+
+def test_the_viewer_shows_the_version_and_a_migration_between_segments(tmp_path: Path) -> None:
+    from agentfsm.view._model import page_data
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    one = _v1("steps_changed")
+    _paused_run(store, one)
+    two = one.replace(
+        "propagating", STANDARD.steps["propagating"][:1], name="steps_changed", version=2
+    )
+    with resuming(compatible):
+        Agent(_model(), [add], machine=two).resume_run_sync("r", store)
+    saved = load_run(store, "r", strict=False)
+    data = page_data(saved.traces, two, title="r")
+    assert data["version"] == f"v2 ({two.fingerprint})"
+    assert [s["version"] for s in data["segments"]] == [
+        f"v1 ({one.fingerprint})",
+        f"v2 ({two.fingerprint})",
+    ]

@@ -163,7 +163,12 @@ def page_data(
     segments: list[dict[str, Any]] = []
     at = 0.0
     for number, trace in enumerate(traces):
-        segment: dict[str, Any] = {"entry": trace.entry, "first": len(steps), "steps": len(trace)}
+        segment: dict[str, Any] = {
+            "entry": trace.entry,
+            "first": len(steps),
+            "steps": len(trace),
+            "version": _version(trace, table),
+        }
         for index, t in enumerate(trace):
             context = t.chain.custom_context
             steps.append(
