@@ -535,3 +535,41 @@ def test_the_worker_command_needs_an_agent() -> None:
     )
     assert out.returncode == 2
     assert re.search(r"cannot import 'nomodule'", out.stderr)
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_a_changed_machine_meets_a_recorded_step_as_an_error_naming_both(db: str) -> None:
+    first = Engine(db, polling_interval=0.05)
+    first.register("gated", _record_agent(gated=True))
+    first.launch(executor_id="changing")
+    try:
+        run_id = first.submit(AgentState.of("ask"), agent="gated", run_id="changing")
+        _wait_for_decisions(first, run_id, "ask-0")
+    finally:
+        first.close()
+
+    async def note(result: Any, opts: Any) -> Any:
+        """A new state that asks the model first: the recorded first call was calling's."""
+        await result.chain.llm.complete(result.chain.messages, ())
+        return result
+
+    noting = STANDARD.insert("noting", (note,), after="expanding", name="noting_first")
+    changed = _record_agent(gated=True)
+    second = Engine(db, polling_interval=0.05)
+    second.register(
+        "gated", Agent(changed.model, changed.tools, middleware=changed.middleware, machine=noting)
+    )
+    second.launch(executor_id="changing")  # recovers the pending workflow on the new machine
+    try:
+        result = second.result(run_id, timeout=30)
+    finally:
+        second.close()
+    # the new state's call is refused, not handed the reply recorded for calling's
+    assert result.status == "error" and [t.path for t in result.traces] == [
+        "expanding noting error"
+    ]
+    assert result.state.error is not None
+    text = result.state.error.message
+    assert "DBOSUnexpectedStepError" in text
+    assert "model:scripted@expanded>calling#1" in text
+    assert "model:scripted@expanded>noting#1" in text
