@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from . import _versions_cli
 from ._printable import printable
 from .agent import Agent
-from .errors import AgentfsmError
+from .errors import AgentfsmError, MachineChangedError
 from .messages import Message
 from .serialization import FormatError, UnknownToolError, dump_trace
 from .store import (
@@ -134,6 +134,9 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
             return _show(db, args.run_id, args.json, out)
         return _resume(db, args.run_id, args.agent, args.decisions, out)
     except (UsageError, RunNotFoundError, ResumeError, FormatError, UnknownToolError) as exc:
+        _say(sys.stderr, f"agentfsm runs: {exc}")
+        return 2
+    except MachineChangedError as exc:  # a run of another version of its machine
         _say(sys.stderr, f"agentfsm runs: {exc}")
         return 2
     except sqlite3.DatabaseError as exc:

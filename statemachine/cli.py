@@ -37,7 +37,7 @@ from ._printable import printable, shown
 from ._runs_cli import UsageError
 from ._state import AgentState
 from .agent import Agent, AgentRun
-from .errors import ChainError
+from .errors import ChainError, MachineChangedError
 from .modes.standard import STANDARD
 from .results import Failed
 from .serialization import FormatError
@@ -275,7 +275,12 @@ def _cmd_view(args: argparse.Namespace) -> int:
         with store:
             try:
                 saved = load_run(store, args.run, strict=False)
-            except (RunNotFoundError, FormatError, sqlite3.DatabaseError) as exc:
+            except (
+                RunNotFoundError,
+                FormatError,
+                MachineChangedError,
+                sqlite3.DatabaseError,
+            ) as exc:
                 raise UsageError(str(exc)) from None
         page = view.saved_run_page(saved)
         out = pathlib.Path(args.out or f"{_file_name(args.run)}.html")

@@ -356,6 +356,10 @@ def test_the_command_line_diffs_machines_and_replays_and_checks_runs(
     assert "without its decision" in capsys.readouterr().err
     assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2"]) == 2
     assert "--dry-run" in capsys.readouterr().err
+    monkeypatch.delitem(m._DECLARED["cli_versioned"], 1)  # the code now declares only v2
+    for command in (["runs", "show", "r1"], ["view", "r1", "--out", str(tmp_path / "r1.html")]):
+        assert main([*command, "--db", db]) == 2
+        assert "Changed: states added noting" in capsys.readouterr().err
 
 
 def test_the_viewer_shows_the_version_and_a_migration_between_segments(tmp_path: Path) -> None:
