@@ -25,9 +25,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from . import _versions_cli
 from ._printable import printable
 from .agent import Agent
-from .errors import AgentfsmError
+from .errors import AgentfsmError, MachineChangedError
 from .machine import UnknownMachineError
 from .messages import Message
 from .middleware.human_in_the_loop import request_digest
@@ -105,7 +106,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="The runs saved in a store: list them, show one, resume one.",
     )
     runs.set_defaults(handler=handle)
-    commands = runs.add_subparsers(dest="runs_command", metavar="{list,show,resume,export}")
+    commands = runs.add_subparsers(
+        dest="runs_command", metavar="{list,show,resume,export,migrate,replay}"
+    )
     commands.required = True
     commands.add_parser("list", parents=[common], help="every saved run, newest first")
     show = commands.add_parser("show", parents=[common], help="one run: status, path, messages")
@@ -144,6 +147,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="MODULE:FACTORY",
         help="for --test: a function of the model that returns the agent to replay through",
     )
+    _versions_cli.add_runs_commands(commands)  # migrate, replay: their own handlers
     return runs
 
 
@@ -171,6 +175,9 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         UnknownMachineError,
     ) as exc:
         _say(sys.stderr, f"agentfsm runs: {_one_line(exc)}")
+        return 2
+    except MachineChangedError as exc:  # a run of another version of its machine
+        _say(sys.stderr, f"agentfsm runs: {exc}")
         return 2
     except sqlite3.DatabaseError as exc:
         _say(sys.stderr, f"agentfsm runs: {db}: the store cannot be read: {exc}")
@@ -333,7 +340,7 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
     for line in _requests(saved):
         _say(out, line)
     for number, trace in enumerate(saved.traces):
-        _say(out, f"segment {number} (entered at {trace.entry}):")
+        _say(out, f"segment {number} (entered at {trace.entry}{_versions_cli.on(trace)}):")
         for index, transition in enumerate(trace):
             _say(out, _transition_line(index, transition))
     _say(out, "messages:")

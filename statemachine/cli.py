@@ -1,11 +1,13 @@
-"""The ``agentfsm`` command: ``demo``, ``show``, ``view``, ``diagrams``, ``run`` and ``runs``.
+"""The ``agentfsm`` command: ``demo``, ``show``, ``view``, ``diagrams``, ``run``, ``runs``
+and ``machines``.
 
 ``agentfsm demo`` runs a scripted agent with a live view, asks for approval
 when it interrupts, saves the run to a store and writes its diagram and trace;
 ``agentfsm show`` draws a saved trace; ``agentfsm view`` writes a saved run or
 trace as one self-contained HTML page; ``agentfsm diagrams`` regenerates the
 committed diagrams of the machine, or with ``--check`` says which are stale;
-``agentfsm run`` runs a small agent on a real provider. Bad arguments exit 2
+``agentfsm run`` runs a small agent on a real provider; ``agentfsm machines diff``
+compares two versions of a machine. Bad arguments exit 2
 with a one-line message; a run that ends in error exits 1. Text from a run
 reaches the terminal only through :mod:`agentfsm._printable`.
 """
@@ -31,12 +33,12 @@ from rich.prompt import Confirm
 from rich.table import Table
 from rich.text import Text
 
-from . import _check_cli, _runs_cli, _worker_cli, diagram_files, diagrams
+from . import _check_cli, _runs_cli, _versions_cli, _worker_cli, diagram_files, diagrams
 from ._printable import printable, shown
 from ._runs_cli import UsageError
 from ._state import AgentState
 from .agent import Agent, AgentRun
-from .errors import ChainError
+from .errors import ChainError, MachineChangedError
 from .machine import UnknownMachineError
 from .modes.standard import STANDARD
 from .results import Failed
@@ -288,6 +290,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
                 StoreError,
                 UnknownMachineError,
                 UnknownToolError,
+                MachineChangedError,
                 sqlite3.DatabaseError,
             ) as exc:
                 raise UsageError(str(exc)) from None
@@ -512,6 +515,7 @@ def _parser() -> _Parser:
     _runs_cli.add_parser(commands)
     _worker_cli.add_parser(commands)
     _check_cli.add_parser(commands)
+    _versions_cli.add_machines_parser(commands)
     return parser
 
 

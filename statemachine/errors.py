@@ -10,7 +10,9 @@ catches them all; each also keeps the standard base it had (in brackets), so an
     ├── IllegalTransitionError           (RuntimeError) a move the machine table lacks
     ├── machines: agentfsm.machine
     │   ├── MachineDefinitionError       (ValueError) a table that is not a machine
-    │   └── UnknownMachineError          (LookupError) no machine declared of that name
+    │   ├── UnknownMachineError          (LookupError) no machine declared of that name
+    │   └── MachineChangedError          (ValueError) a saved run's machine changed since:
+    │                                    agentfsm.versions, raised on load and resume
     ├── saved documents: agentfsm.serialization, the resume checks
     │   ├── FormatError                  (ValueError) not a document this version reads
     │   ├── UnknownToolError             (LookupError) a loaded chain names a tool not passed
@@ -52,6 +54,7 @@ __all__ = [
     "FormatError",
     "IllegalTransitionError",
     "InvariantError",
+    "MachineChangedError",
     "ResumeError",
     "RunExistsError",
     "RunFinishedError",
@@ -71,6 +74,14 @@ RETRYABLE_TYPES = frozenset(
 
 class AgentfsmError(Exception):
     """The base of every exception agentfsm raises: ``except AgentfsmError`` catches them all."""
+
+
+class MachineChangedError(AgentfsmError, ValueError):
+    """A saved run was made on another version of its machine, and no policy lets it go on.
+
+    The message names what changed (states and edges added or removed) and the
+    policies that would let it (:mod:`agentfsm.versions`).
+    """
 
 
 class ChainError(AgentfsmError):

@@ -6,7 +6,10 @@ state's work is its steps, and the diagrams are drawn from it, so every trace is
 a path of the published diagram. A table that is not a machine is refused when
 it is declared (:class:`MachineDefinitionError`, naming the state at fault); a
 declared machine is found again by its name (:func:`machine_named`), which is how
-a saved run finds the machine it ran on. A table derives others
+a saved run finds the machine it ran on. A table has a :attr:`~MachineTable.version`
+(several versions of one name may be declared) and a :attr:`~MachineTable.fingerprint`
+of what its runs depend on, so a saved run knows whether its machine changed (see
+:mod:`agentfsm.versions`). A table derives others
 (:meth:`MachineTable.insert`, :meth:`MachineTable.replace`), each checked and
 named like any declared one. The standard machine is declared this way in
 :mod:`agentfsm.modes.standard`.
@@ -15,8 +18,10 @@ named like any declared one. The standard machine is declared this way in
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import itertools
+import json
 import re
 import types
 from collections import Counter
@@ -41,7 +46,11 @@ __all__ = [
     "Outcome",
     "UnknownMachineError",
     "Work",
+    "fingerprint_of",
+    "identity",
     "machine_named",
+    "machine_versions",
+    "step_name",
 ]
 
 #: What a state's work gives the run: the result, and a detail for its transition.
@@ -188,12 +197,28 @@ class MachineTable:
     #: state has no other edge with that trigger. Declared edges win; the defaults
     #: follow them, the pause edges first, in the order of the states.
     default_edges: bool = attrs.field(default=True, kw_only=True)
+    #: Which version of the machine called :attr:`name` this is: a changed machine that
+    #: runs in flight may meet is declared with the next one (several may be declared).
+    version: int = attrs.field(default=1, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if self.default_edges:
             object.__setattr__(self, "edges", (*self.edges, *_defaults(self)))
         _check(self)
         _declare(self)
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """A stable hash of what a run depends on: the states, the entries, the edges
+        (source, dest, trigger, result type) and each state's steps by qualified name.
+
+        The ``why`` texts, the details, the options and the order the states are
+        listed in are left out: rewording an edge or redrawing the diagram keeps the
+        fingerprint, and saved runs go on. A step is named by ``__qualname__`` alone,
+        so moving it to another module (or running its module as ``__main__``)
+        keeps it too; renaming it changes it.
+        """
+        return fingerprint_of(identity(self))
 
     @functools.cached_property
     def working(self) -> tuple[str, ...]:
@@ -294,6 +319,7 @@ class MachineTable:
         *,
         after: str,
         name: str,
+        version: int = 1,
         trigger: str | None = None,
         why: str | None = None,
         detail: Detail | None = None,
@@ -309,7 +335,8 @@ class MachineTable:
         through ``state``. ``edges`` are more edges out of ``state`` (on
         ``Failed`` with a why of its own, say); they win over the default pause
         and fail edges it gets otherwise. ``state`` comes after ``after`` in the
-        order of the states; ``detail`` is what its transitions record.
+        order of the states; ``detail`` is what its transitions record. The new
+        table is ``name``'s ``version`` (a next version of this machine keeps its name).
         """
         fail = _deriving(self, f"cannot insert {state!r} after {after!r}")
         if state in self.states:
@@ -346,10 +373,16 @@ class MachineTable:
         details = dict(self.details)
         if detail is not None:
             details[state] = detail
-        return self._derived(name, table_steps, table_edges, details)
+        return self._derived(name, version, table_steps, table_edges, details)
 
     def replace(
-        self, state: str, steps: Iterable[Step], *, name: str, detail: Detail | None = None
+        self,
+        state: str,
+        steps: Iterable[Step],
+        *,
+        name: str,
+        version: int = 1,
+        detail: Detail | None = None,
     ) -> MachineTable:
         """This machine with working ``state`` running ``steps`` instead: same edges.
 
@@ -362,7 +395,7 @@ class MachineTable:
         details = dict(self.details)
         if detail is not None:
             details[state] = detail
-        return self._derived(name, {**self.steps, state: steps}, self._declared, details)
+        return self._derived(name, version, {**self.steps, state: steps}, self._declared, details)
 
     def exit(self, state: str, on: type[PipelineResult]) -> Edge | None:
         """The edge out of ``state`` that an ``on`` result fires, if it has one."""
@@ -381,6 +414,7 @@ class MachineTable:
     def _derived(
         self,
         name: str,
+        version: int,
         steps: Mapping[str, Iterable[Step]],
         edges: Iterable[Edge],
         details: Mapping[str, Detail],
@@ -394,7 +428,39 @@ class MachineTable:
             details=details,
             default_edges=self.default_edges,
             options=self.options,
+            version=version,
         )
+
+
+# ---------------------------------------------------------------- identity
+
+
+def step_name(step: Any) -> str:
+    """A step's name in a fingerprint: its qualified name (a callable object's class's)."""
+    name = getattr(step, "__qualname__", None)
+    if not isinstance(name, str):
+        func = getattr(step, "func", None)  # functools.partial
+        name = getattr(func, "__qualname__", None) or type(step).__qualname__
+    return str(name)
+
+
+def identity(table: MachineTable) -> dict[str, Any]:
+    """What :attr:`MachineTable.fingerprint` hashes, as plain JSON data."""
+    return {
+        "working": sorted(table.working),
+        "terminals": sorted(table.terminals),
+        "entries": {k: table.entries[k] for k in sorted(table.entries)},
+        "edges": sorted(
+            [e.source, e.dest, e.trigger, getattr(e.on, "__name__", str(e.on))] for e in table.edges
+        ),
+        "steps": {s: [step_name(step) for step in table.steps[s]] for s in sorted(table.steps)},
+    }
+
+
+def fingerprint_of(data: Mapping[str, Any]) -> str:
+    """The fingerprint of :func:`identity` data: 16 hex digits of its SHA-256."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------- a state's steps, piped
@@ -473,19 +539,36 @@ def _not_a_result(step: Step, value: Any) -> str:
 # ---------------------------------------------------------------- checks and names
 
 
-_DECLARED: dict[str, MachineTable] = {}
+_DECLARED: dict[str, dict[int, MachineTable]] = {}
 
 
-def machine_named(name: str) -> MachineTable:
-    """The declared machine called ``name``: how a saved run finds the machine it ran on."""
-    try:
-        return _DECLARED[name]
-    except KeyError:
+def machine_named(name: str, version: int | None = None) -> MachineTable:
+    """The declared machine called ``name``: how a saved run finds the machine it ran on.
+
+    ``version`` picks one of its versions; none, the newest declared.
+    """
+    versions = _DECLARED.get(name)
+    if not versions:
         raise UnknownMachineError(
             f"No machine named {name!r} is declared in this process (declared: "
             f"{sorted(_DECLARED)}). Import the module that declares it before loading "
             "or resuming runs made on it."
+        )
+    if version is None:
+        return versions[max(versions)]
+    try:
+        return versions[version]
+    except KeyError:
+        raise UnknownMachineError(
+            f"The {name} machine has no version {version!r} declared in this process "
+            f"(declared: {sorted(versions)})."
         ) from None
+
+
+def machine_versions(name: str) -> tuple[MachineTable, ...]:
+    """Every declared version of the machine called ``name``, oldest first."""
+    versions = _DECLARED.get(name, {})
+    return tuple(versions[v] for v in sorted(versions))
 
 
 def _shape(table: MachineTable) -> tuple[Any, ...]:
@@ -494,13 +577,15 @@ def _shape(table: MachineTable) -> tuple[Any, ...]:
 
 def _declare(table: MachineTable) -> None:
     """Make ``table`` findable by name; a table of the same shape (a reload) replaces its twin."""
-    known = _DECLARED.get(table.name)
+    versions = _DECLARED.setdefault(table.name, {})
+    known = versions.get(table.version)
     if known is not None and _shape(known) != _shape(table):
         raise MachineDefinitionError(
-            f"Another machine named {table.name!r} is already declared, with other states "
-            "or edges; give this one a name of its own (saved runs find their machine by name)."
+            f"Another machine named {table.name!r} is already declared as version "
+            f"{table.version}, with other states or edges; give this one a name of its own, "
+            "or the next version (saved runs find their machine by name and version)."
         )
-    _DECLARED[table.name] = table
+    versions[table.version] = table
 
 
 def _check(table: MachineTable) -> None:
@@ -541,6 +626,8 @@ def _check_states(table: MachineTable, fail: _Fail) -> None:
     for state, detail in table.details.items():
         if state not in table.steps or not callable(detail):
             raise fail(f"details[{state!r}] must be a callable for a working state")
+    if isinstance(table.version, bool) or not isinstance(table.version, int) or table.version < 1:
+        raise fail(f"its version is {table.version!r}, not a whole number from 1")
     if not (isinstance(table.options, type) and issubclass(table.options, Options)):
         raise fail(f"its options are {table.options!r}, not Options or a subclass of it")
     for situation, state in table.entries.items():

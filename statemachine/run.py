@@ -89,7 +89,12 @@ class Run:
         self.table = table
         self.chain = chain
         self.result: Terminal | None = None
-        self.trace = Trace(entry=entry, machine=table.name)
+        self.trace = Trace(
+            entry=entry,
+            machine=table.name,
+            machine_version=table.version,
+            machine_fingerprint=table.fingerprint,
+        )
         # Replaced whole when a hook is added: a run without hooks allocates nothing here.
         self._hooks: tuple[Hook, ...] = ()
         self._on_transition: tuple[Callable[[Run, Transition], None], ...] = ()

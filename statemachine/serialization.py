@@ -561,7 +561,28 @@ class Unpacker:
             entry=str(value["entry"]),
             transitions=[self.transition(t) for t in value["transitions"]],
             machine=str(value.get("machine", "standard")),
+            machine_version=_optional(value.get("machine_version"), int),
+            machine_fingerprint=_optional(value.get("machine_fingerprint"), str),
         )
+
+
+def _optional(value: Any, kind: type[Any]) -> Any:
+    """A saved trace's machine version or fingerprint: None when not recorded."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise FormatError(f"A trace's machine identity {value!r} is not {kind.__name__}")
+    return value
+
+
+def _identity(trace: Trace) -> dict[str, Any]:
+    """A trace's machine version and fingerprint, when it has them."""
+    out: dict[str, Any] = {}
+    if trace.machine_version is not None:
+        out["machine_version"] = trace.machine_version
+    if trace.machine_fingerprint is not None:
+        out["machine_fingerprint"] = trace.machine_fingerprint
+    return out
 
 
 # ---------------------------------------------------------------- documents
@@ -615,6 +636,7 @@ def dump(obj: Serializable) -> dict[str, Any]:
     elif isinstance(obj, Trace):
         value = {
             "machine": obj.machine,
+            **_identity(obj),
             "entry": obj.entry,
             "transitions": [packer.transition(t) for t in obj.transitions],
         }

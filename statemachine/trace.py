@@ -96,6 +96,10 @@ class Trace:
     entry: str
     transitions: list[Transition] = attrs.field(factory=list)
     machine: str = "standard"
+    #: The machine's version and fingerprint (``MachineTable.version``, ``.fingerprint``);
+    #: None in a trace recorded before machines had them.
+    machine_version: int | None = None
+    machine_fingerprint: str | None = None
 
     def __iter__(self) -> Iterator[Transition]:
         return iter(self.transitions)

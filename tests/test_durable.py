@@ -103,7 +103,9 @@ def test_a_run_is_a_workflow_its_calls_are_steps(engine: Engine) -> None:
         "assistant",
     ]
     steps = [s["function_name"] for s in engine.client.list_workflow_steps(run_id)]
-    assert steps == ["model:scripted", "tool:record"] * 3 + ["model:scripted"]
+    # each step is named by what it calls, the edge into the state that calls, and its index
+    turn = ["model:scripted@expanded>calling", "tool:record@clear>executing"]
+    assert steps == [f"{n}#{i}" for i, n in enumerate(turn * 3 + turn[:1], 1)]
     # step outputs are agentfsm documents in JSON, not pickles
     first = engine.client.list_workflow_steps(run_id)[0]["output"]
     assert first["message"]["role"] == "assistant" and first["draining"] is False
@@ -354,7 +356,8 @@ def test_a_drained_run_keeps_its_max_runs_budget(db: str) -> None:
     finally:
         second.close()
     # two model calls in all: the second segment had one left, not a fresh two
-    assert steps == ["model:scripted", "tool:record"] * 2
+    turn = ["model:scripted@expanded>calling", "tool:record@clear>executing"]
+    assert steps == [f"{n}#{i}" for i, n in enumerate(turn * 2, 1)]
     assert result.ends == ("paused: draining", "error")
     assert [t.path for t in result.traces] == [
         "expanding calling interrupt_check executing propagating paused",
@@ -547,3 +550,41 @@ def test_the_worker_command_needs_an_agent() -> None:
     )
     assert out.returncode == 2
     assert re.search(r"cannot import 'nomodule'", out.stderr)
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_a_changed_machine_meets_a_recorded_step_as_an_error_naming_both(db: str) -> None:
+    first = Engine(db, polling_interval=0.05)
+    first.register("gated", _record_agent(gated=True))
+    first.launch(executor_id="changing")
+    try:
+        run_id = first.submit(AgentState.of("ask"), agent="gated", run_id="changing")
+        _wait_for_decisions(first, run_id, "ask-0")
+    finally:
+        first.close()
+
+    async def note(result: Any, opts: Any) -> Any:
+        """A new state that asks the model first: the recorded first call was calling's."""
+        await result.chain.llm.complete(result.chain.messages, ())
+        return result
+
+    noting = STANDARD.insert("noting", (note,), after="expanding", name="noting_first")
+    changed = _record_agent(gated=True)
+    second = Engine(db, polling_interval=0.05)
+    second.register(
+        "gated", Agent(changed.model, changed.tools, middleware=changed.middleware, machine=noting)
+    )
+    second.launch(executor_id="changing")  # recovers the pending workflow on the new machine
+    try:
+        result = second.result(run_id, timeout=30)
+    finally:
+        second.close()
+    # the new state's call is refused, not handed the reply recorded for calling's
+    assert result.status == "error" and [t.path for t in result.traces] == [
+        "expanding noting error"
+    ]
+    assert result.state.error is not None
+    text = result.state.error.message
+    assert "DBOSUnexpectedStepError" in text
+    assert "model:scripted@expanded>calling#1" in text
+    assert "model:scripted@expanded>noting#1" in text

@@ -24,6 +24,7 @@ VIEWS = (
     "agentfsm._printable",
     "agentfsm._worker_cli",
     "agentfsm._check_cli",
+    "agentfsm._versions_cli",
     "agentfsm.console",
     "agentfsm.diagrams",
     "agentfsm.diagram_files",

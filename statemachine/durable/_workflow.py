@@ -129,6 +129,10 @@ class _Execution:
         #: A recorded step of the current turn finished on a draining worker.
         self.drain_seen = False
         self._model_draining = False
+        #: The run being stepped (None while the approved calls of a resume run), and the
+        #: recorded steps of this execution so far: together they name each step.
+        self.run: AgentRun | None = None
+        self.calls = 0
         self.agent = Agent(
             _StepModel(agent.model, self),
             [_StepTool.wrap(t, execution=self) for t in agent.tools],
@@ -136,12 +140,27 @@ class _Execution:
             system_prompt=agent.system_prompt,
             max_runs=agent.max_runs,
             callbacks=agent.callbacks,
+            machine=agent.mode.table,
         )
 
     async def boundary(self) -> None:
         """Before a step: a draining worker starts nothing new."""
         if WORKER.draining:
             await _park(self.run_id)
+
+    def step_name(self, kind: str) -> str:
+        """The next recorded step's name: what it calls, the edge into the state making the
+        call, and its index in the run (``model:gpt@expanded>calling#1``). A changed machine
+        that replays a recorded run meets a step it does not expect as DBOS's error naming
+        both, never as another call's output."""
+        self.calls += 1
+        run = self.run
+        if run is None:
+            where = "resume"
+        else:
+            moves = run.trace.transitions
+            where = f"{moves[-1].trigger if moves else 'entry'}>{run.state}"
+        return f"{kind}@{where}#{self.calls}"
 
     def should_pause(self) -> bool | str:
         if self._model_draining:
@@ -157,6 +176,7 @@ class _Execution:
                 self.drain_seen = True
 
     async def drive(self, run: AgentRun, traces: list[Any]) -> AgentState:
+        self.run = run
         while not run.done:
             await run.step()
             if self.drain_seen and not run.done:
@@ -187,7 +207,11 @@ class _StepModel(WrapperModel):
     ) -> Message:
         await self.execution.boundary()
         output = await DBOS.run_step_async(
-            {"name": f"model:{self.name}"}, self._call, messages, tools, on_delta
+            {"name": self.execution.step_name(f"model:{self.name}")},
+            self._call,
+            messages,
+            tools,
+            on_delta,
         )
         self.execution.saw(output, model=True)
         if "error" in output:
@@ -221,7 +245,11 @@ class _StepTool(WrapperTool):
     async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
         await self.execution.boundary()
         output = await DBOS.run_step_async(
-            {"name": f"tool:{self.name}"}, self._call, self.wrapped, call, context
+            {"name": self.execution.step_name(f"tool:{self.name}")},
+            self._call,
+            self.wrapped,
+            call,
+            context,
         )
         self.execution.saw(output, model=False)
         return converter.structure(output["result"], ToolResult)
@@ -290,6 +318,7 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
     try:
         while True:
             await execution.boundary()
+            execution.run = None
             if decisions is not None:
                 run = await execution.agent.start_resume(
                     state, decisions, should_pause=execution.should_pause, **options

@@ -60,7 +60,7 @@ import attrs
 from .._invariants import check_resumable, check_traces
 from .._state import AgentState
 from ..chain import Callbacks, LLMChain
-from ..machine import UnknownMachineError, machine_named
+from ..machine import UnknownMachineError
 from ..messages import Message
 from ..results import Failed, Interrupted, Ok, Paused, Terminal
 from ..run import Run
@@ -79,6 +79,8 @@ from ..serialization import (
 )
 from ..tools import Tool
 from ..trace import Trace, Transition
+from ..versions import MachineChangedError, header_identity, recorded_table, resume_table
+from ..versions import trace_identity as _identity
 from .base import (
     RUN_STATUS,
     ResumeError,
@@ -202,6 +204,7 @@ def load_run(
                     entry=str(header["entry"]),
                     transitions=[unpacker.transition(parse_json(t)) for t in transitions],
                     machine=str(header["machine"]),
+                    **_identity(header),
                 )
             )
         if not traces or first is None:
@@ -212,7 +215,8 @@ def load_run(
             if not isinstance(decoded, Ok | Paused | Interrupted | Failed):
                 raise FormatError(f"Run {run_id!r} has a result that is not terminal")
             result = decoded
-        check_traces(traces, machine_named(traces[-1].machine), ended=result is not None)
+        table = recorded_table(traces, [parse_json(h) for h in stored.headers])
+        check_traces(traces, table, ended=result is not None)
         agent_state = None
         if result is not None:
             _check_logged(run_id, result, traces[-1])
@@ -220,7 +224,7 @@ def load_run(
                 agent_state = converter.structure(parse_json(stored.agent_state), AgentState)
                 _check_agent_state(run_id, agent_state, result)
         options = _saved_options(header.get("options"))
-    except (FormatError, UnknownToolError, UnknownMachineError):
+    except (FormatError, UnknownToolError, UnknownMachineError, MachineChangedError):
         raise
     except Exception as exc:
         raise FormatError(f"Run {run_id!r} cannot be read: {type(exc).__name__}: {exc}") from exc
@@ -388,6 +392,7 @@ class Checkpointer:
             self._header = {
                 "format": FORMAT,
                 "machine": run.table.name,
+                **header_identity(run.table),
                 "entry": run.trace.entry,
                 "chain": packer.chain(run.chain),
                 "options": self.options,
@@ -703,7 +708,7 @@ def _load_for(agent: Agent, run_id: str, store: Store) -> SavedRun:
         callbacks=agent.callbacks,
         strict=False,
     )
-    machine = machine_named(saved.trace.machine)
+    machine = resume_table(saved, agent.mode.table)
     if machine is not agent.mode.table:
         raise ResumeError(
             f"Run {run_id!r} ran on the {machine.name} machine and this agent runs the "
@@ -787,7 +792,7 @@ async def restore_run(
         run = agent.mode.restore(
             chain,
             saved.state,
-            Trace(entry=trace.entry, transitions=list(trace.transitions), machine=trace.machine),
+            attrs.evolve(trace, transitions=list(trace.transitions)),
             options,
             run_class=agent.run_class,
         )

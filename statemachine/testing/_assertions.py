@@ -53,7 +53,7 @@ def _table(run_or_trace: Run | Trace, table: MachineTable | None) -> MachineTabl
         return table
     if isinstance(run_or_trace, Run):
         return run_or_trace.table
-    return machine_named(run_or_trace.machine)
+    return machine_named(run_or_trace.machine, version=run_or_trace.machine_version)
 
 
 def matches_path(

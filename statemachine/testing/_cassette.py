@@ -287,7 +287,7 @@ def _calls_model(trace: Trace, state: str) -> bool:
     from ..machine import machine_named
     from ._checks import effects_of
 
-    table = machine_named(trace.machine)
+    table = machine_named(trace.machine, version=trace.machine_version)
     return any("model" in (effects_of(step) or ()) for step in table.steps.get(state, ()))
 
 

@@ -136,6 +136,15 @@ def _outcome(result: Terminal | None, last: Transition) -> dict[str, Any]:
     return out
 
 
+def _version(trace: Trace | None, table: MachineTable) -> str:
+    """The machine version and fingerprint the run recorded (the table's, for an older run)."""
+    version = (
+        table.version if trace is None or trace.machine_version is None else trace.machine_version
+    )
+    fingerprint = (trace and trace.machine_fingerprint) or table.fingerprint
+    return f"v{version} ({fingerprint})"
+
+
 def page_data(
     traces: Sequence[Trace],
     table: MachineTable,
@@ -154,7 +163,12 @@ def page_data(
     segments: list[dict[str, Any]] = []
     at = 0.0
     for number, trace in enumerate(traces):
-        segment: dict[str, Any] = {"entry": trace.entry, "first": len(steps), "steps": len(trace)}
+        segment: dict[str, Any] = {
+            "entry": trace.entry,
+            "first": len(steps),
+            "steps": len(trace),
+            "version": _version(trace, table),
+        }
         for index, t in enumerate(trace):
             context = t.chain.custom_context
             steps.append(
@@ -187,6 +201,7 @@ def page_data(
         "title": title,
         "run_id": run_id,
         "machine": table.name,
+        "version": _version(traces[-1] if traces else None, table),
         "terminals": list(table.terminals),
         "segments": segments,
         "steps": steps,

@@ -51,6 +51,7 @@
   facts.append(badge);
   if (data.run_id !== null) fact("run", data.run_id);
   fact("machine", data.machine);
+  if (data.version) fact("version", data.version);
   fact("steps", steps.length);
   fact("segments", segments.length);
   fact("model calls", calls);
@@ -66,7 +67,10 @@
   const longest = Math.max(1e-9, ...steps.map((s) => s.elapsed));
   segments.forEach((segment, number) => {
     const head = segments.length > 1 ? "segment " + (number + 1) + " · " : "";
-    list.append(el("li", "segment", head + "entered at " + segment.entry));
+    const before = number > 0 ? segments[number - 1].version : null;
+    const moved = before && segment.version && before !== segment.version
+      ? " · migrated to " + segment.version : "";
+    list.append(el("li", "segment", head + "entered at " + segment.entry + moved));
     for (let i = segment.first; i < segment.first + segment.steps; i++) {
       const s = steps[i];
       const row = el("li");
