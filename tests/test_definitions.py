@@ -314,8 +314,9 @@ def test_a_second_machine_of_a_taken_name_is_refused_unless_it_is_the_same() -> 
     with pytest.raises(MachineDefinitionError) as raised:
         table(name="definition_twice", edges=(_done(trigger="complete"),))
     assert str(raised.value) == (
-        "Another machine named 'definition_twice' is already declared, with other states or "
-        "edges; give this one a name of its own (saved runs find their machine by name)."
+        "Another machine named 'definition_twice' is already declared as version 1, with other "
+        "states or edges; give this one a name of its own, or the next version (saved runs find "
+        "their machine by name and version)."
     )
 
 
