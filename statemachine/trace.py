@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -22,13 +22,16 @@ class Transition:
     and consecutive ones share their messages), ``elapsed`` the seconds the
     source state's work took, ``detail`` what it did (which model answered,
     which tools ran...). Two transitions are equal when they take the same edge.
+    Given ``describe`` instead of ``detail``, the detail is built by it when first
+    read: a run records its steps' details that way, so one nobody reads costs
+    nothing.
 
-    A run records seven of these per model call, so a record is six plain
+    A run records seven of these per model call, so a record is a few plain
     slots written once (a frozen attrs class costs several times as much to
     build); the fields are read-only properties.
     """
 
-    __slots__ = ("_chain", "_dest", "_detail", "_elapsed", "_source", "_trigger")
+    __slots__ = ("_chain", "_describe", "_dest", "_detail", "_elapsed", "_source", "_trigger")
 
     def __init__(
         self,
@@ -38,6 +41,8 @@ class Transition:
         chain: LLMChain,
         elapsed: float = 0.0,
         detail: Mapping[str, Any] | None = None,
+        *,
+        describe: Callable[[], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self._source = source
         self._trigger = trigger
@@ -45,6 +50,7 @@ class Transition:
         self._chain = chain
         self._elapsed = elapsed
         self._detail = detail
+        self._describe = describe
 
     @property
     def source(self) -> str:
@@ -68,6 +74,10 @@ class Transition:
 
     @property
     def detail(self) -> Mapping[str, Any] | None:
+        describe = self._describe
+        if describe is not None:
+            self._detail = describe()
+            self._describe = None
         return self._detail
 
     def __eq__(self, other: object) -> bool:
@@ -85,7 +95,7 @@ class Transition:
     def __repr__(self) -> str:
         return (
             f"Transition(source={self._source!r}, trigger={self._trigger!r}, "
-            f"dest={self._dest!r}, elapsed={self._elapsed!r}, detail={self._detail!r})"
+            f"dest={self._dest!r}, elapsed={self._elapsed!r}, detail={self.detail!r})"
         )
 
 
