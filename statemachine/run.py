@@ -327,6 +327,7 @@ class Run:
                 result.chain,
                 ended - started,
                 describe=_describer(describe, chain, worked_out, usage),
+                usage=usage,
             )
         self._ended = ended
         self.trace.transitions.append(transition)

@@ -24,14 +24,24 @@ class Transition:
     which tools ran...). Two transitions are equal when they take the same edge.
     Given ``describe`` instead of ``detail``, the detail is built by it when first
     read: a run records its steps' details that way, so one nobody reads costs
-    nothing.
+    nothing. ``usage`` is the tokens of the model call the step made (its
+    detail's ``"usage"``), kept apart so that summing a run's tokens builds no detail.
 
     A run records seven of these per model call, so a record is a few plain
     slots written once (a frozen attrs class costs several times as much to
     build); the fields are read-only properties.
     """
 
-    __slots__ = ("_chain", "_describe", "_dest", "_detail", "_elapsed", "_source", "_trigger")
+    __slots__ = (
+        "_chain",
+        "_describe",
+        "_dest",
+        "_detail",
+        "_elapsed",
+        "_source",
+        "_trigger",
+        "_usage",
+    )
 
     def __init__(
         self,
@@ -43,6 +53,7 @@ class Transition:
         detail: Mapping[str, Any] | None = None,
         *,
         describe: Callable[[], Mapping[str, Any] | None] | None = None,
+        usage: Mapping[str, int] | None = None,
     ) -> None:
         self._source = source
         self._trigger = trigger
@@ -51,6 +62,10 @@ class Transition:
         self._elapsed = elapsed
         self._detail = detail
         self._describe = describe
+        if usage is None and detail is not None:
+            counts = detail.get("usage")
+            usage = counts if isinstance(counts, Mapping) else None
+        self._usage = usage
 
     @property
     def source(self) -> str:
@@ -79,6 +94,11 @@ class Transition:
             self._detail = describe()
             self._describe = None
         return self._detail
+
+    @property
+    def usage(self) -> Mapping[str, int] | None:
+        """The tokens of the model call this step made, if it made one."""
+        return self._usage
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Transition:
@@ -150,10 +170,7 @@ def total_usage(transitions: Iterable[Transition]) -> Usage:
     """The usage the transitions' details record, summed."""
     total = Usage()
     for transition in transitions:
-        detail = transition.detail
-        if detail is None:
-            continue
-        counts = detail.get("usage")
-        if counts is not None and isinstance(counts, Mapping):  # an ABC check is slow
+        counts = transition.usage
+        if counts is not None:
             total += Usage.from_dict(counts)
     return total
