@@ -211,10 +211,8 @@ def main() -> None:
         _cpu_per_call(args.k, args.runs)
         return
 
-    calls = {
-        name: per_call(name, args.k, args.repeat)
-        for name in ("floor_asyncio", "floor_lean", "agentfsm")
-    }
+    names = ("floor_asyncio", "floor_lean", "agentfsm", "chain")
+    calls = {name: per_call(name, args.k, args.repeat) for name in names}
     with tempfile.TemporaryDirectory() as scratch:
         base = _unpacked(args.base, Path(scratch))
         (tree_import, tree_modules), (base_import, base_modules) = (
