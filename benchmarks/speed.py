@@ -12,7 +12,7 @@
   compiled) and in modules added to ``sys.modules``, against the same at ``--base``,
   a commit of this repository (its ``statemachine/`` and ``providers/`` are
   unpacked into a scratch folder and imported from there);
-* with ``--cpu``, CPU time per model call of this tree against ``--base``'s, sampled
+* with ``--cpu COMMIT``, CPU time per model call of this tree against COMMIT's, sampled
   interleaved (one sample of each in turn, each in its own process), so a busy
   machine slows both alike.
 
