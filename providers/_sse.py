@@ -131,7 +131,10 @@ class SSEDecoder:
             self._event = ""
             return None
         event = ServerSentEvent(
-            self._event or "message", "\n".join(self._data), self._id, self._retry
+            event=self._event or "message",
+            data="\n".join(self._data),
+            id=self._id,
+            retry=self._retry,
         )
         self._event = ""
         self._data = []

@@ -123,19 +123,27 @@ class ScriptedModel:
             )
         if isinstance(reply, BaseException):
             raise reply
-        message = say(reply) if isinstance(reply, str) else reply
+        if isinstance(reply, str):  # built with the model's name at once
+            message = Message.assistant(reply, metadata={"model": self.model_name})
+        elif "model" in reply.metadata:
+            message = reply
+        else:
+            message = _named(reply, self.model_name)
         if self.stream and on_delta is not None and message.text:
             for word in message.text.split(" "):
                 on_delta(MessageDelta(content=word + " "))
                 await asyncio.sleep(0)
-        if "model" in message.metadata:
-            return message
-        return Message(
-            role=message.role,
-            content=message.content,
-            tool_calls=message.tool_calls,
-            tool_results=message.tool_results,
-            status=message.status,
-            metadata={"model": self.model_name, **message.metadata},
-            thinking=message.thinking,
-        )
+        return message
+
+
+def _named(reply: Message, model: str) -> Message:
+    """``reply`` saying which model answered (``metadata["model"]``), as providers' do."""
+    return Message(
+        role=reply.role,
+        content=reply.content,
+        tool_calls=reply.tool_calls,
+        tool_results=reply.tool_results,
+        status=reply.status,
+        metadata={"model": model, **reply.metadata},
+        thinking=reply.thinking,
+    )

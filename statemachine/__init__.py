@@ -1,8 +1,13 @@
-"""agentfsm: an LLM agent's tool-calling loop as an explicit, inspectable state machine."""
+"""agentfsm: an LLM agent's tool-calling loop as an explicit, inspectable state machine.
+
+The agent (``Agent``, ``AgentRun``, ``AgentState``) and the middleware
+(``HumanInTheLoop``, ``Middleware``) are imported when first named, so a chain
+run by its modes does not pay for them.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from . import modes as _modes  # noqa: F401  (registers the built-in modes by name)
-from ._state import AgentState
-from .agent import Agent, AgentRun
 from .chain import LLMChain
 from .errors import AgentfsmError, ChainError, IllegalTransitionError
 from .hooks import RunHook
@@ -17,7 +22,6 @@ from .messages import (
     ToolResult,
     Usage,
 )
-from .middleware import HumanInTheLoop, Middleware
 from .modes.standard import STANDARD
 from .options import Options, StandardOptions
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
@@ -68,3 +72,26 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from ._state import AgentState
+    from .agent import Agent, AgentRun
+    from .middleware import HumanInTheLoop, Middleware
+
+
+def __getattr__(name: str) -> Any:
+    """The agent's and the middleware's names, imported when first asked for."""
+    if name in ("Agent", "AgentRun"):
+        from . import agent
+
+        value = getattr(agent, name)
+    elif name == "AgentState":
+        from ._state import AgentState as value
+    elif name in ("HumanInTheLoop", "Middleware"):
+        from . import middleware
+
+        value = getattr(middleware, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # asked once
+    return value

@@ -24,10 +24,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
-import cattrs
-from cattrs.errors import AttributeValidationNote, ClassValidationError
 
 from .errors import AgentfsmError
+
+if typing.TYPE_CHECKING:
+    import cattrs
 
 __all__ = [
     "Unsupported",
@@ -326,11 +327,17 @@ def _typeddict(cls: type) -> Any:
     hints, required = _typeddict_keys(cls)
 
     def structure(value: Any, _: Any) -> Any:
+        from cattrs.errors import (
+            AttributeValidationNote,
+            ClassValidationError,
+            ForbiddenExtraKeysError,
+        )
+
         if not isinstance(value, Mapping):
             raise _Mismatch(f"must be object, got {shown(value)}")
         extra = [k for k in value if k not in hints]
         if extra:
-            raise cattrs.ForbiddenExtraKeysError("", cls, set(extra))
+            raise ForbiddenExtraKeysError("", cls, set(extra))
         out, errors = {}, []
         for key, hint in hints.items():
             try:
@@ -351,7 +358,10 @@ def _typeddict(cls: type) -> Any:
 
 @functools.cache
 def _converter() -> cattrs.Converter:
-    """The one strict converter of tool arguments, built on first use (import stays cheap)."""
+    """The one strict converter of tool arguments, built on first use: cattrs is imported
+    then, so importing agentfsm stays cheap."""
+    import cattrs
+
     conv = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
     conv.register_structure_hook(str, _strict((str,), "string"))
     conv.register_structure_hook(int, _strict((int,), "integer"))
@@ -377,9 +387,11 @@ def _converter() -> cattrs.Converter:
 
 
 def _format_error(exc: BaseException, _: Any) -> str:
+    from cattrs.errors import ForbiddenExtraKeysError
+
     if isinstance(exc, _Mismatch):
         return str(exc)
-    if isinstance(exc, cattrs.ForbiddenExtraKeysError):
+    if isinstance(exc, ForbiddenExtraKeysError):
         return f"has unknown field(s) {sorted(exc.extra_fields)}"
     if isinstance(exc, KeyError):
         return "is missing (required)"
@@ -395,7 +407,9 @@ def structure(name: str, value: Any, hint: Any) -> tuple[Any, list[str]]:
     except RecursionError:
         return None, [f"parameter {name!r} is nested too deeply"]
     except Exception as exc:
-        lines = cattrs.transform_error(exc, path=name, format_exception=_format_error)
+        from cattrs import transform_error
+
+        lines = transform_error(exc, path=name, format_exception=_format_error)
         problems = []
         for line in lines:
             text, _, path = line.rpartition(" @ ")

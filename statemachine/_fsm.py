@@ -13,7 +13,10 @@ do not scale to many runs, and this module replaces them:
   finalize and exception machinery with debug logging around each phase, even
   when nothing hooks into them. :class:`LeanEvent` moves a model straight to
   the destination when nothing could observe the difference, and takes the
-  stock path otherwise.
+  stock path otherwise. Whether that holds is worked out once per (event,
+  source) and forgotten when a callback or a transition is added by any of
+  ``transitions``' ways to add one (its properties and ``add_callback``
+  methods; a callback list changed in place is not seen).
 
 Both rely on ``transitions`` internals (``Event.transitions``, the callback
 lists), so the dependency has an upper version bound.
@@ -25,10 +28,40 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from transitions import Event, Machine
+from transitions import Event, Machine, State, Transition
 from transitions.core import listify
 
 __all__ = ["LeanEvent", "SharedMachine"]
+
+
+class _Callbacks:
+    """How many callbacks were ever added to a shared machine, its states or transitions.
+
+    A lean event's destinations hold for one count: adding a callback anywhere
+    makes every event work them out again (rare: callbacks are for debugging).
+    """
+
+    added = 0
+
+
+def _callback_added() -> None:
+    _Callbacks.added += 1
+
+
+class _State(State):
+    """A state whose ``add_callback`` (``on_enter_<state>`` too) tells the lean events."""
+
+    def add_callback(self, trigger: str, func: Any) -> None:
+        super().add_callback(trigger, func)
+        _callback_added()
+
+
+class _Transition(Transition):
+    """A transition whose ``add_callback`` tells the lean events."""
+
+    def add_callback(self, trigger: str, func: Any) -> None:
+        super().add_callback(trigger, func)
+        _callback_added()
 
 
 class LeanEvent(Event):
@@ -41,6 +74,10 @@ class LeanEvent(Event):
     would do nothing but the assignment. Anything else (an invalid trigger
     included) takes :meth:`transitions.Event.trigger`, so errors, callbacks and
     ``ignore_invalid_triggers`` behave exactly as in ``transitions``.
+
+    Whether the shortcut applies, and where it leads, depends only on the
+    source state and the machine's callbacks, so it is worked out once per
+    source and kept until a callback or a transition is added.
     """
 
     def __init__(self, name: str, machine: Machine) -> None:
@@ -48,6 +85,14 @@ class LeanEvent(Event):
         # The machine's own attributes, read live: ``Machine.__getattr__`` makes
         # every attribute access on a machine slow, a dict lookup is not.
         self._machine_vars: dict[str, Any] = vars(machine)
+        #: ``{source: destination}``, None where the stock path must run; valid while
+        #: no callback is added (``_callbacks_seen``).
+        self._destinations: dict[str, str | None] = {}
+        self._callbacks_seen = _Callbacks.added
+
+    def add_transition(self, transition: Transition) -> None:
+        super().add_transition(transition)
+        self._destinations.clear()
 
     def trigger(self, model: object, *args: Any, **kwargs: Any) -> bool:
         if args or kwargs:
@@ -56,8 +101,25 @@ class LeanEvent(Event):
 
     def fire(self, model: object) -> bool:
         """``trigger(model)``, without the cost of variable arguments (a run's every move)."""
+        if self._callbacks_seen != _Callbacks.added:
+            self._destinations.clear()
+            self._callbacks_seen = _Callbacks.added
+        attribute = self._machine_vars["model_attribute"]
+        source = getattr(model, attribute)
+        try:
+            dest = self._destinations[source]
+        except KeyError:
+            dest = self._destinations[source] = self._lean_destination(source)
+        if dest is None:
+            return bool(super().trigger(model))
+        setattr(model, attribute, dest)
+        return True
+
+    def _lean_destination(self, source: str) -> str | None:
+        """Where this event takes a model in ``source`` when the stock path would do
+        nothing but the assignment; None when it would do more (or raise)."""
         machine = self._machine_vars
-        if not (
+        if (
             machine["_queued"]
             or machine["_prepare_event"]
             or machine["_finalize_event"]
@@ -65,24 +127,37 @@ class LeanEvent(Event):
             or machine["_before_state_change"]
             or machine["_after_state_change"]
         ):
-            attribute = machine["model_attribute"]
-            candidates = self.transitions.get(getattr(model, attribute))
-            if candidates is not None and len(candidates) == 1:
-                transition = candidates[0]
-                states = machine["states"]
-                dest = states.get(transition.dest)
-                if dest is not None and not (
-                    dest.on_enter
-                    or dest.final
-                    or states[transition.source].on_exit
-                    or transition.prepare
-                    or transition.conditions
-                    or transition.before
-                    or transition.after
-                ):
-                    setattr(model, attribute, dest._name)  # ``State.value``, without the property
-                    return True
-        return bool(super().trigger(model))
+            return None
+        candidates = self.transitions.get(source)
+        if candidates is None or len(candidates) != 1:
+            return None
+        transition = candidates[0]
+        states = machine["states"]
+        dest = states.get(transition.dest)
+        if dest is None or (
+            dest.on_enter
+            or dest.final
+            or states[transition.source].on_exit
+            or transition.prepare
+            or transition.conditions
+            or transition.before
+            or transition.after
+        ):
+            return None
+        value: str = dest.value
+        return value
+
+
+def _telling(name: str) -> property:
+    """``Machine``'s property ``name`` (machine-wide callbacks), telling the lean events
+    when it is set."""
+    stock: property = getattr(Machine, name)
+
+    def set_callbacks(machine: Machine, value: Any) -> None:
+        stock.__set__(machine, value)
+        _callback_added()
+
+    return property(stock.fget, set_callbacks)
 
 
 class SharedMachine(Machine):
@@ -96,6 +171,13 @@ class SharedMachine(Machine):
     """
 
     event_cls = LeanEvent
+    state_cls = _State
+    transition_cls = _Transition
+    prepare_event = _telling("prepare_event")
+    before_state_change = _telling("before_state_change")
+    after_state_change = _telling("after_state_change")
+    finalize_event = _telling("finalize_event")
+    on_exception = _telling("on_exception")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -114,6 +196,11 @@ class SharedMachine(Machine):
             if run not in models:
                 setattr(run, attribute, value)  # what ``set_state`` does, minus its dispatch
                 models.add(run)
+
+    def add_states(self, states: Any, *args: Any, **kwargs: Any) -> None:
+        """``Machine.add_states``; a state added (or replaced) may bring callbacks."""
+        super().add_states(states, *args, **kwargs)
+        _callback_added()
 
     def remove_model(self, model: Any) -> None:
         """Forget models; forgetting one that is not registered is not an error."""

@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvariantError
+from .errors import FormatError, InvariantError
 from .machine import MachineTable
 from .messages import Message, ToolCall
 from .middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
-from .serialization import FormatError
 from .steps import pending_calls
 from .trace import Trace
 

@@ -30,12 +30,12 @@ from .options import (
 )
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
-from .store.base import Store
-from .store.checkpoint import restore_run
 from .tools import Tool
 
 if TYPE_CHECKING:
     from agentfsm.providers.base import ChatModel
+
+    from .store.base import Store
 
 __all__ = ["Agent", "AgentRun", "AgentState", "collapse_until_tool"]
 
@@ -349,6 +349,8 @@ class Agent:
         here, is refused with :class:`~agentfsm.store.RunInUseError` (or its
         :class:`~agentfsm.store.RunFinishedError`) and runs nothing.
         """
+        from .store.checkpoint import restore_run  # the store is imported when first used
+
         run = await restore_run(
             self,
             run_id,

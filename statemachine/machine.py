@@ -53,7 +53,8 @@ __all__ = [
     "step_name",
 ]
 
-#: What a state's work gives the run: the result, and a detail for its transition.
+#: What a state's work gives the run: the result, and a detail for its transition (None
+#: from a table's steps, whose details the run builds from ``details`` when read).
 Outcome: TypeAlias = tuple[PipelineResult, Mapping[str, Any] | None]
 #: A state's work, its steps piped: ``Continue(chain)`` and the run's options in, an
 #: outcome out (directly when no step awaited anything).
@@ -262,7 +263,7 @@ class MachineTable:
 
     @functools.cached_property
     def _work(self) -> Mapping[str, Work]:
-        return {s: _pipe(steps, self.details.get(s)) for s, steps in self.steps.items()}
+        return {s: _pipe(steps) for s, steps in self.steps.items()}
 
     def work(self, extra_steps: Mapping[str, Sequence[Step]] | None = None) -> Mapping[str, Work]:
         """Each working state's steps as one callable, ``work[state](chain, opts)``.
@@ -282,7 +283,7 @@ class MachineTable:
             for step in added:
                 if not callable(step):
                     raise ValueError(f"extra_steps[{state!r}]: {step!r} is not a step")
-            work[state] = _pipe((*self.steps[state], *added), self.details.get(state))
+            work[state] = _pipe((*self.steps[state], *added))
         return work
 
     @functools.cached_property
@@ -466,11 +467,13 @@ def fingerprint_of(data: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------- a state's steps, piped
 
 
-def _pipe(steps: tuple[Step, ...], detail: Detail | None) -> Work:
+def _pipe(steps: tuple[Step, ...]) -> Work:
     """``steps`` as one state's work: each in turn, until a result is not ``Continue``.
 
     Steps that return their result directly run without a coroutine; from the
-    first one that returns an awaitable on, the work goes on in one.
+    first one that returns an awaitable on, the work goes on in one. The
+    outcome's detail is None: a run builds its transition's detail from
+    :attr:`MachineTable.details` when someone reads it.
     """
 
     def work(start: Continue, opts: Mapping[str, Any]) -> Outcome | Awaitable[Outcome]:
@@ -480,9 +483,9 @@ def _pipe(steps: tuple[Step, ...], detail: Detail | None) -> Work:
             result = step(result, opts)
             if result.__class__ is not Continue:
                 if result.__class__ not in _RESULTS:
-                    return _awaiting(start.chain, result, step, rest, opts, detail)
+                    return _awaiting(result, step, rest, opts)
                 break
-        return result, None if detail is None else detail(start.chain, result)
+        return result, None
 
     if len(steps) != 1:
         return work
@@ -491,20 +494,13 @@ def _pipe(steps: tuple[Step, ...], detail: Detail | None) -> Work:
     def one_step(start: Continue, opts: Mapping[str, Any]) -> Outcome | Awaitable[Outcome]:
         result: Any = only(start, opts)
         if result.__class__ not in _RESULTS:
-            return _awaiting(start.chain, result, only, _NO_STEPS, opts, detail)
-        return result, None if detail is None else detail(start.chain, result)
+            return _awaiting(result, only, _NO_STEPS, opts)
+        return result, None
 
     return one_step
 
 
-async def _awaiting(
-    chain: LLMChain,
-    out: Any,
-    step: Step,
-    rest: Iterator[Step],
-    opts: Mapping[str, Any],
-    detail: Detail | None,
-) -> Outcome:
+async def _awaiting(out: Any, step: Step, rest: Iterator[Step], opts: Mapping[str, Any]) -> Outcome:
     """The rest of a state's work, from the awaitable ``step`` returned."""
     while True:
         if out.__class__ is not _COROUTINE and not inspect.isawaitable(out):
@@ -525,7 +521,7 @@ async def _awaiting(
                     awaiting = True
                 break
         if not awaiting:
-            return result, None if detail is None else detail(chain, result)
+            return result, None
 
 
 def _not_a_result(step: Step, value: Any) -> str:

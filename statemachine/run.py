@@ -25,7 +25,7 @@ from ._sync import SyncBridge
 from .chain import LLMChain
 from .errors import ChainError, IllegalTransitionError
 from .hooks import Hook, current_global_hooks
-from .machine import MachineTable, Outcome
+from .machine import Detail, MachineTable, Outcome
 from .messages import Usage
 from .options import Options
 from .results import Continue, Failed, Paused, PipelineResult, Terminal
@@ -46,6 +46,24 @@ class _Cursor:
 
     __slots__ = ("__weakref__", "state")
     state: str
+
+
+def _describer(
+    describe: Detail | None,
+    before: LLMChain,
+    result: PipelineResult,
+    usage: Mapping[str, int] | None,
+) -> Callable[[], Mapping[str, Any] | None]:
+    """What a transition's ``detail`` is built by when read: the state's own detail of
+    its work (``before`` -> ``result``), with the reply's token usage."""
+
+    def detail() -> Mapping[str, Any] | None:
+        described = None if describe is None else describe(before, result)
+        if usage is None:
+            return described
+        return {**(described or {}), "usage": usage}
+
+    return detail
 
 
 def _crashed(source: str, chain: LLMChain, exc: Exception) -> Failed:
@@ -107,6 +125,7 @@ class Run:
         #: Why the run paused, when it ended paused with a cause (``Paused.reason``).
         self.pause_reason: Any = None
         self._work = table.work(options.extra_steps)
+        self._details = table.details
         self._exits = table.exits
         self._terminals = frozenset(table.terminals)
         self._machine = table.machine
@@ -117,6 +136,7 @@ class Run:
         self._bridge = SyncBridge()
         self._usage = Usage()  # of the transitions counted so far
         self._counted = 0
+        self._ended = 0.0  # when the last step ended (``time.perf_counter()``)
         self._machine.add_model(self._cursor, initial=entry)
         attached = current_global_hooks()
         if hooks:
@@ -188,23 +208,23 @@ class Run:
 
     async def step(self) -> Transition:
         """Do the current state's work and take the one transition it leads to."""
-        moved = self._advance()
+        moved = self._advance(time.perf_counter())
         return moved if moved.__class__ is Transition else await moved  # type: ignore[misc]
 
-    def _advance(self) -> Transition | Coroutine[Any, Any, Transition]:
-        """Start the current state's work: its transition when no step awaited anything,
-        else the coroutine that finishes it. Most states' steps are plain functions, so
-        a run pays for a coroutine only where a step awaits (a model call, tools)."""
+    def _advance(self, started: float) -> Transition | Coroutine[Any, Any, Transition]:
+        """Start the current state's work (at ``started``): its transition when no step
+        awaited anything, else the coroutine that finishes it. Most states' steps are
+        plain functions, so a run pays for a coroutine only where a step awaits (a model
+        call, tools)."""
         if self.result is not None:
             raise RuntimeError(f"The run is over (it ended in {self.state!r}); nothing to step.")
         source = self._cursor.state
         chain = self.chain
-        started = time.perf_counter()
         self._busy = True
         if self._requested_pause is not None:
             reason, self._requested_pause = self._requested_pause, None
             return self._finish(
-                source, chain, started, (Paused(chain, reason), {"requested": True})
+                source, chain, started, (Paused(chain, reason), {"requested": True}), worked=False
             )
         carried = self._carried  # the last state's Continue, when it is still the run's chain
         if carried is None or carried.chain is not chain:
@@ -212,9 +232,11 @@ class Run:
         try:
             outcome = self._work[source](carried, self.opts)
         except Exception as exc:  # a step's bug ends the run, it does not crash the host
-            return self._finish(source, chain, started, (_crashed(source, chain, exc), None))
+            return self._finish(
+                source, chain, started, (_crashed(source, chain, exc), None), worked=False
+            )
         if outcome.__class__ is tuple:
-            return self._finish(source, chain, started, outcome)
+            return self._finish(source, chain, started, outcome, worked=True)
         return self._awaited(source, chain, started, outcome)  # type: ignore[arg-type]
 
     async def _awaited(
@@ -223,28 +245,29 @@ class Run:
         try:
             outcome = await pending
         except asyncio.CancelledError:
-            self._finish(source, chain, started, (Paused(chain, "cancelled"), {"cancelled": True}))
+            cancelled = (Paused(chain, "cancelled"), {"cancelled": True})
+            self._finish(source, chain, started, cancelled, worked=False)
             raise
         except Exception as exc:  # a step's bug ends the run, it does not crash the host
-            outcome = (_crashed(source, chain, exc), None)
-        return self._finish(source, chain, started, outcome)
+            return self._finish(
+                source, chain, started, (_crashed(source, chain, exc), None), worked=False
+            )
+        return self._finish(source, chain, started, outcome, worked=True)
 
-    def _count_tokens(
-        self, result: PipelineResult, detail: Mapping[str, Any] | None
-    ) -> tuple[PipelineResult, Mapping[str, Any] | None]:
-        """A new last message's usage, when it is a reply, goes into the step's detail (the
-        trace sums them). A reply that takes the run past its token budget and asks for
-        tools fails the run before they run; a final answer past it is kept."""
+    def _count_tokens(self, result: PipelineResult) -> tuple[PipelineResult, dict[str, int] | None]:
+        """A new last message's usage, when it is a reply (the step's detail records it,
+        the trace sums them). A reply that takes the run past its token budget and asks
+        for tools fails the run before they run; a final answer past it is kept."""
         reply = result.chain.last_message
         if reply is None or reply.role != "assistant":
-            return result, detail
+            return result, None
         usage = Usage.of(reply)
         if usage is None:
-            return result, detail
-        detail = {**(detail or {}), "usage": usage.to_dict()}
+            return result, None
+        counts = usage.to_dict()
         budget = self.opts.token_budget
         if budget is None or not reply.tool_calls or not isinstance(result, Continue):
-            return result, detail
+            return result, counts
         total = self._recorded_usage() + usage
         if total.total_tokens > budget:
             error = ChainError(
@@ -256,7 +279,7 @@ class Run:
                 details={"usage": total.to_dict(), "token_budget": budget},
             )
             result = Failed(result.chain, error)
-        return result, detail
+        return result, counts
 
     def _recorded_usage(self) -> Usage:
         """The trace's usage so far (a restored run's earlier steps too), summed once."""
@@ -266,12 +289,22 @@ class Run:
             self._counted = len(transitions)
         return self._usage
 
-    def _finish(self, source: str, chain: LLMChain, started: float, outcome: Outcome) -> Transition:
-        """Take the transition the work's ``outcome`` leads to (from ``chain``), and record it."""
+    def _finish(
+        self, source: str, chain: LLMChain, started: float, outcome: Outcome, *, worked: bool
+    ) -> Transition:
+        """Take the transition the ``outcome`` leads to (from ``chain``), and record it.
+
+        When the state's steps ``worked`` (they did not crash, and no pause stopped
+        them), the transition's detail is the state's :attr:`MachineTable.details`
+        of their result, built when first read.
+        """
+        ended = time.perf_counter()
         self._busy = False
         result, detail = outcome
+        worked_out = result
+        usage = None
         if result.chain.last_message is not chain.last_message:  # a reply, maybe
-            result, detail = self._count_tokens(result, detail)
+            result, usage = self._count_tokens(result)
         way_out = self._exits[source].get(result.__class__)
         if way_out is None:
             raise IllegalTransitionError(
@@ -288,9 +321,20 @@ class Run:
                 "of this state."
             ) from exc
         dest = self._cursor.state
-        transition = Transition(
-            source, trigger, dest, result.chain, time.perf_counter() - started, detail
-        )
+        describe = self._details.get(source) if worked else None
+        if describe is None and usage is None:
+            transition = Transition(source, trigger, dest, result.chain, ended - started, detail)
+        else:
+            transition = Transition(
+                source,
+                trigger,
+                dest,
+                result.chain,
+                ended - started,
+                describe=_describer(describe, chain, worked_out, usage),
+                usage=usage,
+            )
+        self._ended = ended
         self.trace.transitions.append(transition)
         self.chain = result.chain
         self._carried = result if result.__class__ is Continue else None
@@ -304,11 +348,13 @@ class Run:
             self._machine.remove_model(self._cursor)
             for heard in self._on_transition:
                 heard(self, transition)
-            for ended in self._on_end:
-                ended(self)
+            for run_ended in self._on_end:
+                run_ended(self)
             return transition
-        for heard in self._on_transition:
-            heard(self, transition)
+        if self._on_transition:
+            for heard in self._on_transition:
+                heard(self, transition)
+            self._ended = time.perf_counter()  # the hooks' time is no step's
         return transition
 
     def _settle(self, result: Terminal) -> Terminal:
@@ -316,9 +362,14 @@ class Run:
         return result
 
     async def run(self) -> Terminal:
-        """Step until a terminal; the result."""
+        """Step until a terminal; the result.
+
+        Steps run back to back, so each starts when the last one ended: one clock
+        reading per step.
+        """
+        self._ended = time.perf_counter()
         while self.result is None:
-            moved = self._advance()
+            moved = self._advance(self._ended)
             if moved.__class__ is not Transition:
                 await moved  # type: ignore[misc]
         return self.result

@@ -283,10 +283,14 @@ async def execute_tools(result: PipelineResult, opts: Opts = None) -> PipelineRe
     """Run pending tool calls; never fails the pipeline (a raising callback aside)."""
     if not isinstance(result, Continue):
         return result
-    try:
-        return Continue(chain=await execute_tool_calls(result.chain))
+    chain = result.chain
+    calls = pending_calls(chain.last_message)
+    if not calls:
+        return result
+    try:  # what execute_tool_calls does, without a coroutine of its own
+        return Continue(chain=add_tool_message(chain, await run_tool_calls(chain, calls)))
     except ChainError as error:
-        return Failed(result.chain, error)
+        return Failed(chain, error)
 
 
 # ------------------------------------------------------------------ checks

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -22,13 +22,26 @@ class Transition:
     and consecutive ones share their messages), ``elapsed`` the seconds the
     source state's work took, ``detail`` what it did (which model answered,
     which tools ran...). Two transitions are equal when they take the same edge.
+    Given ``describe`` instead of ``detail``, the detail is built by it when first
+    read: a run records its steps' details that way, so one nobody reads costs
+    nothing. ``usage`` is the tokens of the model call the step made (its
+    detail's ``"usage"``), kept apart so that summing a run's tokens builds no detail.
 
-    A run records seven of these per model call, so a record is six plain
+    A run records seven of these per model call, so a record is a few plain
     slots written once (a frozen attrs class costs several times as much to
     build); the fields are read-only properties.
     """
 
-    __slots__ = ("_chain", "_dest", "_detail", "_elapsed", "_source", "_trigger")
+    __slots__ = (
+        "_chain",
+        "_describe",
+        "_dest",
+        "_detail",
+        "_elapsed",
+        "_source",
+        "_trigger",
+        "_usage",
+    )
 
     def __init__(
         self,
@@ -38,6 +51,9 @@ class Transition:
         chain: LLMChain,
         elapsed: float = 0.0,
         detail: Mapping[str, Any] | None = None,
+        *,
+        describe: Callable[[], Mapping[str, Any] | None] | None = None,
+        usage: Mapping[str, int] | None = None,
     ) -> None:
         self._source = source
         self._trigger = trigger
@@ -45,6 +61,11 @@ class Transition:
         self._chain = chain
         self._elapsed = elapsed
         self._detail = detail
+        self._describe = describe
+        if usage is None and detail is not None:
+            counts = detail.get("usage")
+            usage = counts if isinstance(counts, Mapping) else None
+        self._usage = usage
 
     @property
     def source(self) -> str:
@@ -68,7 +89,16 @@ class Transition:
 
     @property
     def detail(self) -> Mapping[str, Any] | None:
+        describe = self._describe
+        if describe is not None:
+            self._detail = describe()
+            self._describe = None
         return self._detail
+
+    @property
+    def usage(self) -> Mapping[str, int] | None:
+        """The tokens of the model call this step made, if it made one."""
+        return self._usage
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Transition:
@@ -85,7 +115,7 @@ class Transition:
     def __repr__(self) -> str:
         return (
             f"Transition(source={self._source!r}, trigger={self._trigger!r}, "
-            f"dest={self._dest!r}, elapsed={self._elapsed!r}, detail={self._detail!r})"
+            f"dest={self._dest!r}, elapsed={self._elapsed!r}, detail={self.detail!r})"
         )
 
 
@@ -144,10 +174,7 @@ def total_usage(transitions: Iterable[Transition]) -> Usage:
     """The usage the transitions' details record, summed."""
     total = Usage()
     for transition in transitions:
-        detail = transition.detail
-        if detail is None:
-            continue
-        counts = detail.get("usage")
-        if counts is not None and isinstance(counts, Mapping):  # an ABC check is slow
+        counts = transition.usage
+        if counts is not None:
             total += Usage.from_dict(counts)
     return total

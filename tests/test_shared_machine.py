@@ -193,3 +193,31 @@ def test_a_long_run_costs_the_same_memory_per_transition() -> None:
     # Copies of the conversation per transition would make the long run's
     # per-transition cost grow eight-fold; shared ones keep it flat.
     assert long < 1.5 * short
+
+
+def test_a_callback_added_after_a_trigger_fired_still_runs() -> None:
+    """Lean events keep each source's destination; adding a callback forgets them."""
+    table = attrs.evolve(STANDARD, name="late_callbacks").machine
+
+    class Cursor:
+        state: str
+
+    cursor = Cursor()
+    seen: list[str] = []
+    table.add_model(cursor, initial="expanding")
+    try:
+        table.events["expanded"].trigger(cursor)  # the lean path, remembered
+        assert cursor.state == "calling" and seen == []
+        cursor.state = "expanding"
+        table.get_state("calling").add_callback("enter", lambda: seen.append("enter"))
+        table.events["expanded"].trigger(cursor)
+        assert seen == ["enter"]
+        cursor.state = "expanding"
+        table.after_state_change = [lambda: seen.append("after")]
+        table.events["expanded"].trigger(cursor)
+        assert seen == ["enter", "enter", "after"]
+        table.add_transition("expanded", "calling", "error", conditions=[lambda: False])
+        table.events["expanded"].trigger(cursor)  # two transitions from calling now: stock path
+        assert cursor.state == "calling"
+    finally:
+        table.remove_model(cursor)

@@ -20,6 +20,7 @@ from agentfsm import (
     MessageExpansion,
     Ok,
     Paused,
+    ToolCall,
     ToolContext,
     ToolOutput,
     tool,
@@ -573,3 +574,22 @@ def test_assert_path_diff_is_readable() -> None:
 def test_chain_without_system_prompt_entry_expanding() -> None:
     chain = LLMChain(ScriptedModel([say("x")]), messages=[Message.user("u")])
     assert StandardMode().start(chain).state == "expanding"
+
+
+async def test_a_steps_usage_is_its_details_and_the_trace_sums_them() -> None:
+    """Usage is kept apart from the detail (built when read), and agrees with it."""
+    counted = {"input_tokens": 7, "output_tokens": 2}
+    replies = [
+        Message.assistant(
+            None, [ToolCall("c1", "add", {"a": 1, "b": 2})], metadata={"usage": counted}
+        ),
+        Message.assistant("done", metadata={"usage": counted}),
+    ]
+    run = StandardMode().start(chain_of(ScriptedModel(replies), add))
+    await run.run()
+    calls = run.trace.where("calling")
+    assert [t.usage for t in calls] == [counted, counted]
+    assert run.trace.usage.input_tokens == 14 and run.trace.usage.output_tokens == 4
+    for transition in run.trace:
+        assert transition.usage == (transition.detail or {}).get("usage")
+    assert calls[0].detail == {"model": "scripted", "tool_calls": ["add"], "usage": counted}
