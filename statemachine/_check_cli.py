@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
-import sys
 from collections.abc import Iterable
 from typing import Any
 
 from ._runs_cli import UsageError
+from ._spec import import_attribute
 from .machine import MachineTable
 from .testing._checks import check_machine, effects_of
 
@@ -40,19 +38,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def load_tables(spec: str) -> list[MachineTable]:
     """The machines named by ``module:attribute``: a table or an iterable of tables."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise UsageError(f"check takes MODULE:ATTR, got {spec!r}")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"cannot import {module_name!r}: {exc}") from exc
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise UsageError(f"{module_name!r} has no attribute {attribute!r}")
-        value = getattr(value, part)
+    value = import_attribute(spec, "check", UsageError)
     tables = [value] if isinstance(value, MachineTable) else value
     if not isinstance(tables, Iterable) or not all(isinstance(t, MachineTable) for t in tables):
         raise UsageError(f"{spec} is a {type(value).__name__}, not a MachineTable")

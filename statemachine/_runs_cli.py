@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import json
 import os
 import shlex
@@ -27,6 +26,7 @@ from typing import Any, TextIO
 
 from . import _versions_cli
 from ._printable import printable
+from ._spec import import_attribute
 from .agent import Agent
 from .errors import AgentfsmError, MachineChangedError
 from .machine import UnknownMachineError
@@ -232,25 +232,14 @@ def load_agent(spec: str, *, from_cwd: bool = True) -> Agent:
 
     With ``from_cwd`` a module in the current folder is importable: the folder goes
     on ``sys.path`` after the installed packages (never in front of them)."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise UsageError(f"--agent takes MODULE:ATTRIBUTE, got {spec!r}")
-    if from_cwd and "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
-    try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"cannot import {module_name!r} for --agent: {exc}") from exc
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise UsageError(f"{module_name!r} has no attribute {attribute!r} for --agent")
-        value = getattr(value, part)
+    value = import_attribute(spec, "--agent", UsageError, from_cwd=from_cwd)
     if not isinstance(value, Agent) and callable(value):
         try:
             value = value()
         except Exception as exc:
+            called = spec.partition(":")[2]
             raise UsageError(
-                f"--agent {spec}: calling {attribute}() failed: {type(exc).__name__}: {exc}"
+                f"--agent {spec}: calling {called}() failed: {type(exc).__name__}: {exc}"
             ) from exc
     if not isinstance(value, Agent):
         raise UsageError(f"--agent {spec} is a {type(value).__name__}, not an Agent")

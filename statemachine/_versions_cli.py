@@ -11,13 +11,13 @@ exits 2.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
 from ._printable import printable
+from ._spec import import_attribute
 from .errors import AgentfsmError, FormatError, RunNotFoundError, UnknownToolError
 from .machine import MachineTable, UnknownMachineError
 from .store import SQLiteStore, load_run
@@ -63,24 +63,14 @@ def _say(out: TextIO, text: str) -> None:
 
 def load_table(spec: str, what: str = "MACHINE") -> MachineTable:
     """The machine named by ``module:attribute`` (a table, an agent, or a function of none)."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise _usage(f"{what} takes MODULE:ATTRIBUTE, got {spec!r}")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise _usage(f"cannot import {module_name!r} for {what}: {exc}") from exc
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            raise _usage(f"{module_name!r} has no attribute {attribute!r} for {what}")
-        value = getattr(value, part)
+    value = import_attribute(spec, what, _usage)
     if not isinstance(value, MachineTable) and callable(value) and not hasattr(value, "mode"):
         try:
             value = value()
         except Exception as exc:
-            raise _usage(f"{what} {spec}: calling {attribute}() failed: {exc}") from exc
+            raise _usage(
+                f"{what} {spec}: calling {spec.partition(':')[2]}() failed: {exc}"
+            ) from exc
     mode = getattr(value, "mode", None)
     table = getattr(mode, "table", value)
     if not isinstance(table, MachineTable):
