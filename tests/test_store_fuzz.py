@@ -8,7 +8,7 @@ import io
 import json
 import math
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,22 @@ COLUMNS = [
 ] + [("log", column) for column in ("run_id", "segment", "steps", "state", "updated")]
 
 
+@contextlib.contextmanager
+def _copy_of(saved: Path, name: str) -> Iterator[Path]:
+    """A fresh copy of the saved store; its WAL files go with it, so no example's journal
+    is replayed into the next one's copy."""
+    copy = saved.with_name(name)
+    sidecars = [copy, copy.with_name(f"{name}-wal"), copy.with_name(f"{name}-shm")]
+    for path in sidecars:
+        path.unlink(missing_ok=True)
+    copy.write_bytes(saved.read_bytes())
+    try:
+        yield copy
+    finally:
+        for path in sidecars:
+            path.unlink(missing_ok=True)
+
+
 def _checked(db: Path) -> None:
     """What the edited store may do: load or refuse, exit 0 or 2 in one line, run nothing."""
     with SQLiteStore(db) as store, contextlib.suppress(*LOADER_ERRORS):
@@ -145,13 +161,9 @@ def _checked(db: Path) -> None:
 def test_any_edited_json_row_ends_in_a_typed_error(saved: Path, data: st.DataObject) -> None:
     what, original, edit = data.draw(st.sampled_from(_json_targets(saved)), label="row")
     text = data.draw(st.one_of(texts, mutated(original)), label="text")
-    copy = saved.with_name(f"edited-{what}.db")
-    copy.write_bytes(saved.read_bytes())
-    try:
+    with _copy_of(saved, f"edited-{what}.db") as copy:
         edit(copy, text)
         _checked(copy)
-    finally:
-        copy.unlink()
 
 
 @BUDGET
@@ -160,14 +172,10 @@ def test_any_edited_column_ends_in_a_typed_error(
     saved: Path, column: tuple[str, str], value: Any
 ) -> None:
     table, name = column
-    copy = saved.with_name(f"edited-{table}-{name}.db")
-    copy.write_bytes(saved.read_bytes())
-    try:
+    with _copy_of(saved, f"edited-{table}-{name}.db") as copy:
         with contextlib.suppress(sqlite3.IntegrityError):  # the schema refuses it: no edit
             edit_store(copy, f"UPDATE {table} SET {name} = ?", value)
         _checked(copy)
-    finally:
-        copy.unlink()
 
 
 @pytest.mark.parametrize(
