@@ -507,7 +507,8 @@ def _off_path(traces: Sequence[Trace], table: MachineTable | MachineShape) -> st
     entries = set(table.entries.values())
     successors = table.successors
     for number, trace in enumerate(traces):
-        if trace.entry not in entries:
+        moved_in = trace.migrated_from is not None and trace.entry in table.working
+        if trace.entry not in entries and not moved_in:
             return f"segment {number} enters at {trace.entry!r}, not an entry of it"
         state = trace.entry
         for index, t in enumerate(trace.transitions):
@@ -576,6 +577,8 @@ def check_resume(
         off = _off_path(traces, new_table)
         if off is None and resting not in new_table.states:
             off = f"it rests at {resting!r}, which the new table lacks"
+        if off is None and old is not None and _ungates(old, resting, shape_of(new_table), resting):
+            off = f"at {resting!r} the new table runs calls the old one asked approval for"
         if off is not None:
             raise _changed(traces, new_table, f"Not compatible: {off}.")
         return ResumeDecision(policy="compatible", table=new_table, state=resting, diff=changes)
@@ -641,16 +644,19 @@ def recorded_table(
     )
 
 
-def resume_table(saved: SavedRun, table: MachineTable) -> MachineTable:
-    """The table a saved run goes on on when an agent running ``table`` resumes it.
+def resume_decision(saved: SavedRun, table: MachineTable) -> ResumeDecision:
+    """How a saved run goes on when an agent running ``table`` resumes it.
 
-    Unchanged, or allowed by the policy of :func:`resuming`: ``table`` (or the
-    pinned one, which the agent must run). Else :class:`MachineChangedError`.
+    Unchanged, or allowed by the policy of :func:`resuming`: on ``table`` (or
+    the pinned one, which the agent must run), at the state the run rests at or
+    the one a mapping moves it to. Else :class:`MachineChangedError`.
     """
     last = saved.trace
     if last.machine != table.name:  # another machine altogether: the agent says so
         recorded = last.machine_fingerprint and _declared(last.machine, last.machine_fingerprint)
-        return recorded or machine_named(last.machine)
+        return ResumeDecision(
+            policy="unchanged", table=recorded or machine_named(last.machine), state=saved.state
+        )
     decision = check_resume(saved, table, _POLICY.get())
     if decision.table is not table:
         raise MachineChangedError(
@@ -658,21 +664,70 @@ def resume_table(saved: SavedRun, table: MachineTable) -> MachineTable:
             f"v{decision.table.version}; resume it with an agent of that table "
             "(Agent(..., machine=...))."
         )
-    if decision.state != saved.state:
-        raise MachineChangedError(
-            f"Run {saved.run_id!r} maps from {saved.state!r} to {decision.state!r}: "
-            "a mapped run is moved by migrating it, not by resuming it in place."
+    return decision
+
+
+def migrates(saved: SavedRun, decision: ResumeDecision) -> bool:
+    """Whether resuming ``saved`` by ``decision`` moves it onto another table: a run
+    that had not ended then goes on in a new segment, entered at ``decision.state``."""
+    return (
+        not saved.done
+        and decision.policy in ("compatible", "mapped")
+        and saved.trace.machine_fingerprint != decision.table.fingerprint
+    )
+
+
+def migration_fault(
+    previous: Trace,
+    previous_table: MachineTable | MachineShape,
+    trace: Trace,
+    table: MachineTable | MachineShape,
+) -> str | None:
+    """Why the segment ``trace`` is not a migration of the run ``previous`` left; None
+    when it is: that run rested at ``trace.migrated_from``, a working state of its table,
+    and ``trace`` enters at a working state of ``table`` that runs no call the old state
+    would have asked approval for first."""
+    source = trace.migrated_from
+    rested = _resting(previous)
+    if source != rested:
+        return f"it moves the run from {source!r}, but the segment before rests at {rested!r}"
+    if source not in previous_table.working:
+        return f"{source!r} is not a working state of the {previous_table.name} machine"
+    if trace.entry not in table.working:
+        return f"it enters at {trace.entry!r}, not a working state of the {table.name} machine"
+    if _ungates(shape_of(previous_table), source, shape_of(table), trace.entry):
+        return (
+            f"{source!r} -> {trace.entry!r} lets a call that needs approval run without "
+            "its decision"
         )
-    return table
+    return None
 
 
-def header_identity(table: MachineTable) -> dict[str, Any]:
-    """What a saved run's segment header records of its table."""
-    return {
+def _ungates(old: MachineShape, state: str, new: MachineShape, target: str) -> bool:
+    return old.awaits_decision(state) and new.runs_calls_ungated(target)
+
+
+def segment_table(trace: Trace, table: MachineTable) -> MachineTable | MachineShape:
+    """The table a saved segment is checked against: the one it was recorded on when
+    that is another than ``table`` and known here (declared, or kept with the run),
+    else ``table``."""
+    fingerprint = trace.machine_fingerprint
+    if fingerprint is None or fingerprint == table.fingerprint or trace.machine != table.name:
+        return table
+    return _declared(trace.machine, fingerprint) or _SEEN.get(fingerprint) or table
+
+
+def header_identity(table: MachineTable, trace: Trace | None = None) -> dict[str, Any]:
+    """What a saved run's segment header records of its table (and of the migration
+    that opened the segment, when ``trace`` is one's)."""
+    out = {
         "machine_version": table.version,
         "machine_fingerprint": table.fingerprint,
         "machine_table": shape_of(table).to_data(),
     }
+    if trace is not None and trace.migrated_from is not None:
+        out["migrated_from"] = trace.migrated_from
+    return out
 
 
 def trace_identity(header: Mapping[str, Any]) -> dict[str, Any]:
@@ -684,7 +739,10 @@ def trace_identity(header: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"a segment's machine version {version!r} is not a number")
     if fingerprint is not None and not isinstance(fingerprint, str):
         raise ValueError(f"a segment's machine fingerprint {fingerprint!r} is not text")
-    return {"machine_version": version, "machine_fingerprint": fingerprint}
+    moved = header.get("migrated_from")
+    if moved is not None and not isinstance(moved, str):
+        raise ValueError(f"a segment's migrated_from {moved!r} is not a state")
+    return {"machine_version": version, "machine_fingerprint": fingerprint, "migrated_from": moved}
 
 
 # ---------------------------------------------------------------- replay

@@ -7,16 +7,18 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import agentfsm.machine as m
 from agentfsm import STANDARD, Agent, AgentState, Edge, Failed
+from agentfsm._invariants import check_traces
 from agentfsm.errors import AgentfsmError, MachineChangedError
 from agentfsm.machine import MachineDefinitionError, MachineTable, machine_named
 from agentfsm.modes.standard import check_approvals
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.results import PipelineResult
-from agentfsm.serialization import dump_trace, load_trace
+from agentfsm.serialization import FormatError, dump_trace, load_trace
 from agentfsm.store import SQLiteStore, load_run, start_run
 from agentfsm.trace import Trace
 from agentfsm.versions import (
@@ -380,3 +382,70 @@ def test_the_viewer_shows_the_version_and_a_migration_between_segments(tmp_path:
         f"v1 ({one.fingerprint})",
         f"v2 ({two.fingerprint})",
     ]
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def _shrinking() -> tuple[MachineTable, MachineTable]:
+    """v1 reviews tool results in a state of its own; v2 (the standard shape) has none."""
+    one = STANDARD.insert(
+        "reviewing",
+        (_note,),
+        after="executing",
+        name="shrinking",
+        edges=(Edge("reviewing", "error", on=Failed, trigger="failed", why="it failed"),),
+    )
+    two = STANDARD.replace("deciding", STANDARD.steps["deciding"], name="shrinking", version=2)
+    return one, two
+
+
+def _resting_at_reviewing(db: Path, one: MachineTable) -> None:
+    """A run of ``one`` whose process died right after its tool results were saved."""
+    store = SQLiteStore(db, lease=0)  # the abandoned run stands for a dead process
+    run = start_run(Agent(_model(), [add], machine=one), AgentState.of("1+2?"), store, run_id="r")
+    while run.state != "reviewing":
+        run.step_sync()
+    assert load_run(store, "r", strict=False).state == "reviewing"
+    store.close()
+
+
+def test_a_mapped_resume_moves_the_run_in_a_new_segment(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    one, two = _shrinking()
+    _resting_at_reviewing(db, one)
+    agent = Agent(ScriptedModel([say("3")]), [add], machine=two)
+    with pytest.raises(MachineChangedError, match="states removed reviewing"):
+        agent.resume_run_sync("r", SQLiteStore(db))
+    with resuming(mapped({"reviewing": "propagating"}, old=one, new=two)):
+        state = agent.resume_run_sync("r", SQLiteStore(db))
+    assert state.status == "ok"
+    saved = load_run(SQLiteStore(db), "r", strict=False)
+    assert [t.machine_version for t in saved.traces] == [1, 2]
+    assert saved.traces[0].terminal == "reviewing"
+    moved = saved.traces[1]
+    assert (moved.migrated_from, moved.entry, moved.terminal) == ("reviewing", "propagating", "ok")
+    from agentfsm.view._model import page_data
+
+    drawn = page_data(saved.traces, two, title="r")["segments"]
+    assert [s["migrated_from"] for s in drawn] == [None, "reviewing"]
+    # Each segment is checked on its own table, also once the code declares only v2.
+    del m._DECLARED["shrinking"][1]
+    again = load_run(SQLiteStore(db), "r", strict=False)
+    assert [t.machine_fingerprint for t in again.traces] == [one.fingerprint, two.fingerprint]
+
+
+def test_a_forged_migration_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    one, two = _shrinking()
+    _resting_at_reviewing(db, one)
+    agent = Agent(ScriptedModel([say("3")]), [add], machine=two)
+    with resuming(mapped({"reviewing": "propagating"}, old=one, new=two)):
+        agent.resume_run_sync("r", SQLiteStore(db))
+    saved = load_run(SQLiteStore(db), "r", strict=False)
+    first, moved = saved.traces
+    forged = attrs.evolve(moved, migrated_from="executing")
+    with pytest.raises(FormatError, match="migration to 'propagating' is not one"):
+        check_traces([first, forged], two, ended=True)
+    with pytest.raises(FormatError, match="first segment"):
+        check_traces([moved], two, ended=True)

@@ -79,7 +79,14 @@ from ..serialization import (
 )
 from ..tools import Tool
 from ..trace import Trace, Transition
-from ..versions import MachineChangedError, header_identity, recorded_table, resume_table
+from ..versions import (
+    MachineChangedError,
+    ResumeDecision,
+    header_identity,
+    migrates,
+    recorded_table,
+    resume_decision,
+)
 from ..versions import trace_identity as _identity
 from .base import (
     RUN_STATUS,
@@ -392,7 +399,7 @@ class Checkpointer:
             self._header = {
                 "format": FORMAT,
                 "machine": run.table.name,
-                **header_identity(run.table),
+                **header_identity(run.table, run.trace),
                 "entry": run.trace.entry,
                 "chain": packer.chain(run.chain),
                 "options": self.options,
@@ -699,7 +706,7 @@ def _rebind(chain: LLMChain, agent: Agent, strict: bool) -> LLMChain:
     return attrs.evolve(chain, llm=agent.model, tools=agent.tools, callbacks=agent.callbacks)
 
 
-def _load_for(agent: Agent, run_id: str, store: Store) -> SavedRun:
+def _load_for(agent: Agent, run_id: str, store: Store) -> tuple[SavedRun, ResumeDecision]:
     saved = load_run(
         store,
         run_id,
@@ -708,13 +715,14 @@ def _load_for(agent: Agent, run_id: str, store: Store) -> SavedRun:
         callbacks=agent.callbacks,
         strict=False,
     )
-    machine = resume_table(saved, agent.mode.table)
+    decision = resume_decision(saved, agent.mode.table)
+    machine = decision.table
     if machine is not agent.mode.table:
         raise ResumeError(
             f"Run {run_id!r} ran on the {machine.name} machine and this agent runs the "
             f"{agent.mode.table.name} one; resume it with Agent(..., machine=...) of that machine"
         )
-    return saved
+    return saved, decision
 
 
 async def restore_run(
@@ -739,7 +747,7 @@ async def restore_run(
     agent's model, tools, callbacks and middleware replace the saved ones;
     ``should_pause`` and ``extra_steps`` are passed again.
     """
-    saved = _load_for(agent, run_id, store)
+    saved, decision = _load_for(agent, run_id, store)
     if isinstance(saved.result, Interrupted) and saved.agent_state is not None:
         if answer is None:
             raise ResumeError(
@@ -778,7 +786,10 @@ async def restore_run(
     if saved.result is not None and not isinstance(saved.result, Paused):
         raise ResumeError(f"Run {run_id!r} ended {saved.status}: there is nothing to resume")
     chain = _rebind(saved.chain, agent, strict)
-    ask_again = check_resumable(saved.traces, saved.done, chain, agent.mode.table, agent.middleware)
+    moving = migrates(saved, decision)
+    ask_again = check_resumable(
+        saved.traces, saved.done, chain, agent.mode.table, agent.middleware, state=decision.state
+    )
     options: dict[str, Any] = {
         "middleware": agent.middleware,
         "should_pause": should_pause,
@@ -788,11 +799,14 @@ async def restore_run(
     if extra_steps:
         options["extra_steps"] = extra_steps
     if saved.result is None and not ask_again:
-        trace = saved.trace
+        if moving:  # a new segment on the new table, entered where the run is moved to
+            trace = migration_trace(saved, decision)
+        else:
+            trace = attrs.evolve(saved.trace, transitions=list(saved.trace.transitions))
         run = agent.mode.restore(
             chain,
-            saved.state,
-            attrs.evolve(trace, transitions=list(trace.transitions)),
+            decision.state if moving else saved.state,
+            trace,
             options,
             run_class=agent.run_class,
         )
@@ -802,8 +816,21 @@ async def restore_run(
         run = agent.mode.start(chain, options, run_class=agent.run_class)
     assert isinstance(run, agent.run_class)
     run.agent = agent
-    checkpoint(run, store, options=saved.options, saved=saved, new_segment=ask_again)
+    checkpoint(run, store, options=saved.options, saved=saved, new_segment=ask_again or moving)
     return run
+
+
+def migration_trace(saved: SavedRun, decision: ResumeDecision) -> Trace:
+    """The new segment's empty trace of a run ``decision`` moves onto its table: entered
+    at ``decision.state``, from the state the run rests at."""
+    table = decision.table
+    return Trace(
+        entry=decision.state,
+        machine=table.name,
+        machine_version=table.version,
+        machine_fingerprint=table.fingerprint,
+        migrated_from=saved.state,
+    )
 
 
 def _new_owner() -> str:
