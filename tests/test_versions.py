@@ -356,8 +356,8 @@ def test_the_command_line_diffs_machines_and_replays_and_checks_runs(
     bad = [*mapped_args, "--map", "interrupt_check=executing"]
     assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2", "--dry-run", *bad]) == 2
     assert "without its decision" in capsys.readouterr().err
-    assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2"]) == 2
-    assert "--dry-run" in capsys.readouterr().err
+    assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2"]) == 0
+    assert "r1: needs mapping" in capsys.readouterr().out  # and is left as it is
     monkeypatch.delitem(m._DECLARED["cli_versioned"], 1)  # the code now declares only v2
     for command in (["runs", "show", "r1"], ["view", "r1", "--out", str(tmp_path / "r1.html")]):
         assert main([*command, "--db", db]) == 2
@@ -449,3 +449,67 @@ def test_a_forged_migration_is_refused(tmp_path: Path) -> None:
         check_traces([first, forged], two, ended=True)
     with pytest.raises(FormatError, match="first segment"):
         check_traces([moved], two, ended=True)
+
+
+_SHRINKING = """
+from agentfsm import STANDARD, Edge, Failed
+
+
+def _note(result, opts=None):
+    return result
+
+
+V1 = STANDARD.insert("reviewing", (_note,), after="executing", name="cli_shrinking",
+                     edges=(Edge("reviewing", "error", on=Failed, trigger="failed", why="x"),))
+V2 = STANDARD.replace("deciding", STANDARD.steps["deciding"], name="cli_shrinking", version=2)
+"""
+
+
+def test_runs_migrate_moves_the_runs_the_policy_takes_and_leaves_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from agentfsm.cli import main
+
+    (tmp_path / "cli_shrinking.py").write_text(_SHRINKING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cli_shrinking", raising=False)
+    import cli_shrinking  # type: ignore[import-not-found]
+
+    one, two = cli_shrinking.V1, cli_shrinking.V2
+    db = tmp_path / "runs.db"
+    _resting_at_reviewing(db, one)  # run "r", resting at a state v2 lacks
+    store = SQLiteStore(db)
+    agent = Agent(_model(), [add], machine=one)
+    start_run(agent, AgentState.of("1+2?"), store, run_id="over").run_sync()
+    _paused = start_run(agent, AgentState.of("1+2?"), store, run_id="paused")
+    _paused.request_pause("deploying")
+    _paused.run_sync()
+    store.close()
+    to = ["runs", "migrate", "--db", str(db), "--to", "cli_shrinking:V2"]
+    assert main(to) == 0  # compatible takes none of them: each is left
+    out = capsys.readouterr().out
+    assert "r: needs mapping" in out and "migrated" not in out
+    policy = ["--policy", "mapped", "--from", "cli_shrinking:V1", "--map", "reviewing=propagating"]
+    assert main([*to, *policy, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "r: ok (mapped, at propagating, from reviewing)\n" in out
+    assert main([*to, *policy]) == 0
+    out = capsys.readouterr().out
+    assert "r: ok (mapped, at propagating, from reviewing): migrated to v2, at propagating" in out
+    assert "over: ok (mapped, at ok): left: it ended ok" in out
+    assert "paused: ok (mapped, at paused): left paused" in out
+    saved = load_run(SQLiteStore(db), "r", strict=False)
+    assert [(t.machine_version, t.entry, t.migrated_from) for t in saved.traces] == [
+        (1, "expanding", None),
+        (2, "propagating", "reviewing"),
+    ]
+    assert main([*to, *policy]) == 0  # moved once: now it is on v2 already
+    assert "r: ok (unchanged, at propagating): left, already on" in capsys.readouterr().out
+    # A later resume needs no policy, and nothing ran twice.
+    model = ScriptedModel([say("3")])
+    state = Agent(model, [add], machine=two).resume_run_sync("r", SQLiteStore(db))
+    assert (state.status, model.calls) == ("ok", 1)
+    last = load_run(SQLiteStore(db), "r", strict=False).traces[-1]
+    assert (last.entry, last.states[1], last.terminal) == ("propagating", "until_check", "ok")

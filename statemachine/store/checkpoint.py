@@ -108,6 +108,7 @@ __all__ = [
     "checkpoint",
     "execute_options",
     "load_run",
+    "migrate_run",
     "restore_run",
     "start_run",
 ]
@@ -818,6 +819,29 @@ async def restore_run(
     run.agent = agent
     checkpoint(run, store, options=saved.options, saved=saved, new_segment=ask_again or moving)
     return run
+
+
+def migrate_run(store: Store, saved: SavedRun, decision: ResumeDecision) -> None:
+    """Record ``decision``'s move of a saved run that had not ended, running nothing: a new
+    segment on ``decision.table``, entered at ``decision.state``. A later resume finds the
+    run on that table, unchanged, and needs no policy. Claimed as a resume claims (a run
+    that went on since it was loaded is refused), and given back at once."""
+    if not migrates(saved, decision):
+        raise ResumeError(
+            f"Run {saved.run_id!r} is {saved.status} on its table: there is no move to record"
+        )
+    run = Run(decision.table, saved.chain, decision.state)
+    run.trace = migration_trace(saved, decision)
+    owner = _new_owner()
+    checkpointer = checkpoint(
+        run, store, options=saved.options, saved=saved, new_segment=True, owner=owner
+    )
+    release = getattr(store, "release", None)
+    if release is not None:  # nothing runs it: the next resume may take it at once
+        with contextlib.suppress(Exception):  # the lease lapses by itself anyway
+            release(saved.run_id, owner, running=True)
+    if checkpointer.error is not None:
+        raise checkpointer.error
 
 
 def migration_trace(saved: SavedRun, decision: ResumeDecision) -> Trace:
