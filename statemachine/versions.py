@@ -8,8 +8,9 @@ and the table itself as data (:class:`MachineShape`). Resuming it on a table wit
 another fingerprint is refused with :class:`MachineChangedError`, naming what
 changed, unless a policy says how it goes on:
 
-* :data:`pinned` -- the run finishes on the table it started on, which this
-  process must still declare (``version=`` the old one);
+* :data:`pinned` -- the run finishes on the table it started on: declared in
+  this process (``version=`` the old one), or rebuilt from the shape the run
+  kept, its steps found by name among the tables declared (:func:`rebuild`);
 * :data:`compatible` -- it goes on on the new table when every segment of its
   recorded path is a path of the new table and its resting state exists there;
 * :func:`mapped` -- an explicit map from the old table's resting states to new
@@ -32,14 +33,20 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import attrs
 
+from . import machine as _machine
 from .errors import MachineChangedError
 from .machine import (
+    Edge,
+    MachineDefinitionError,
     MachineTable,
     fingerprint_of,
     identity,
     machine_named,
     machine_versions,
+    step_name,
 )
+from .options import Options
+from .results import Continue, Failed, Interrupted, Ok, Paused
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -60,6 +67,7 @@ __all__ = [
     "diff",
     "mapped",
     "pinned",
+    "rebuild",
     "replay",
     "resuming",
     "shape_of",
@@ -224,6 +232,74 @@ def _declared(name: str, fingerprint: str) -> MachineTable | None:
     return None
 
 
+#: Tables rebuilt from saved shapes, by fingerprint (:func:`rebuild`).
+_REBUILT: dict[str, MachineTable] = {}
+
+
+def rebuild(shape: MachineShape, using: Iterable[MachineTable] = ()) -> MachineTable:
+    """The table ``shape`` describes, for a run pinned to a table the code no longer
+    declares: each step is found by its qualified name among the steps of ``using`` and
+    of every declared version of the machine (:class:`MachineChangedError` naming each
+    one that is not). The table is not declared: the code's versions stay as they are."""
+    known = _REBUILT.get(shape.fingerprint)
+    if known is not None:
+        return known
+    tables = [*using, *machine_versions(shape.name)]
+    steps: dict[str, Any] = {}
+    kinds: dict[str, type[Any]] = {
+        k.__name__: k for k in (Continue, Ok, Paused, Interrupted, Failed)
+    }
+    for table in tables:
+        for state_steps in table.steps.values():
+            for step in state_steps:
+                steps.setdefault(step_name(step), step)
+        for edge in table.edges:
+            kinds.setdefault(getattr(edge.on, "__name__", str(edge.on)), edge.on)
+    missing = sorted(
+        {f"{n} (state {s})" for s, names in shape.steps.items() for n in names if n not in steps}
+        | {f"result type {e[3]}" for e in shape.edges if e[3] not in kinds}
+    )
+    if missing:
+        raise MachineChangedError(
+            f"The {shape.name} machine v{shape.version} ({shape.fingerprint}) cannot be "
+            f"rebuilt to finish a pinned run: no step named {', '.join(missing)} is in "
+            "this process's tables. Declare the old table (version="
+            f"{shape.version}) or map the run to the new one."
+        )
+    declared = _machine._DECLARED.get(shape.name)
+    before = None if declared is None else dict(declared)
+    try:
+        table = MachineTable(
+            name=shape.name,
+            version=shape.version,
+            steps={s: tuple(steps[n] for n in shape.steps[s]) for s in shape.working},
+            terminals=shape.terminals,
+            entries=shape.entries,
+            edges=[
+                Edge(source, dest, on=kinds[on], trigger=trigger, why="as the run saved it")
+                for source, dest, trigger, on in shape.edges
+            ],
+            default_edges=False,
+            options=tables[0].options if tables else Options,
+        )
+    except MachineDefinitionError as exc:
+        raise MachineChangedError(
+            f"The {shape.name} machine v{shape.version} cannot be rebuilt: {exc}"
+        ) from exc
+    finally:  # rebuilt, not declared
+        if before is None:
+            _machine._DECLARED.pop(shape.name, None)
+        else:
+            _machine._DECLARED[shape.name] = before
+    if table.fingerprint != shape.fingerprint:
+        raise MachineChangedError(
+            f"The {shape.name} machine v{shape.version} rebuilt from its shape has "
+            f"fingerprint {table.fingerprint}, not {shape.fingerprint}."
+        )
+    _REBUILT[shape.fingerprint] = table
+    return table
+
+
 # ---------------------------------------------------------------- diff
 
 
@@ -374,7 +450,8 @@ def diff(old: MachineTable | MachineShape, new: MachineTable | MachineShape) -> 
 
 @attrs.frozen
 class Pinned:
-    """The run finishes on the table it started on: this process declares it still."""
+    """The run finishes on the table it started on: declared still, or rebuilt from the
+    shape the run kept (its steps found by qualified name among the declared tables)."""
 
     name: str = "pinned"
 
@@ -565,6 +642,8 @@ def check_resume(
         )
     if isinstance(policy, Pinned):
         table = _declared(last.machine, fingerprint)
+        if table is None and old is not None and old.name == new_table.name:
+            table = rebuild(old, (new_table,))
         if table is None:
             raise _changed(
                 traces,
@@ -634,6 +713,9 @@ def recorded_table(
     if table is not None:
         return table
     newest = machine_named(last.machine)
+    shape = _SEEN.get(last.machine_fingerprint)
+    if isinstance(_POLICY.get(), Pinned) and shape is not None and shape.name == last.machine:
+        return rebuild(shape, (newest,))
     if _off_path(traces, newest) is None:
         return newest
     raise _changed(

@@ -513,3 +513,46 @@ def test_runs_migrate_moves_the_runs_the_policy_takes_and_leaves_the_rest(
     assert (state.status, model.calls) == ("ok", 1)
     last = load_run(SQLiteStore(db), "r", strict=False).traces[-1]
     assert (last.entry, last.states[1], last.terminal) == ("propagating", "until_check", "ok")
+
+
+# ---------------------------------------------------------------- pinned, rebuilt
+
+
+def _kept(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
+    return result
+
+
+def test_pinned_rebuilds_an_undeclared_table_from_the_saved_shape(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    one = _v1("pinning")
+    _paused_run(store, one)
+    two = _v2("pinning", one=one)
+    del m._DECLARED["pinning"][1]  # the code now declares only v2
+    with pytest.raises(MachineChangedError, match="states added noting"):
+        Agent(_model(), [add], machine=two).resume_run_sync("r", store)
+    with resuming(pinned):
+        saved = load_run(store, "r", strict=False)
+        old = check_resume(saved, two, pinned).table
+        assert (old.fingerprint, old.version) == (one.fingerprint, 1) and old is not one
+        assert m.machine_versions("pinning") == (two,)  # rebuilt, not declared
+        state = Agent(_model(), [add], machine=old).resume_run_sync("r", store)
+    assert state.status == "ok"
+    with resuming(pinned):
+        finished = load_run(store, "r", strict=False)
+    assert [t.machine_fingerprint for t in finished.traces] == [one.fingerprint] * 2
+
+
+def test_pinned_refuses_when_a_step_of_the_old_table_is_gone(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    steps = (*STANDARD.steps["propagating"], _kept)
+    one = STANDARD.replace("propagating", steps, name="pinning_gone")
+    _paused_run(store, one)
+    two = one.replace(
+        "propagating", STANDARD.steps["propagating"], name="pinning_gone", version=2
+    )
+    del m._DECLARED["pinning_gone"][1]
+    with resuming(pinned), pytest.raises(MachineChangedError, match="cannot be rebuilt") as e:
+        load_run(store, "r", strict=False)
+    assert "_kept (state propagating)" in str(e.value)
+    with pytest.raises(MachineChangedError, match="cannot be rebuilt"):
+        check_resume(load_run(store, "r", strict=False), two, pinned)
