@@ -556,3 +556,27 @@ def test_pinned_refuses_when_a_step_of_the_old_table_is_gone(tmp_path: Path) -> 
     assert "_kept (state propagating)" in str(e.value)
     with pytest.raises(MachineChangedError, match="cannot be rebuilt"):
         check_resume(load_run(store, "r", strict=False), two, pinned)
+
+
+def test_a_compatible_resume_of_a_cut_off_run_opens_a_segment_on_the_new_table(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    store = SQLiteStore(db, lease=0)  # the abandoned run stands for a dead process
+    one = _v1("compat_moving")
+    run = start_run(Agent(_model(), [add], machine=one), AgentState.of("1+2?"), store, run_id="r")
+    while run.state != "propagating":
+        run.step_sync()
+    two = one.replace(
+        "propagating", STANDARD.steps["propagating"][:1], name="compat_moving", version=2
+    )
+    with resuming(compatible):
+        state = Agent(ScriptedModel([say("3")]), [add], machine=two).resume_run_sync(
+            "r", SQLiteStore(db)
+        )
+    assert state.status == "ok"
+    traces = load_run(SQLiteStore(db), "r", strict=False).traces
+    assert [(t.machine_version, t.entry, t.migrated_from) for t in traces] == [
+        (1, "expanding", None),
+        (2, "propagating", "propagating"),
+    ]
