@@ -547,9 +547,7 @@ def test_pinned_refuses_when_a_step_of_the_old_table_is_gone(tmp_path: Path) -> 
     steps = (*STANDARD.steps["propagating"], _kept)
     one = STANDARD.replace("propagating", steps, name="pinning_gone")
     _paused_run(store, one)
-    two = one.replace(
-        "propagating", STANDARD.steps["propagating"], name="pinning_gone", version=2
-    )
+    two = one.replace("propagating", STANDARD.steps["propagating"], name="pinning_gone", version=2)
     del m._DECLARED["pinning_gone"][1]
     with resuming(pinned), pytest.raises(MachineChangedError, match="cannot be rebuilt") as e:
         load_run(store, "r", strict=False)
