@@ -801,7 +801,7 @@ async def restore_run(
         options["extra_steps"] = extra_steps
     if saved.result is None and not ask_again:
         if moving:  # a new segment on the new table, entered where the run is moved to
-            trace = migration_trace(saved, decision)
+            trace = _migration_trace(saved, decision)
         else:
             trace = attrs.evolve(saved.trace, transitions=list(saved.trace.transitions))
         run = agent.mode.restore(
@@ -831,7 +831,7 @@ def migrate_run(store: Store, saved: SavedRun, decision: ResumeDecision) -> None
             f"Run {saved.run_id!r} is {saved.status} on its table: there is no move to record"
         )
     run = Run(decision.table, saved.chain, decision.state)
-    run.trace = migration_trace(saved, decision)
+    run.trace = _migration_trace(saved, decision)
     owner = _new_owner()
     checkpointer = checkpoint(
         run, store, options=saved.options, saved=saved, new_segment=True, owner=owner
@@ -844,7 +844,7 @@ def migrate_run(store: Store, saved: SavedRun, decision: ResumeDecision) -> None
         raise checkpointer.error
 
 
-def migration_trace(saved: SavedRun, decision: ResumeDecision) -> Trace:
+def _migration_trace(saved: SavedRun, decision: ResumeDecision) -> Trace:
     """The new segment's empty trace of a run ``decision`` moves onto its table: entered
     at ``decision.state``, from the state the run rests at."""
     table = decision.table
