@@ -25,6 +25,7 @@ from .messages import Message, ToolCall
 from .middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
 from .steps import pending_calls
 from .trace import Trace
+from .versions import MachineShape, migration_fault, segment_table
 
 if TYPE_CHECKING:
     from .chain import LLMChain
@@ -39,18 +40,37 @@ __all__ = [
 ]
 
 
-def check_trace(trace: Trace, table: MachineTable, *, ended: bool | None = None) -> None:
+def check_trace(
+    trace: Trace,
+    table: MachineTable | MachineShape,
+    *,
+    ended: bool | None = None,
+    previous: tuple[Trace, MachineTable | MachineShape] | None = None,
+) -> None:
     """Refuse a trace that is not a path of ``table`` (:class:`FormatError`).
 
     ``ended`` says whether the run has a result: a run with one ends at a
-    terminal, a run without one at a working state.
+    terminal, a run without one at a working state. A segment that a migration
+    opened enters at the state the run was moved to, checked against
+    ``previous``: the segment before and the table it was recorded on.
     """
     if trace.machine != table.name:
         raise FormatError(
             f"The saved run is of machine {trace.machine!r}, not {table.name!r}: "
             "it cannot be resumed on this agent."
         )
-    if trace.entry not in table.entries.values():
+    if trace.migrated_from is not None:
+        fault = (
+            "it is the run's first segment"
+            if previous is None
+            else migration_fault(previous[0], previous[1], trace, table)
+        )
+        if fault is not None:
+            raise FormatError(
+                f"The saved run's migration to {trace.entry!r} is not one: {fault}; "
+                "the checkpoint is damaged or was edited."
+            )
+    elif trace.entry not in table.entries.values():
         raise FormatError(
             f"The saved run enters the {table.name} machine at {trace.entry!r}, which is "
             f"not an entry (entries: {sorted(set(table.entries.values()))})."
@@ -74,11 +94,19 @@ def check_trace(trace: Trace, table: MachineTable, *, ended: bool | None = None)
 
 
 def check_traces(traces: Sequence[Trace], table: MachineTable, *, ended: bool) -> None:
-    """:func:`check_trace` for a saved run's segments; only the last one may be unfinished."""
+    """:func:`check_trace` for a saved run's segments; only the last one may be unfinished.
+
+    Each segment is checked against the table it was recorded on when that is
+    another version of ``table`` known here (a run migrated from it), else
+    against ``table``.
+    """
     if not traces:
         raise FormatError("The saved run has no segment: the store is damaged")
+    before: tuple[Trace, MachineTable | MachineShape] | None = None
     for index, trace in enumerate(traces):
-        check_trace(trace, table, ended=ended if index == len(traces) - 1 else None)
+        on = segment_table(trace, table)
+        check_trace(trace, on, ended=ended if index == len(traces) - 1 else None, previous=before)
+        before = (trace, on)
 
 
 def check_resumable(
@@ -87,17 +115,20 @@ def check_resumable(
     chain: LLMChain,
     table: MachineTable,
     middleware: Sequence[Any],
+    *,
+    state: str | None = None,
 ) -> bool:
     """Check a saved run before it is restored; True when it must ask for approval again.
 
     Every segment must be a path of ``table`` (the last one ending at a
     terminal exactly when the run has a result), else :class:`FormatError`.
     A run that would run a gated call unasked is re-entered at its entry
-    instead, where ``interrupt_check`` asks for approval.
+    instead, where ``interrupt_check`` asks for approval. ``state`` is where the
+    run goes on (a migrated run's new state); by default where it rests.
     """
     check_traces(traces, table, ended=ended)
     last = traces[-1]
-    state = last.terminal or last.entry
+    state = state or last.terminal or last.entry
     return not ended and bool(
         approval_gap(chain.last_message, chain.exchanged_messages, state, middleware)
     )

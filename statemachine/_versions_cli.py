@@ -21,14 +21,17 @@ from ._spec import import_attribute
 from .errors import AgentfsmError, FormatError, RunNotFoundError, UnknownToolError
 from .machine import MachineTable, UnknownMachineError
 from .store import SQLiteStore, load_run
+from .store.checkpoint import SavedRun, migrate_run
 from .trace import Trace
 from .versions import (
     MachineChangedError,
     Policy,
+    ResumeDecision,
     check_resume,
     compatible,
     diff,
     mapped,
+    migrates,
     pinned,
     replay,
 )
@@ -144,16 +147,18 @@ def add_runs_commands(commands: Any) -> None:
     """Add ``migrate`` and ``replay`` to the ``runs`` command's subcommands."""
     migrate = commands.add_parser(
         "migrate",
-        help="which saved runs can go on on another machine (--dry-run)",
+        help="move saved runs onto another machine (--dry-run: say which can go on)",
         description="For every saved run of the store, say whether it can go on on the "
         "machine --to (MODULE:ATTRIBUTE): 'ok' (unchanged, or allowed by --policy), "
         "'needs mapping' (its machine changed and the policy does not take it) or 'refused' "
-        "(it cannot be read, or the mapping does not fit it), with why. Only --dry-run is "
-        "offered: a run goes on under a policy when it is resumed.",
+        "(it cannot be read, or the mapping does not fit it), with why. Without --dry-run, "
+        "each run that is ok and had not ended is moved: a new segment on the new machine "
+        "records the migration, so resuming it later needs no policy; the others are left "
+        "as they are (an ended run moves when it is resumed under the policy).",
     )
     _add_db(migrate)
     migrate.add_argument("--to", required=True, metavar="MODULE:ATTRIBUTE")
-    migrate.add_argument("--dry-run", action="store_true", help="report only (required)")
+    migrate.add_argument("--dry-run", action="store_true", help="report only, change nothing")
     migrate.add_argument(
         "--policy",
         choices=["none", "pinned", "compatible", "mapped"],
@@ -193,13 +198,13 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _store(args: argparse.Namespace) -> SQLiteStore:
-    """The store of ``--db``, read-only: these commands change nothing."""
+def _store(args: argparse.Namespace, *, writes: bool = False) -> SQLiteStore:
+    """The store of ``--db``, read-only unless the command ``writes`` (a migration)."""
     path = str(args.db or os.environ.get("AGENTFSM_DB") or "agentfsm.db")
     if not os.path.isfile(path):
         raise _usage(f"no store at {path!r} (pass --db PATH or set AGENTFSM_DB)")
     try:
-        return SQLiteStore(path, read_only=True)
+        return SQLiteStore(path, read_only=not writes)
     except AgentfsmError as exc:
         raise _usage(str(exc)) from exc
 
@@ -229,11 +234,9 @@ def _pair(text: str) -> tuple[str, str]:
 
 def _runs_migrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    if not args.dry_run:
-        raise _usage("runs migrate only reports for now: pass --dry-run")
     table = load_table(args.to, "--to")
     policy = _policy(args, table)
-    store = _store(args)
+    store = _store(args, writes=not args.dry_run)
     runs = store.runs()
     _say(out, f"runs of {store.path} on {_identity(table)}, policy {args.policy}:")
     for info in runs:
@@ -247,10 +250,30 @@ def _runs_migrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
             _say(out, f"{info.run_id}: refused: {exc}")
             continue
         where = "" if decision.state == saved.state else f", from {saved.state}"
-        _say(out, f"{info.run_id}: ok ({decision.policy}, at {decision.state}{where})")
+        said = f"{info.run_id}: ok ({decision.policy}, at {decision.state}{where})"
+        if not args.dry_run:
+            said += f": {_apply(store, saved, decision)}"
+        _say(out, said)
     if not runs:
         _say(out, "no saved runs")
     return 0
+
+
+def _apply(store: SQLiteStore, saved: SavedRun, decision: ResumeDecision) -> str:
+    """Move one run as ``decision`` says, and say what was done."""
+    if decision.policy == "unchanged":
+        return "left, already on this machine"
+    if decision.policy == "pinned":
+        return f"left on v{decision.table.version}, which it finishes on (pinned)"
+    if not migrates(saved, decision):
+        if saved.result is not None and saved.status in ("paused", "interrupted"):
+            return f"left {saved.status}: it moves when resumed under the policy"
+        return f"left: it ended {saved.status}"
+    try:
+        migrate_run(store, saved, decision)
+    except AgentfsmError as exc:
+        return f"not moved: {exc}"
+    return f"migrated to v{decision.table.version}, at {decision.state}"
 
 
 def _runs_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:

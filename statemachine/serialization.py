@@ -563,6 +563,7 @@ class Unpacker:
             machine=str(value.get("machine", "standard")),
             machine_version=_optional(value.get("machine_version"), int),
             machine_fingerprint=_optional(value.get("machine_fingerprint"), str),
+            migrated_from=_optional(value.get("migrated_from"), str),
         )
 
 
@@ -582,6 +583,8 @@ def _identity(trace: Trace) -> dict[str, Any]:
         out["machine_version"] = trace.machine_version
     if trace.machine_fingerprint is not None:
         out["machine_fingerprint"] = trace.machine_fingerprint
+    if trace.migrated_from is not None:
+        out["migrated_from"] = trace.migrated_from
     return out
 
 

@@ -130,6 +130,9 @@ class Trace:
     #: None in a trace recorded before machines had them.
     machine_version: int | None = None
     machine_fingerprint: str | None = None
+    #: Where the run rested on the previous segment's machine when it was moved here
+    #: (a migration: this segment enters at the state that one maps to); None otherwise.
+    migrated_from: str | None = None
 
     def __iter__(self) -> Iterator[Transition]:
         return iter(self.transitions)

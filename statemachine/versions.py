@@ -8,8 +8,9 @@ and the table itself as data (:class:`MachineShape`). Resuming it on a table wit
 another fingerprint is refused with :class:`MachineChangedError`, naming what
 changed, unless a policy says how it goes on:
 
-* :data:`pinned` -- the run finishes on the table it started on, which this
-  process must still declare (``version=`` the old one);
+* :data:`pinned` -- the run finishes on the table it started on: declared in
+  this process (``version=`` the old one), or rebuilt from the shape the run
+  kept, its steps found by name among the tables declared (:func:`rebuild`);
 * :data:`compatible` -- it goes on on the new table when every segment of its
   recorded path is a path of the new table and its resting state exists there;
 * :func:`mapped` -- an explicit map from the old table's resting states to new
@@ -32,14 +33,20 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import attrs
 
+from . import machine as _machine
 from .errors import MachineChangedError
 from .machine import (
+    Edge,
+    MachineDefinitionError,
     MachineTable,
     fingerprint_of,
     identity,
     machine_named,
     machine_versions,
+    step_name,
 )
+from .options import Options
+from .results import Continue, Failed, Interrupted, Ok, Paused
 from .trace import Trace
 
 if TYPE_CHECKING:
@@ -60,6 +67,7 @@ __all__ = [
     "diff",
     "mapped",
     "pinned",
+    "rebuild",
     "replay",
     "resuming",
     "shape_of",
@@ -224,6 +232,74 @@ def _declared(name: str, fingerprint: str) -> MachineTable | None:
     return None
 
 
+#: Tables rebuilt from saved shapes, by fingerprint (:func:`rebuild`).
+_REBUILT: dict[str, MachineTable] = {}
+
+
+def rebuild(shape: MachineShape, using: Iterable[MachineTable] = ()) -> MachineTable:
+    """The table ``shape`` describes, for a run pinned to a table the code no longer
+    declares: each step is found by its qualified name among the steps of ``using`` and
+    of every declared version of the machine (:class:`MachineChangedError` naming each
+    one that is not). The table is not declared: the code's versions stay as they are."""
+    known = _REBUILT.get(shape.fingerprint)
+    if known is not None:
+        return known
+    tables = [*using, *machine_versions(shape.name)]
+    steps: dict[str, Any] = {}
+    kinds: dict[str, type[Any]] = {
+        k.__name__: k for k in (Continue, Ok, Paused, Interrupted, Failed)
+    }
+    for table in tables:
+        for state_steps in table.steps.values():
+            for step in state_steps:
+                steps.setdefault(step_name(step), step)
+        for edge in table.edges:
+            kinds.setdefault(getattr(edge.on, "__name__", str(edge.on)), edge.on)
+    missing = sorted(
+        {f"{n} (state {s})" for s, names in shape.steps.items() for n in names if n not in steps}
+        | {f"result type {e[3]}" for e in shape.edges if e[3] not in kinds}
+    )
+    if missing:
+        raise MachineChangedError(
+            f"The {shape.name} machine v{shape.version} ({shape.fingerprint}) cannot be "
+            f"rebuilt to finish a pinned run: no step named {', '.join(missing)} is in "
+            "this process's tables. Declare the old table (version="
+            f"{shape.version}) or map the run to the new one."
+        )
+    declared = _machine._DECLARED.get(shape.name)
+    before = None if declared is None else dict(declared)
+    try:
+        table = MachineTable(
+            name=shape.name,
+            version=shape.version,
+            steps={s: tuple(steps[n] for n in shape.steps[s]) for s in shape.working},
+            terminals=shape.terminals,
+            entries=shape.entries,
+            edges=[
+                Edge(source, dest, on=kinds[on], trigger=trigger, why="as the run saved it")
+                for source, dest, trigger, on in shape.edges
+            ],
+            default_edges=False,
+            options=tables[0].options if tables else Options,
+        )
+    except MachineDefinitionError as exc:
+        raise MachineChangedError(
+            f"The {shape.name} machine v{shape.version} cannot be rebuilt: {exc}"
+        ) from exc
+    finally:  # rebuilt, not declared
+        if before is None:
+            _machine._DECLARED.pop(shape.name, None)
+        else:
+            _machine._DECLARED[shape.name] = before
+    if table.fingerprint != shape.fingerprint:
+        raise MachineChangedError(
+            f"The {shape.name} machine v{shape.version} rebuilt from its shape has "
+            f"fingerprint {table.fingerprint}, not {shape.fingerprint}."
+        )
+    _REBUILT[shape.fingerprint] = table
+    return table
+
+
 # ---------------------------------------------------------------- diff
 
 
@@ -374,7 +450,8 @@ def diff(old: MachineTable | MachineShape, new: MachineTable | MachineShape) -> 
 
 @attrs.frozen
 class Pinned:
-    """The run finishes on the table it started on: this process declares it still."""
+    """The run finishes on the table it started on: declared still, or rebuilt from the
+    shape the run kept (its steps found by qualified name among the declared tables)."""
 
     name: str = "pinned"
 
@@ -507,7 +584,8 @@ def _off_path(traces: Sequence[Trace], table: MachineTable | MachineShape) -> st
     entries = set(table.entries.values())
     successors = table.successors
     for number, trace in enumerate(traces):
-        if trace.entry not in entries:
+        moved_in = trace.migrated_from is not None and trace.entry in table.working
+        if trace.entry not in entries and not moved_in:
             return f"segment {number} enters at {trace.entry!r}, not an entry of it"
         state = trace.entry
         for index, t in enumerate(trace.transitions):
@@ -564,6 +642,8 @@ def check_resume(
         )
     if isinstance(policy, Pinned):
         table = _declared(last.machine, fingerprint)
+        if table is None and old is not None and old.name == new_table.name:
+            table = rebuild(old, (new_table,))
         if table is None:
             raise _changed(
                 traces,
@@ -576,6 +656,8 @@ def check_resume(
         off = _off_path(traces, new_table)
         if off is None and resting not in new_table.states:
             off = f"it rests at {resting!r}, which the new table lacks"
+        if off is None and old is not None and _ungates(old, resting, shape_of(new_table), resting):
+            off = f"at {resting!r} the new table runs calls the old one asked approval for"
         if off is not None:
             raise _changed(traces, new_table, f"Not compatible: {off}.")
         return ResumeDecision(policy="compatible", table=new_table, state=resting, diff=changes)
@@ -631,6 +713,9 @@ def recorded_table(
     if table is not None:
         return table
     newest = machine_named(last.machine)
+    shape = _SEEN.get(last.machine_fingerprint)
+    if isinstance(_POLICY.get(), Pinned) and shape is not None and shape.name == last.machine:
+        return rebuild(shape, (newest,))
     if _off_path(traces, newest) is None:
         return newest
     raise _changed(
@@ -641,16 +726,19 @@ def recorded_table(
     )
 
 
-def resume_table(saved: SavedRun, table: MachineTable) -> MachineTable:
-    """The table a saved run goes on on when an agent running ``table`` resumes it.
+def resume_decision(saved: SavedRun, table: MachineTable) -> ResumeDecision:
+    """How a saved run goes on when an agent running ``table`` resumes it.
 
-    Unchanged, or allowed by the policy of :func:`resuming`: ``table`` (or the
-    pinned one, which the agent must run). Else :class:`MachineChangedError`.
+    Unchanged, or allowed by the policy of :func:`resuming`: on ``table`` (or
+    the pinned one, which the agent must run), at the state the run rests at or
+    the one a mapping moves it to. Else :class:`MachineChangedError`.
     """
     last = saved.trace
     if last.machine != table.name:  # another machine altogether: the agent says so
         recorded = last.machine_fingerprint and _declared(last.machine, last.machine_fingerprint)
-        return recorded or machine_named(last.machine)
+        return ResumeDecision(
+            policy="unchanged", table=recorded or machine_named(last.machine), state=saved.state
+        )
     decision = check_resume(saved, table, _POLICY.get())
     if decision.table is not table:
         raise MachineChangedError(
@@ -658,21 +746,70 @@ def resume_table(saved: SavedRun, table: MachineTable) -> MachineTable:
             f"v{decision.table.version}; resume it with an agent of that table "
             "(Agent(..., machine=...))."
         )
-    if decision.state != saved.state:
-        raise MachineChangedError(
-            f"Run {saved.run_id!r} maps from {saved.state!r} to {decision.state!r}: "
-            "a mapped run is moved by migrating it, not by resuming it in place."
+    return decision
+
+
+def migrates(saved: SavedRun, decision: ResumeDecision) -> bool:
+    """Whether resuming ``saved`` by ``decision`` moves it onto another table: a run
+    that had not ended then goes on in a new segment, entered at ``decision.state``."""
+    return (
+        not saved.done
+        and decision.policy in ("compatible", "mapped")
+        and saved.trace.machine_fingerprint != decision.table.fingerprint
+    )
+
+
+def migration_fault(
+    previous: Trace,
+    previous_table: MachineTable | MachineShape,
+    trace: Trace,
+    table: MachineTable | MachineShape,
+) -> str | None:
+    """Why the segment ``trace`` is not a migration of the run ``previous`` left; None
+    when it is: that run rested at ``trace.migrated_from``, a working state of its table,
+    and ``trace`` enters at a working state of ``table`` that runs no call the old state
+    would have asked approval for first."""
+    source = trace.migrated_from
+    rested = _resting(previous)
+    if source != rested:
+        return f"it moves the run from {source!r}, but the segment before rests at {rested!r}"
+    if source not in previous_table.working:
+        return f"{source!r} is not a working state of the {previous_table.name} machine"
+    if trace.entry not in table.working:
+        return f"it enters at {trace.entry!r}, not a working state of the {table.name} machine"
+    if _ungates(shape_of(previous_table), source, shape_of(table), trace.entry):
+        return (
+            f"{source!r} -> {trace.entry!r} lets a call that needs approval run without "
+            "its decision"
         )
-    return table
+    return None
 
 
-def header_identity(table: MachineTable) -> dict[str, Any]:
-    """What a saved run's segment header records of its table."""
-    return {
+def _ungates(old: MachineShape, state: str, new: MachineShape, target: str) -> bool:
+    return old.awaits_decision(state) and new.runs_calls_ungated(target)
+
+
+def segment_table(trace: Trace, table: MachineTable) -> MachineTable | MachineShape:
+    """The table a saved segment is checked against: the one it was recorded on when
+    that is another than ``table`` and known here (declared, or kept with the run),
+    else ``table``."""
+    fingerprint = trace.machine_fingerprint
+    if fingerprint is None or fingerprint == table.fingerprint or trace.machine != table.name:
+        return table
+    return _declared(trace.machine, fingerprint) or _SEEN.get(fingerprint) or table
+
+
+def header_identity(table: MachineTable, trace: Trace | None = None) -> dict[str, Any]:
+    """What a saved run's segment header records of its table (and of the migration
+    that opened the segment, when ``trace`` is one's)."""
+    out = {
         "machine_version": table.version,
         "machine_fingerprint": table.fingerprint,
         "machine_table": shape_of(table).to_data(),
     }
+    if trace is not None and trace.migrated_from is not None:
+        out["migrated_from"] = trace.migrated_from
+    return out
 
 
 def trace_identity(header: Mapping[str, Any]) -> dict[str, Any]:
@@ -684,7 +821,10 @@ def trace_identity(header: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"a segment's machine version {version!r} is not a number")
     if fingerprint is not None and not isinstance(fingerprint, str):
         raise ValueError(f"a segment's machine fingerprint {fingerprint!r} is not text")
-    return {"machine_version": version, "machine_fingerprint": fingerprint}
+    moved = header.get("migrated_from")
+    if moved is not None and not isinstance(moved, str):
+        raise ValueError(f"a segment's migrated_from {moved!r} is not a state")
+    return {"machine_version": version, "machine_fingerprint": fingerprint, "migrated_from": moved}
 
 
 # ---------------------------------------------------------------- replay

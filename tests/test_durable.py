@@ -553,6 +553,20 @@ def test_the_worker_command_needs_an_agent() -> None:
 
 
 @pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_a_worker_serves_the_version_of_its_agents_machines(db: str) -> None:
+    from agentfsm.durable import app_version
+
+    same = app_version({"gated": _record_agent(gated=True)})
+    assert same == app_version({"gated": _record_agent()}) and same.startswith("agentfsm-")
+
+    def keep(result: Any, opts: Any = None) -> Any:
+        return result
+
+    other = STANDARD.replace("deciding", (*STANDARD.steps["deciding"], keep), name="served_other")
+    assert app_version({"gated": Agent(ScriptedModel([]), [], machine=other)}) != same
+    assert app_version({"renamed": _record_agent()}) != same
+
+
 def test_a_changed_machine_meets_a_recorded_step_as_an_error_naming_both(db: str) -> None:
     first = Engine(db, polling_interval=0.05)
     first.register("gated", _record_agent(gated=True))
@@ -562,6 +576,8 @@ def test_a_changed_machine_meets_a_recorded_step_as_an_error_naming_both(db: str
         _wait_for_decisions(first, run_id, "ask-0")
     finally:
         first.close()
+    old_version = first.app_version
+    assert old_version is not None
 
     async def note(result: Any, opts: Any) -> Any:
         """A new state that asks the model first: the recorded first call was calling's."""
@@ -570,15 +586,25 @@ def test_a_changed_machine_meets_a_recorded_step_as_an_error_naming_both(db: str
 
     noting = STANDARD.insert("noting", (note,), after="expanding", name="noting_first")
     changed = _record_agent(gated=True)
-    second = Engine(db, polling_interval=0.05)
-    second.register(
-        "gated", Agent(changed.model, changed.tools, middleware=changed.middleware, machine=noting)
+    changed_agent = Agent(
+        changed.model, changed.tools, middleware=changed.middleware, machine=noting
     )
-    second.launch(executor_id="changing")  # recovers the pending workflow on the new machine
+    second = Engine(db, polling_interval=0.05)
+    second.register("gated", changed_agent)
+    second.launch(executor_id="changing")  # another machine: the pending run is not its own
     try:
-        result = second.result(run_id, timeout=30)
+        assert second.app_version not in (None, old_version)
+        with pytest.raises(TimeoutError):
+            second.result(run_id, timeout=1)
     finally:
         second.close()
+    third = Engine(db, polling_interval=0.05)
+    third.register("gated", changed_agent)
+    third.launch(executor_id="changing", version=old_version)  # taken on purpose
+    try:
+        result = third.result(run_id, timeout=30)
+    finally:
+        third.close()
     # the new state's call is refused, not handed the reply recorded for calling's
     assert result.status == "error" and [t.path for t in result.traces] == [
         "expanding noting error"

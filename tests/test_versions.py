@@ -7,16 +7,18 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import agentfsm.machine as m
 from agentfsm import STANDARD, Agent, AgentState, Edge, Failed
+from agentfsm._invariants import check_traces
 from agentfsm.errors import AgentfsmError, MachineChangedError
 from agentfsm.machine import MachineDefinitionError, MachineTable, machine_named
 from agentfsm.modes.standard import check_approvals
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.results import PipelineResult
-from agentfsm.serialization import dump_trace, load_trace
+from agentfsm.serialization import FormatError, dump_trace, load_trace
 from agentfsm.store import SQLiteStore, load_run, start_run
 from agentfsm.trace import Trace
 from agentfsm.versions import (
@@ -354,8 +356,8 @@ def test_the_command_line_diffs_machines_and_replays_and_checks_runs(
     bad = [*mapped_args, "--map", "interrupt_check=executing"]
     assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2", "--dry-run", *bad]) == 2
     assert "without its decision" in capsys.readouterr().err
-    assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2"]) == 2
-    assert "--dry-run" in capsys.readouterr().err
+    assert main(["runs", "migrate", "--db", db, "--to", "cli_machines:V2"]) == 0
+    assert "r1: needs mapping" in capsys.readouterr().out  # and is left as it is
     monkeypatch.delitem(m._DECLARED["cli_versioned"], 1)  # the code now declares only v2
     for command in (["runs", "show", "r1"], ["view", "r1", "--out", str(tmp_path / "r1.html")]):
         assert main([*command, "--db", db]) == 2
@@ -379,4 +381,200 @@ def test_the_viewer_shows_the_version_and_a_migration_between_segments(tmp_path:
     assert [s["version"] for s in data["segments"]] == [
         f"v1 ({one.fingerprint})",
         f"v2 ({two.fingerprint})",
+    ]
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def _shrinking() -> tuple[MachineTable, MachineTable]:
+    """v1 reviews tool results in a state of its own; v2 (the standard shape) has none."""
+    one = STANDARD.insert(
+        "reviewing",
+        (_note,),
+        after="executing",
+        name="shrinking",
+        edges=(Edge("reviewing", "error", on=Failed, trigger="failed", why="it failed"),),
+    )
+    two = STANDARD.replace("deciding", STANDARD.steps["deciding"], name="shrinking", version=2)
+    return one, two
+
+
+def _resting_at_reviewing(db: Path, one: MachineTable) -> None:
+    """A run of ``one`` whose process died right after its tool results were saved."""
+    store = SQLiteStore(db, lease=0)  # the abandoned run stands for a dead process
+    run = start_run(Agent(_model(), [add], machine=one), AgentState.of("1+2?"), store, run_id="r")
+    while run.state != "reviewing":
+        run.step_sync()
+    assert load_run(store, "r", strict=False).state == "reviewing"
+    store.close()
+
+
+def test_a_mapped_resume_moves_the_run_in_a_new_segment(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    one, two = _shrinking()
+    _resting_at_reviewing(db, one)
+    agent = Agent(ScriptedModel([say("3")]), [add], machine=two)
+    with pytest.raises(MachineChangedError, match="states removed reviewing"):
+        agent.resume_run_sync("r", SQLiteStore(db))
+    with resuming(mapped({"reviewing": "propagating"}, old=one, new=two)):
+        state = agent.resume_run_sync("r", SQLiteStore(db))
+    assert state.status == "ok"
+    saved = load_run(SQLiteStore(db), "r", strict=False)
+    assert [t.machine_version for t in saved.traces] == [1, 2]
+    assert saved.traces[0].terminal == "reviewing"
+    moved = saved.traces[1]
+    assert (moved.migrated_from, moved.entry, moved.terminal) == ("reviewing", "propagating", "ok")
+    from agentfsm.view._model import page_data
+
+    drawn = page_data(saved.traces, two, title="r")["segments"]
+    assert [s["migrated_from"] for s in drawn] == [None, "reviewing"]
+    # Each segment is checked on its own table, also once the code declares only v2.
+    del m._DECLARED["shrinking"][1]
+    again = load_run(SQLiteStore(db), "r", strict=False)
+    assert [t.machine_fingerprint for t in again.traces] == [one.fingerprint, two.fingerprint]
+
+
+def test_a_forged_migration_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    one, two = _shrinking()
+    _resting_at_reviewing(db, one)
+    agent = Agent(ScriptedModel([say("3")]), [add], machine=two)
+    with resuming(mapped({"reviewing": "propagating"}, old=one, new=two)):
+        agent.resume_run_sync("r", SQLiteStore(db))
+    saved = load_run(SQLiteStore(db), "r", strict=False)
+    first, moved = saved.traces
+    forged = attrs.evolve(moved, migrated_from="executing")
+    with pytest.raises(FormatError, match="migration to 'propagating' is not one"):
+        check_traces([first, forged], two, ended=True)
+    with pytest.raises(FormatError, match="first segment"):
+        check_traces([moved], two, ended=True)
+
+
+_SHRINKING = """
+from agentfsm import STANDARD, Edge, Failed
+
+
+def _note(result, opts=None):
+    return result
+
+
+V1 = STANDARD.insert("reviewing", (_note,), after="executing", name="cli_shrinking",
+                     edges=(Edge("reviewing", "error", on=Failed, trigger="failed", why="x"),))
+V2 = STANDARD.replace("deciding", STANDARD.steps["deciding"], name="cli_shrinking", version=2)
+"""
+
+
+def test_runs_migrate_moves_the_runs_the_policy_takes_and_leaves_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from agentfsm.cli import main
+
+    (tmp_path / "cli_shrinking.py").write_text(_SHRINKING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cli_shrinking", raising=False)
+    import cli_shrinking  # type: ignore[import-not-found]
+
+    one, two = cli_shrinking.V1, cli_shrinking.V2
+    db = tmp_path / "runs.db"
+    _resting_at_reviewing(db, one)  # run "r", resting at a state v2 lacks
+    store = SQLiteStore(db)
+    agent = Agent(_model(), [add], machine=one)
+    start_run(agent, AgentState.of("1+2?"), store, run_id="over").run_sync()
+    _paused = start_run(agent, AgentState.of("1+2?"), store, run_id="paused")
+    _paused.request_pause("deploying")
+    _paused.run_sync()
+    store.close()
+    to = ["runs", "migrate", "--db", str(db), "--to", "cli_shrinking:V2"]
+    assert main(to) == 0  # compatible takes none of them: each is left
+    out = capsys.readouterr().out
+    assert "r: needs mapping" in out and "migrated" not in out
+    policy = ["--policy", "mapped", "--from", "cli_shrinking:V1", "--map", "reviewing=propagating"]
+    assert main([*to, *policy, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "r: ok (mapped, at propagating, from reviewing)\n" in out
+    assert main([*to, *policy]) == 0
+    out = capsys.readouterr().out
+    assert "r: ok (mapped, at propagating, from reviewing): migrated to v2, at propagating" in out
+    assert "over: ok (mapped, at ok): left: it ended ok" in out
+    assert "paused: ok (mapped, at paused): left paused" in out
+    saved = load_run(SQLiteStore(db), "r", strict=False)
+    assert [(t.machine_version, t.entry, t.migrated_from) for t in saved.traces] == [
+        (1, "expanding", None),
+        (2, "propagating", "reviewing"),
+    ]
+    assert main([*to, *policy]) == 0  # moved once: now it is on v2 already
+    assert "r: ok (unchanged, at propagating): left, already on" in capsys.readouterr().out
+    # A later resume needs no policy, and nothing ran twice.
+    model = ScriptedModel([say("3")])
+    state = Agent(model, [add], machine=two).resume_run_sync("r", SQLiteStore(db))
+    assert (state.status, model.calls) == ("ok", 1)
+    last = load_run(SQLiteStore(db), "r", strict=False).traces[-1]
+    assert (last.entry, last.states[1], last.terminal) == ("propagating", "until_check", "ok")
+
+
+# ---------------------------------------------------------------- pinned, rebuilt
+
+
+def _kept(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
+    return result
+
+
+def test_pinned_rebuilds_an_undeclared_table_from_the_saved_shape(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    one = _v1("pinning")
+    _paused_run(store, one)
+    two = _v2("pinning", one=one)
+    del m._DECLARED["pinning"][1]  # the code now declares only v2
+    with pytest.raises(MachineChangedError, match="states added noting"):
+        Agent(_model(), [add], machine=two).resume_run_sync("r", store)
+    with resuming(pinned):
+        saved = load_run(store, "r", strict=False)
+        old = check_resume(saved, two, pinned).table
+        assert (old.fingerprint, old.version) == (one.fingerprint, 1) and old is not one
+        assert m.machine_versions("pinning") == (two,)  # rebuilt, not declared
+        state = Agent(_model(), [add], machine=old).resume_run_sync("r", store)
+    assert state.status == "ok"
+    with resuming(pinned):
+        finished = load_run(store, "r", strict=False)
+    assert [t.machine_fingerprint for t in finished.traces] == [one.fingerprint] * 2
+
+
+def test_pinned_refuses_when_a_step_of_the_old_table_is_gone(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    steps = (*STANDARD.steps["propagating"], _kept)
+    one = STANDARD.replace("propagating", steps, name="pinning_gone")
+    _paused_run(store, one)
+    two = one.replace("propagating", STANDARD.steps["propagating"], name="pinning_gone", version=2)
+    del m._DECLARED["pinning_gone"][1]
+    with resuming(pinned), pytest.raises(MachineChangedError, match="cannot be rebuilt") as e:
+        load_run(store, "r", strict=False)
+    assert "_kept (state propagating)" in str(e.value)
+    with pytest.raises(MachineChangedError, match="cannot be rebuilt"):
+        check_resume(load_run(store, "r", strict=False), two, pinned)
+
+
+def test_a_compatible_resume_of_a_cut_off_run_opens_a_segment_on_the_new_table(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    store = SQLiteStore(db, lease=0)  # the abandoned run stands for a dead process
+    one = _v1("compat_moving")
+    run = start_run(Agent(_model(), [add], machine=one), AgentState.of("1+2?"), store, run_id="r")
+    while run.state != "propagating":
+        run.step_sync()
+    two = one.replace(
+        "propagating", STANDARD.steps["propagating"][:1], name="compat_moving", version=2
+    )
+    with resuming(compatible):
+        state = Agent(ScriptedModel([say("3")]), [add], machine=two).resume_run_sync(
+            "r", SQLiteStore(db)
+        )
+    assert state.status == "ok"
+    traces = load_run(SQLiteStore(db), "r", strict=False).traces
+    assert [(t.machine_version, t.entry, t.migrated_from) for t in traces] == [
+        (1, "expanding", None),
+        (2, "propagating", "propagating"),
     ]

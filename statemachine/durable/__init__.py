@@ -33,7 +33,16 @@ from ._engine import (
     RunExistsError,
     RunRecord,
     RunResult,
+    app_version,
     database_url,
 )
 
-__all__ = ["DurableError", "Engine", "RunExistsError", "RunRecord", "RunResult", "database_url"]
+__all__ = [
+    "DurableError",
+    "Engine",
+    "RunExistsError",
+    "RunRecord",
+    "RunResult",
+    "app_version",
+    "database_url",
+]

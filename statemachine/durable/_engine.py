@@ -18,16 +18,40 @@ from .._invariants import check_decisions_fit
 from .._state import AgentState
 from ..agent import Agent
 from ..errors import AgentfsmError
+from ..machine import fingerprint_of
 from ..middleware import check_decisions
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
 from ..store.base import ResumeError, RunExistsError, RunNotFoundError
 from ..trace import Trace
 from ._workflow import AGENTS, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW
 
-__all__ = ["DurableError", "Engine", "RunExistsError", "RunRecord", "RunResult", "database_url"]
+__all__ = [
+    "DurableError",
+    "Engine",
+    "RunExistsError",
+    "RunRecord",
+    "RunResult",
+    "app_version",
+    "database_url",
+]
 
-#: Workers of any process that speak this document format run each other's runs.
+#: The document format every worker's application version starts with.
 APP_VERSION: Final = f"agentfsm-{FORMAT}"
+
+
+def app_version(agents: Mapping[str, Agent]) -> str:
+    """The DBOS application version of a worker that runs ``agents``: the document format
+    and a fingerprint of each agent's machine, by the name it is registered under.
+
+    DBOS hands a worker only the runs started on its own version (new submissions go to
+    the newest version launched), so a run is never replayed on a machine it was not
+    recorded on: keep a worker of the old machines until their runs end.
+    """
+    if not agents:
+        return APP_VERSION
+    machines = {name: agents[name].mode.table.fingerprint for name in sorted(agents)}
+    return f"{APP_VERSION}+{fingerprint_of(machines)}"
+
 
 RunState = Literal[
     "queued", "running", "ok", "paused", "interrupted", "error", "cancelled", "failed"
@@ -104,6 +128,8 @@ class Engine:
         self.concurrency = concurrency
         self.polling_interval = polling_interval
         self.executor_id: str | None = None
+        #: The application version this worker serves, once launched (:func:`app_version`).
+        self.app_version: str | None = None
         self._client: DBOSClient | None = None
 
     # ------------------------------------------------------------ worker
@@ -118,21 +144,32 @@ class Engine:
             raise TypeError(f"register takes an Agent, got {type(agent).__name__}")
         AGENTS[name] = agent
 
-    def launch(self, *, executor_id: str | None = None, recover: Sequence[str] = ()) -> None:
+    def launch(
+        self,
+        *,
+        executor_id: str | None = None,
+        recover: Sequence[str] = (),
+        version: str | None = None,
+    ) -> None:
         """Start this process's worker: it runs queued runs, and finishes its own pending ones.
 
         ``executor_id`` names the worker (default: host and process id); a worker
-        started again under the same id finishes the runs its predecessor left.
-        ``recover`` hands the runs of workers that will not come back to the queue.
+        started again under the same id finishes the runs its predecessor left, when
+        its agents run the same machines. ``recover`` hands the runs of workers that
+        will not come back to the queue. ``version`` serves another application
+        version than the agents' (:func:`app_version`): runs started on other machines,
+        taken on purpose (a recorded step the machine does not expect ends such a run
+        in an error naming both).
         """
         self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.app_version = version or app_version(AGENTS)
         WORKER.reset()
         DBOS(
             config={
                 "name": "agentfsm",
                 "system_database_url": self.url,
                 "serializer": _SERIALIZER,
-                "application_version": APP_VERSION,
+                "application_version": self.app_version,
                 "executor_id": self.executor_id,
                 "log_level": os.environ.get("AGENTFSM_DBOS_LOG_LEVEL", "WARNING"),
                 "notification_listener_polling_interval_sec": self.polling_interval,
@@ -261,7 +298,6 @@ class Engine:
             "queue_name": self.queue,
             "workflow_name": WORKFLOW,
             "workflow_id_reuse_policy": "reject",
-            "app_version": APP_VERSION,
         }
         if run_id is not None:
             options["workflow_id"] = run_id
@@ -336,7 +372,7 @@ class Engine:
             self.client.send(tip, message, DECISIONS_TOPIC)
             timed_out = self._timed_out(tip)
             if timed_out is not None:  # the wait ended as they were sent: they go on anew
-                self._fork(run_id, tip, timed_out, message)
+                self._fork(run_id, tip, timed_out, message, status.app_version)
             return
         if _state(status) != "interrupted":
             raise ResumeError(
@@ -359,6 +395,7 @@ class Engine:
             tip,
             timed_out,
             {"segment": len(ended.traces), "decisions": [dict(d) for d in decisions]},
+            status.app_version,
         )
 
     def _timed_out(self, workflow_id: str) -> int | None:
@@ -372,17 +409,25 @@ class Engine:
             return waits[-1]["function_id"]
         return None
 
-    def _fork(self, run_id: str, tip: str, wait: int, message: Mapping[str, Any]) -> None:
+    def _fork(
+        self,
+        run_id: str,
+        tip: str,
+        wait: int,
+        message: Mapping[str, Any],
+        version: str | None,
+    ) -> None:
         """Queue the run's next continuation from ``tip``'s timed-out ``wait``, sent ``message``.
 
-        The fork replays every recorded step before the wait and receives there.
+        The fork replays every recorded step before the wait and receives there, so it
+        keeps ``tip``'s application ``version``: a worker of the same machines takes it.
         """
         number = 0 if tip == run_id else int(tip.rsplit(_CONTINUATION, 1)[1])
         continuation = f"{run_id}{_CONTINUATION}{number + 1}"
         try:
             with SetWorkflowID(continuation):
                 self.client.fork_workflow(
-                    tip, wait, application_version=APP_VERSION, queue_name=self.queue
+                    tip, wait, application_version=version, queue_name=self.queue
                 )
         except (IntegrityError, DBOSWorkflowIDInUseError) as exc:
             raise ResumeError(

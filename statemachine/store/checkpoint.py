@@ -79,7 +79,14 @@ from ..serialization import (
 )
 from ..tools import Tool
 from ..trace import Trace, Transition
-from ..versions import MachineChangedError, header_identity, recorded_table, resume_table
+from ..versions import (
+    MachineChangedError,
+    ResumeDecision,
+    header_identity,
+    migrates,
+    recorded_table,
+    resume_decision,
+)
 from ..versions import trace_identity as _identity
 from .base import (
     RUN_STATUS,
@@ -101,6 +108,7 @@ __all__ = [
     "checkpoint",
     "execute_options",
     "load_run",
+    "migrate_run",
     "restore_run",
     "start_run",
 ]
@@ -392,7 +400,7 @@ class Checkpointer:
             self._header = {
                 "format": FORMAT,
                 "machine": run.table.name,
-                **header_identity(run.table),
+                **header_identity(run.table, run.trace),
                 "entry": run.trace.entry,
                 "chain": packer.chain(run.chain),
                 "options": self.options,
@@ -699,7 +707,7 @@ def _rebind(chain: LLMChain, agent: Agent, strict: bool) -> LLMChain:
     return attrs.evolve(chain, llm=agent.model, tools=agent.tools, callbacks=agent.callbacks)
 
 
-def _load_for(agent: Agent, run_id: str, store: Store) -> SavedRun:
+def _load_for(agent: Agent, run_id: str, store: Store) -> tuple[SavedRun, ResumeDecision]:
     saved = load_run(
         store,
         run_id,
@@ -708,13 +716,14 @@ def _load_for(agent: Agent, run_id: str, store: Store) -> SavedRun:
         callbacks=agent.callbacks,
         strict=False,
     )
-    machine = resume_table(saved, agent.mode.table)
+    decision = resume_decision(saved, agent.mode.table)
+    machine = decision.table
     if machine is not agent.mode.table:
         raise ResumeError(
             f"Run {run_id!r} ran on the {machine.name} machine and this agent runs the "
             f"{agent.mode.table.name} one; resume it with Agent(..., machine=...) of that machine"
         )
-    return saved
+    return saved, decision
 
 
 async def restore_run(
@@ -739,7 +748,7 @@ async def restore_run(
     agent's model, tools, callbacks and middleware replace the saved ones;
     ``should_pause`` and ``extra_steps`` are passed again.
     """
-    saved = _load_for(agent, run_id, store)
+    saved, decision = _load_for(agent, run_id, store)
     if isinstance(saved.result, Interrupted) and saved.agent_state is not None:
         if answer is None:
             raise ResumeError(
@@ -778,7 +787,10 @@ async def restore_run(
     if saved.result is not None and not isinstance(saved.result, Paused):
         raise ResumeError(f"Run {run_id!r} ended {saved.status}: there is nothing to resume")
     chain = _rebind(saved.chain, agent, strict)
-    ask_again = check_resumable(saved.traces, saved.done, chain, agent.mode.table, agent.middleware)
+    moving = migrates(saved, decision)
+    ask_again = check_resumable(
+        saved.traces, saved.done, chain, agent.mode.table, agent.middleware, state=decision.state
+    )
     options: dict[str, Any] = {
         "middleware": agent.middleware,
         "should_pause": should_pause,
@@ -788,11 +800,14 @@ async def restore_run(
     if extra_steps:
         options["extra_steps"] = extra_steps
     if saved.result is None and not ask_again:
-        trace = saved.trace
+        if moving:  # a new segment on the new table, entered where the run is moved to
+            trace = _migration_trace(saved, decision)
+        else:
+            trace = attrs.evolve(saved.trace, transitions=list(saved.trace.transitions))
         run = agent.mode.restore(
             chain,
-            saved.state,
-            attrs.evolve(trace, transitions=list(trace.transitions)),
+            decision.state if moving else saved.state,
+            trace,
             options,
             run_class=agent.run_class,
         )
@@ -802,8 +817,44 @@ async def restore_run(
         run = agent.mode.start(chain, options, run_class=agent.run_class)
     assert isinstance(run, agent.run_class)
     run.agent = agent
-    checkpoint(run, store, options=saved.options, saved=saved, new_segment=ask_again)
+    checkpoint(run, store, options=saved.options, saved=saved, new_segment=ask_again or moving)
     return run
+
+
+def migrate_run(store: Store, saved: SavedRun, decision: ResumeDecision) -> None:
+    """Record ``decision``'s move of a saved run that had not ended, running nothing: a new
+    segment on ``decision.table``, entered at ``decision.state``. A later resume finds the
+    run on that table, unchanged, and needs no policy. Claimed as a resume claims (a run
+    that went on since it was loaded is refused), and given back at once."""
+    if not migrates(saved, decision):
+        raise ResumeError(
+            f"Run {saved.run_id!r} is {saved.status} on its table: there is no move to record"
+        )
+    run = Run(decision.table, saved.chain, decision.state)
+    run.trace = _migration_trace(saved, decision)
+    owner = _new_owner()
+    checkpointer = checkpoint(
+        run, store, options=saved.options, saved=saved, new_segment=True, owner=owner
+    )
+    release = getattr(store, "release", None)
+    if release is not None:  # nothing runs it: the next resume may take it at once
+        with contextlib.suppress(Exception):  # the lease lapses by itself anyway
+            release(saved.run_id, owner, running=True)
+    if checkpointer.error is not None:
+        raise checkpointer.error
+
+
+def _migration_trace(saved: SavedRun, decision: ResumeDecision) -> Trace:
+    """The new segment's empty trace of a run ``decision`` moves onto its table: entered
+    at ``decision.state``, from the state the run rests at."""
+    table = decision.table
+    return Trace(
+        entry=decision.state,
+        machine=table.name,
+        machine_version=table.version,
+        machine_fingerprint=table.fingerprint,
+        migrated_from=saved.state,
+    )
 
 
 def _new_owner() -> str:

@@ -526,13 +526,14 @@ class SQLiteStore:
             except sqlite3.DatabaseError as exc:
                 raise _store_error(self.path, exc) from exc
 
-    def release(self, run_id: str, owner: str) -> None:
-        """Give back ``owner``'s claim on a run it has not written since (nothing ran)."""
+    def release(self, run_id: str, owner: str, *, running: bool = False) -> None:
+        """Give back ``owner``'s claim on a run it has not written since (nothing ran);
+        with ``running``, also one it left running that nothing runs (a migration's)."""
         with self._lock, _guard(self.path):  # one statement: it commits by itself
             self._con.execute(
                 "UPDATE runs SET owner = NULL, lease_until = NULL "
-                "WHERE run_id = ? AND owner = ? AND status != 'running'",
-                (run_id, owner),
+                "WHERE run_id = ? AND owner = ? AND (status != 'running' OR ?)",
+                (run_id, owner, running),
             )
 
     def _check_lease(self, run_id: str, owner: str, until: object, now: float) -> None:

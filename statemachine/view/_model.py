@@ -168,6 +168,7 @@ def page_data(
             "first": len(steps),
             "steps": len(trace),
             "version": _version(trace, table),
+            "migrated_from": trace.migrated_from,
         }
         for index, t in enumerate(trace):
             context = t.chain.custom_context

@@ -69,7 +69,8 @@
     const head = segments.length > 1 ? "segment " + (number + 1) + " · " : "";
     const before = number > 0 ? segments[number - 1].version : null;
     const moved = before && segment.version && before !== segment.version
-      ? " · migrated to " + segment.version : "";
+      ? " · migrated to " + segment.version
+        + (segment.migrated_from ? ", moved from " + segment.migrated_from : "") : "";
     list.append(el("li", "segment", head + "entered at " + segment.entry + moved));
     for (let i = segment.first; i < segment.first + segment.steps; i++) {
       const s = steps[i];
