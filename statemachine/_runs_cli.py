@@ -9,6 +9,10 @@ Every failure ends in one line on stderr and exit status 2. ``list`` and
 ``show`` open the store read-only: they never change the file, and one that is
 not an agentfsm store is refused.
 Everything printed from the store goes through :func:`~agentfsm._printable.printable`.
+
+``--db`` is a path (SQLite) or a URL (``sqlite:///FILE``, ``postgresql://...``);
+one that names a durable engine's database (DBOS) lists and shows its runs, and
+``resume --decisions`` answers a durable run's approval requests.
 """
 
 from __future__ import annotations
@@ -103,7 +107,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     runs: argparse.ArgumentParser = subparsers.add_parser(
         "runs",
         help="list, show and resume saved runs",
-        description="The runs saved in a store: list them, show one, resume one.",
+        description="The runs saved in a store: list them, show one, resume one. --db is a "
+        "path (SQLite) or a URL; a durable engine's database (sqlite:///FILE or a path the "
+        "worker made, postgresql://...) shows its durable runs.",
     )
     runs.set_defaults(handler=handle)
     commands = runs.add_subparsers(
@@ -155,6 +161,9 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run the parsed ``runs`` command; the exit status."""
     out = out or sys.stdout
     db = args.db or default_db()
+    if _is_durable(db):
+        return _durable_runs(args, db, out)
+    db = _sqlite_path(db)
     try:
         if args.runs_command == "list":
             return _list(open_store(db), out)
@@ -203,6 +212,50 @@ def _export(
         Path(test).write_text(regression_test(saved.trace, cassette, agent=agent), "utf-8")
         _say(out, f"wrote {test}: it replays {cassette} and asserts the path {saved.trace.path}")
     return 0
+
+
+# ---------------------------------------------------------------- durable databases
+
+
+def _sqlite_path(db: str) -> str:
+    """The file a ``sqlite:///FILE`` URL names, or ``db`` itself."""
+    return db[len("sqlite:///") :] if db.startswith("sqlite:///") else db
+
+
+def _is_durable(db: str) -> bool:
+    """Whether ``--db`` names a durable engine's (DBOS) database, not an agentfsm store."""
+    if db.startswith(("postgresql://", "postgres://", "postgresql+")):
+        return True
+    path = _sqlite_path(db)
+    if not os.path.isfile(path):
+        return False
+    try:
+        with sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True) as conn:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error:
+        return False
+    return "workflow_status" in names and "runs" not in names
+
+
+def _durable_runs(args: argparse.Namespace, db: str, out: TextIO) -> int:
+    """``runs`` over a durable database (agentfsm.durable reads it): one line and exit 2
+    for any failure, the database's own included."""
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from .durable._cli_view import handle as durable_handle
+    except ImportError as exc:
+        _say(sys.stderr, f"agentfsm runs: {db} is a durable database: {exc}")
+        return 2
+    try:
+        return durable_handle(args, db, out)
+    except (AgentfsmError, ValueError) as exc:
+        _say(sys.stderr, f"agentfsm runs: {_one_line(exc)}")
+        return 2
+    except (SQLAlchemyError, OSError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [repr(exc)]
+        _say(sys.stderr, f"agentfsm runs: {db}: the database cannot be used: {reason[0]}")
+        return 2
 
 
 def _one_line(exc: Exception) -> str:

@@ -3,15 +3,22 @@
 SIGTERM (or SIGINT) drains the worker: each active run pauses at its next state
 boundary with reason ``"draining"`` and goes back to the queue, and the process
 exits; another worker finishes those runs without running a recorded tool again.
+
+The worker serves the agent's own queue (or ``--queue``), so workers of other
+agents on one database never take its runs. It logs each run's start and end to
+stderr (``--log-format json`` for JSON lines), writes ``--ready-file`` once it
+takes runs, and says any failure to start in one line with exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any, TextIO
 
 __all__ = ["add_parser", "handle"]
@@ -31,14 +38,33 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     worker.add_argument(
         "--db",
         required=True,
-        metavar="URL",
-        help="postgresql://... (many machines) or sqlite:///FILE or a file path (one machine)",
+        metavar="DB",
+        help="a file path (SQLite, one machine) or a URL: postgresql://... (many machines), "
+        "sqlite:///FILE",
     )
     worker.add_argument(
         "agent", metavar="MODULE:AGENT", help="an Agent, or a function returning one"
     )
     worker.add_argument(
         "--name", metavar="NAME", help="the name runs are submitted under (default: MODULE:AGENT)"
+    )
+    worker.add_argument(
+        "--queue",
+        metavar="QUEUE",
+        help="serve this queue (submit with Engine(db, queue=QUEUE)); default: the agent's "
+        "own, agentfsm:NAME",
+    )
+    worker.add_argument(
+        "--log-format",
+        choices=["rich", "json"],
+        default="rich",
+        help="each run's start and end: for people (rich) or as JSON lines (json)",
+    )
+    worker.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        help="write this file (JSON: executor, pid, queues) once the worker takes runs; "
+        "it is removed when the worker stops",
     )
     worker.add_argument(
         "--concurrency", type=int, default=8, metavar="N", help="runs at once (default 8)"
@@ -92,22 +118,63 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    engine = Engine(args.db, concurrency=args.concurrency)
+    from .durable._log import log_line, quiet_engine, run_logger
+    from .durable._workflow import WORKER
+
+    engine = Engine(args.db, queue=args.queue, concurrency=args.concurrency)
     engine.register(args.name or args.agent, agent)
-    engine.launch(executor_id=args.executor_id, recover=args.recover)
-    print(
-        f"agentfsm worker {engine.executor_id}: running {args.name or args.agent!r} "
-        f"(pid {os.getpid()})",
-        file=out,
-        flush=True,
-    )
+    listener = run_logger(sys.stderr, args.log_format)  # logs: stdout says only start and stop
+    try:
+        with quiet_engine():
+            engine.launch(executor_id=args.executor_id, recover=args.recover)
+    except Exception as exc:
+        engine.close()
+        print(f"agentfsm worker: cannot start on {args.db}: {_one_line(exc)}", file=sys.stderr)
+        return 2
     name = engine.executor_id
-    while not stop.wait(0.5):
-        pass
-    handed = engine.drain(args.drain_timeout)
-    print(
-        f"agentfsm worker {name}: drained, {len(handed)} run(s) handed back to the queue",
-        file=out,
-        flush=True,
-    )
+    WORKER.listeners.append(listener)
+    ready = Path(args.ready_file) if args.ready_file else None
+    try:
+        if ready is not None:
+            data = {"executor": name, "pid": os.getpid(), "queues": engine.queues}
+            partial = ready.with_name(ready.name + ".partial")
+            partial.write_text(json.dumps(data) + "\n")
+            partial.replace(ready)  # a probe never reads half a file
+        if args.log_format == "json":
+            log_line(out, "json", "running", executor=name, pid=os.getpid(), queues=engine.queues)
+        else:
+            print(
+                f"agentfsm worker {name}: running {args.name or args.agent!r} "
+                f"on {', '.join(engine.queues)} (pid {os.getpid()})",
+                file=out,
+                flush=True,
+            )
+        while not stop.wait(0.5):
+            pass
+        if ready is not None:
+            ready.unlink(missing_ok=True)  # draining: no longer ready
+        try:
+            with quiet_engine():
+                handed = engine.drain(args.drain_timeout)
+        except Exception as exc:
+            print(f"agentfsm worker {name}: drain failed: {_one_line(exc)}", file=sys.stderr)
+            return 2
+    finally:
+        WORKER.listeners.remove(listener)
+        if ready is not None:
+            ready.unlink(missing_ok=True)
+    if args.log_format == "json":
+        log_line(out, "json", "drained", executor=name, handed_back=handed)
+    else:
+        print(
+            f"agentfsm worker {name}: drained, {len(handed)} run(s) handed back to the queue",
+            file=out,
+            flush=True,
+        )
     return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error's first line, without the SQL a driver error quotes after it."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return " ".join(text.splitlines()[0].split()) if text else type(exc).__name__

@@ -25,7 +25,8 @@ catches them all; each also keeps the standard base it had (in brackets), so an
     │   │   └── RunFinishedError         (RuntimeError) the run ended: it is never written again
     │   └── StoreError                   (RuntimeError) the store's file cannot be used
     ├── durable runs: agentfsm.durable
-    │   └── DurableError                 (RuntimeError) the engine could not run it
+    │   ├── DurableError                 (RuntimeError) the engine could not run it
+    │   └── DecisionConflictError        (ValueError) another decide answered the wait first
     ├── providers: agentfsm.providers
     │   └── SSELimitError                (ValueError) an event stream's line or event too long
     └── internal, never seen by a caller
@@ -35,8 +36,9 @@ catches them all; each also keeps the standard base it had (in brackets), so an
 
 The groups (``machines:``, ``the store:``...) are where the classes live, not
 classes of their own: every exception above subclasses ``AgentfsmError`` directly, but
-``RunFinishedError``, a ``RunInUseError`` (a finished run is in no one's hands to take), and
-``CassetteMismatchError``, a ``ChainError`` so that the model call it ends fails the run.
+``RunFinishedError``, a ``RunInUseError`` (a finished run is in no one's hands to take),
+``DecisionConflictError``, a ``ResumeError`` (the run cannot take the loser's decisions),
+and ``CassetteMismatchError``, a ``ChainError`` so that the model call it ends fails the run.
 ``MachineDefinitionError``, ``UnknownMachineError``, ``DurableError``,
 ``UsageError``, ``Unsupported`` and ``CassetteMismatchError`` are defined in their own
 modules; the rest here, and re-exported where they are raised.
@@ -44,13 +46,14 @@ modules; the rest here, and re-exported where they are raised.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "RETRYABLE_TYPES",
     "AgentfsmError",
     "ChainError",
+    "DecisionConflictError",
     "FormatError",
     "IllegalTransitionError",
     "InvariantError",
@@ -149,6 +152,20 @@ class RunNotFoundError(AgentfsmError, LookupError):
 
 class ResumeError(AgentfsmError, ValueError):
     """The saved run cannot be resumed as asked (it ended, or needs decisions)."""
+
+
+class DecisionConflictError(ResumeError):
+    """Another process's decisions answered the run's wait first: these were not sent.
+
+    ``decisions`` are the ones the run took (None when they could not be read back).
+    """
+
+    def __init__(
+        self, message: str, *, run_id: str, decisions: Sequence[Mapping[str, Any]] | None
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.decisions = decisions
 
 
 class RunExistsError(AgentfsmError, ValueError):

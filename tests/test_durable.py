@@ -122,11 +122,30 @@ def test_an_existing_run_id_and_bad_options_are_refused(engine: Engine) -> None:
     assert engine.result("same", timeout=30).state.messages[0].text == "once"
 
 
-def test_an_unknown_agent_ends_the_run_in_a_clear_error(engine: Engine) -> None:
-    result = engine.result(engine.submit(AgentState.of("x"), agent="ghost"), timeout=30)
+def test_a_run_of_an_agent_no_worker_serves_stays_queued(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("x"), agent="ghost")
+    engine.result(engine.submit(AgentState.of("y"), agent="plain"), timeout=30)
+    record = engine.status(run_id)
+    assert (record.status, record.queue, record.agent) == ("queued", "agentfsm:ghost", "ghost")
+    assert engine.result(run_id, wait=False) is None
+    assert {r.run_id: r.status for r in engine.runs()}[run_id] == "queued"
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_on_one_shared_queue_an_unknown_agent_ends_the_run_in_a_clear_error(db: str) -> None:
+    with Engine(db, queue="shared", polling_interval=0.05) as engine:
+        engine.register("plain", _record_agent())
+        engine.launch(executor_id="shared")
+        result = engine.result(engine.submit(AgentState.of("x"), agent="ghost"), timeout=30)
     assert result.status == "error" and result.state.error is not None
     assert result.state.error.type == "unknown_agent"
     assert "ghost" in result.state.error.message
+
+
+def test_continuation_ids_are_reserved(engine: Engine) -> None:
+    with pytest.raises(ValueError, match=r"'bc/resume-1' ends in /resume-N"):
+        engine.submit(AgentState.of("x"), agent="plain", run_id="bc/resume-1")
+    engine.submit(AgentState.of("x"), agent="plain", run_id="bc/resume-me")  # not a number
 
 
 def _wait_for_decisions(engine: Engine, run_id: str, call_id: str) -> dict[str, Any]:
@@ -482,6 +501,7 @@ def test_sigterm_drains_a_worker_and_another_finishes_its_runs(workers: _Workers
     engine = Engine(workers.url)
     try:
         first = workers.start("first")
+        workers.start("other", "--name", "other-agent")  # another agent's worker, same database
         ids = [engine.submit(AgentState.of(f"drain{n}"), agent=AGENT) for n in range(3)]
         workers.wait_for("start", 0)
         first.send_signal(signal.SIGTERM)
@@ -491,6 +511,7 @@ def test_sigterm_drains_a_worker_and_another_finishes_its_runs(workers: _Workers
         assert any(engine._status(i, output=False).status == "ENQUEUED" for i in ids)
         workers.start("second")
         results = _finished(engine, ids)
+        assert {engine.status(i).executor for i in ids} == {"second"}
     finally:
         engine.close()
     lines = workers.lines()
@@ -514,6 +535,7 @@ def test_workers_killed_at_random_points_lose_nothing_and_rerun_no_recorded_tool
     try:
         ids: list[str] = []
         dead: list[str] = []
+        workers.start("other", "--name", "other-agent")  # another agent's worker, same database
         for round_ in range(3):
             executor = f"w{round_}"
             # half the time a new worker adopts the dead ones, else one restarts under its name

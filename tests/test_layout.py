@@ -25,6 +25,8 @@ VIEWS = (
     "agentfsm._worker_cli",
     "agentfsm._check_cli",
     "agentfsm._versions_cli",
+    "agentfsm.durable._cli_view",
+    "agentfsm.durable._log",
     "agentfsm.console",
     "agentfsm.diagrams",
     "agentfsm.diagram_files",

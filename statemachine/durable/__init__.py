@@ -13,9 +13,13 @@ Install with ``pip install 'agentfsm[dbos]'``::
 
     engine = Engine("postgresql://localhost/agents")    # or a SQLite file path
     engine.register("support", agent)                    # workers: before launch
-    engine.launch()
+    engine.launch()                                      # serves the queue agentfsm:support
     run_id = engine.submit(AgentState.of("hi"), agent="support", run_id="job-1")
+    engine.status(run_id).status                         # "queued", "running", "waiting"...
     engine.result(run_id).state
+
+Each agent's runs go to its own queue (:func:`agent_queue`), so workers of
+different agents share one database and never take each other's runs.
 """
 
 from __future__ import annotations
@@ -27,22 +31,30 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "agentfsm.durable runs on DBOS Transact: pip install 'agentfsm[dbos]'"
     ) from exc
 
+from ..errors import DecisionConflictError, ResumeError, RunNotFoundError
 from ._engine import (
     DurableError,
     Engine,
     RunExistsError,
     RunRecord,
     RunResult,
+    agent_queue,
     app_version,
     database_url,
+    list_runs,
 )
 
 __all__ = [
+    "DecisionConflictError",
     "DurableError",
     "Engine",
+    "ResumeError",
     "RunExistsError",
+    "RunNotFoundError",
     "RunRecord",
     "RunResult",
+    "agent_queue",
     "app_version",
     "database_url",
+    "list_runs",
 ]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 import attrs
 from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer, SetWorkflowID
@@ -17,12 +19,13 @@ from sqlalchemy.exc import IntegrityError
 from .._invariants import check_decisions_fit
 from .._state import AgentState
 from ..agent import Agent
-from ..errors import AgentfsmError
+from ..errors import AgentfsmError, DecisionConflictError
 from ..machine import fingerprint_of
 from ..middleware import check_decisions
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
 from ..store.base import ResumeError, RunExistsError, RunNotFoundError
 from ..trace import Trace
+from ._ledger import HEARTBEAT_SECONDS, Ledger
 from ._workflow import AGENTS, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW
 
 __all__ = [
@@ -31,8 +34,10 @@ __all__ = [
     "RunExistsError",
     "RunRecord",
     "RunResult",
+    "agent_queue",
     "app_version",
     "database_url",
+    "list_runs",
 ]
 
 #: The document format every worker's application version starts with.
@@ -54,16 +59,33 @@ def app_version(agents: Mapping[str, Agent]) -> str:
 
 
 RunState = Literal[
-    "queued", "running", "ok", "paused", "interrupted", "error", "cancelled", "failed"
+    "queued",
+    "running",
+    "waiting",
+    "orphaned",
+    "ok",
+    "paused",
+    "interrupted",
+    "error",
+    "cancelled",
+    "failed",
 ]
 
 _SERIALIZER: Final = DBOSPortableJSONSerializer()
 #: A resumed run goes on in the workflow ``RUN/resume-N``, a DBOS fork of ``RUN/resume-(N-1)``.
 _CONTINUATION: Final = "/resume-"
+_RESERVED: Final = re.compile(re.escape(_CONTINUATION) + r"[0-9]+\Z")
+#: Queues of agentfsm runs start so; the rest of a default queue's name is the agent's.
+QUEUE_PREFIX: Final = "agentfsm:"
 
 
 class DurableError(AgentfsmError, RuntimeError):
     """The engine could not run a run as asked (its workflow failed or was cancelled)."""
+
+
+def agent_queue(agent: str) -> str:
+    """The queue runs of the agent registered as ``agent`` go to by default."""
+    return f"{QUEUE_PREFIX}{agent}"
 
 
 def database_url(db: str | os.PathLike[str]) -> str:
@@ -91,7 +113,9 @@ class RunResult:
 
 @attrs.frozen
 class RunRecord:
-    """A run as a listing shows it."""
+    """A run as a listing shows it: ``queued`` (on ``queue``, for a worker serving it),
+    ``running``, ``waiting`` (for decisions), ``orphaned`` (its worker is gone and none
+    took it over yet), or how it ended."""
 
     run_id: str
     status: RunState
@@ -99,6 +123,7 @@ class RunRecord:
     executor: str | None
     created: float | None
     updated: float | None
+    queue: str | None = None
 
 
 def _seconds(ms: int | None) -> float | None:
@@ -117,13 +142,14 @@ class Engine:
         self,
         db: str | os.PathLike[str],
         *,
-        queue: str = "agentfsm",
+        queue: str | None = None,
         concurrency: int = 8,
         polling_interval: float = 0.1,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.url = database_url(db)
+        #: One queue for every agent, or None: each agent's own (:func:`agent_queue`).
         self.queue = queue
         self.concurrency = concurrency
         self.polling_interval = polling_interval
@@ -131,6 +157,9 @@ class Engine:
         #: The application version this worker serves, once launched (:func:`app_version`).
         self.app_version: str | None = None
         self._client: DBOSClient | None = None
+        self._ledger: Ledger | None = None
+        self._names: list[str] = []
+        self._beating: threading.Event | None = None
 
     # ------------------------------------------------------------ worker
 
@@ -143,6 +172,15 @@ class Engine:
         if not isinstance(agent, Agent):
             raise TypeError(f"register takes an Agent, got {type(agent).__name__}")
         AGENTS[name] = agent
+        if name not in self._names:
+            self._names.append(name)
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues this worker serves: its one queue, or one per registered agent."""
+        if self.queue is not None:
+            return [self.queue]
+        return [agent_queue(name) for name in self._names]
 
     def launch(
         self,
@@ -159,10 +197,13 @@ class Engine:
         will not come back to the queue. ``version`` serves another application
         version than the agents' (:func:`app_version`): runs started on other machines,
         taken on purpose (a recorded step the machine does not expect ends such a run
-        in an error naming both).
+        in an error naming both). It serves :attr:`queues` alone: a run of another
+        agent is never taken here.
         """
+        if not self.queues:
+            raise RuntimeError("Register an agent (or give the engine a queue) before launch().")
         self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
-        self.app_version = version or app_version(AGENTS)
+        self.app_version = version or app_version({name: AGENTS[name] for name in self._names})
         WORKER.reset()
         DBOS(
             config={
@@ -175,13 +216,21 @@ class Engine:
                 "notification_listener_polling_interval_sec": self.polling_interval,
             }
         )
-        DBOS.launch()
-        DBOS.register_queue(
-            self.queue,
-            worker_concurrency=self.concurrency,
-            polling_interval_sec=self.polling_interval,
-            on_conflict="always_update",
-        )
+        DBOS.listen_queues(self.queues)
+        try:
+            DBOS.launch()
+            for queue in self.queues:
+                DBOS.register_queue(
+                    queue,
+                    worker_concurrency=self.concurrency,
+                    polling_interval_sec=self.polling_interval,
+                    on_conflict="always_update",
+                )
+        except BaseException:
+            DBOS.destroy()
+            self.executor_id = None
+            raise
+        self._beat_start(self.executor_id)
         if recover:
             self._requeue(
                 self.client.list_workflows(
@@ -211,6 +260,7 @@ class Engine:
         # its first step, and none can be dequeued after the list is made.
         DBOS.destroy()
         self.executor_id = None
+        self._beat_stop(executor, stopped=True)
         handed = self._requeue(
             self.client.list_workflows(
                 status="PENDING",
@@ -224,14 +274,71 @@ class Engine:
         return handed
 
     def _requeue(self, pending: Sequence[Any]) -> list[str]:
-        ids = [w.workflow_id for w in pending]
-        for run_id in ids:
-            self.client.resume_workflow(run_id, queue_name=self.queue)
+        """Hand runs back, each to the queue it came from."""
+        ids = []
+        for w in pending:
+            queue = w.queue_name or self._queue_of(_agent(w.input))
+            self.client.resume_workflow(w.workflow_id, queue_name=queue)
+            ids.append(w.workflow_id)
         return ids
+
+    def _queue_of(self, agent: str | None) -> str:
+        if self.queue is not None or agent is None:
+            return self.queue or agent_queue("")
+        return agent_queue(agent)
+
+    def _beat_start(self, executor: str) -> None:
+        """Beat every few seconds until stopped: readers see this worker alive."""
+        stop = self._beating = threading.Event()
+        ledger, queues, pid = self.ledger, self.queues, os.getpid()
+        version = self.app_version or APP_VERSION
+        ledger.beat(executor, queues, version, pid, first=True)
+        self._adopt(queues, version)
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_SECONDS):
+                try:
+                    ledger.beat(executor, queues, version, pid, first=False)
+                    self._adopt(queues, version)
+                except Exception:  # a missed beat is retried; readers wait for three
+                    continue
+
+        threading.Thread(target=beat, name=f"agentfsm-heartbeat-{executor}", daemon=True).start()
+
+    def _adopt(self, queues: Sequence[str], version: str) -> None:
+        """Take the runs queued on ``queues`` before any worker of them was alive.
+
+        Such a run has no application version, and DBOS gives a version-less run only to
+        a worker of the newest version launched, which may be another agent's worker:
+        the newest live worker of the run's queue takes it on its own version instead.
+        """
+        mine = [q for q in queues if self.ledger.version_for(q) == version]
+        if not mine:
+            return
+        sys_db = self.client._sys_db
+        status = sys_db.tables.workflow_status
+        with sys_db.engine.begin() as conn:
+            conn.execute(
+                status.update()
+                .where(
+                    status.c.queue_name.in_(mine),
+                    status.c.status == "ENQUEUED",
+                    status.c.application_version.is_(None),
+                )
+                .values(application_version=version)
+            )
+
+    def _beat_stop(self, executor: str | None, *, stopped: bool) -> None:
+        if self._beating is not None:
+            self._beating.set()
+            self._beating = None
+            if stopped and executor is not None:
+                self.ledger.stopped(executor)
 
     def close(self) -> None:
         """Stop the worker (if launched) and release the database."""
         if self.executor_id is not None:
+            self._beat_stop(self.executor_id, stopped=False)
             DBOS.destroy()
             self.executor_id = None
         if self._client is not None:
@@ -250,6 +357,13 @@ class Engine:
             )
         return self._client
 
+    @property
+    def ledger(self) -> Ledger:
+        """agentfsm's own tables (decision claims, heartbeats) in the same database."""
+        if self._ledger is None:
+            self._ledger = Ledger(self.client._sys_db.engine)
+        return self._ledger
+
     def submit(
         self,
         state: AgentState,
@@ -267,8 +381,16 @@ class Engine:
         registered in this process. An interrupted run waits ``decision_timeout``
         seconds (default: no limit) for :meth:`decide`, then ends ``interrupted``
         (and :meth:`decide` resumes it later).
-        An id that exists is refused with :class:`RunExistsError`.
+        An id that exists is refused with :class:`RunExistsError`, and one ending in
+        ``/resume-N`` is refused with ValueError: such ids name continuations.
+        The run goes to the engine's queue, else the agent's own
+        (:func:`agent_queue`); it stays ``queued`` until a worker serving it is up.
         """
+        if run_id is not None and _RESERVED.search(run_id):
+            raise ValueError(
+                f"Run id {run_id!r} ends in {_CONTINUATION}N, which names a resumed run's "
+                "continuation; pick another id."
+            )
         if until_tool is not None and until_tool_success is not None:
             raise ValueError(
                 "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
@@ -291,14 +413,17 @@ class Engine:
             },
             "decision_timeout": decision_timeout,
         }
-        return self._enqueue(submission, run_id)
+        return self._enqueue(submission, run_id, self._queue_of(agent))
 
-    def _enqueue(self, submission: Mapping[str, Any], run_id: str | None) -> str:
+    def _enqueue(self, submission: Mapping[str, Any], run_id: str | None, queue: str) -> str:
         options: dict[str, Any] = {
-            "queue_name": self.queue,
+            "queue_name": queue,
             "workflow_name": WORKFLOW,
             "workflow_id_reuse_policy": "reject",
         }
+        version = self.ledger.version_for(queue)
+        if version is not None:  # the newest live worker of the queue takes it
+            options["app_version"] = version
         if run_id is not None:
             options["workflow_id"] = run_id
         try:
@@ -336,8 +461,33 @@ class Engine:
         ]
         return (f"{prefix}{max(numbers)}", max(numbers)) if numbers else (run_id, 0)
 
-    def result(self, run_id: str, *, timeout: float | None = None) -> RunResult:
-        """The run's result, waiting up to ``timeout`` seconds (None: until it ends)."""
+    def status(self, run_id: str) -> RunRecord:
+        """How the run stands now (its newest continuation's standing), without waiting:
+        a few reads of the database, never a wait for the run."""
+        status = self._status(run_id, output=True)
+        first = status
+        if _root(status) != status.workflow_id:
+            first = self.client.list_workflows(
+                workflow_ids=[_root(status)], load_input=True, load_output=False
+            )[0]
+        return self._records([(first, status)])[0]
+
+    @overload
+    def result(
+        self, run_id: str, *, wait: Literal[True] = ..., timeout: float | None = None
+    ) -> RunResult: ...
+
+    @overload
+    def result(
+        self, run_id: str, *, wait: bool, timeout: float | None = None
+    ) -> RunResult | None: ...
+
+    def result(
+        self, run_id: str, *, wait: bool = True, timeout: float | None = None
+    ) -> RunResult | None:
+        """The run's result, waiting up to ``timeout`` seconds (None: until it ends,
+        through any wait for decisions). With ``wait=False``: the result if the run
+        ended, else None at once (see :meth:`status` for where it stands)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self._status(run_id, output=True)
@@ -347,6 +497,8 @@ class Engine:
                 raise DurableError(
                     f"Run {run_id!r} ended {status.status} in the engine: {status.error}"
                 )
+            if not wait:
+                return None
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"Run {run_id!r} is still {status.status.lower()}")
             time.sleep(self.polling_interval / 2)
@@ -362,18 +514,33 @@ class Engine:
         checks them, against the calls pending in the conversation (ValueError,
         nothing sent or queued); a run that neither waits nor ended interrupted
         for approval is a :class:`ResumeError`.
+
+        It is compare-and-set: of two processes deciding one wait at once, one is
+        sent and the other raises :class:`DecisionConflictError` naming the
+        decisions that won.
         """
         status = self._status(run_id, output=True)
         tip, run_id = status.workflow_id, _root(status)
         waiting = self.client.get_event(tip, WAITING_EVENT, timeout_seconds=0)
         if isinstance(waiting, Mapping):
             check_decisions(waiting.get("interrupt") or {}, decisions)
-            message = {"segment": waiting.get("segment"), "decisions": [dict(d) for d in decisions]}
+            segment = int(waiting.get("segment") or 0)
+            self._claim(run_id, tip, segment, decisions)
+            message = {"segment": segment, "decisions": [dict(d) for d in decisions]}
             self.client.send(tip, message, DECISIONS_TOPIC)
             timed_out = self._timed_out(tip)
             if timed_out is not None:  # the wait ended as they were sent: they go on anew
                 self._fork(run_id, tip, timed_out, message, status.app_version)
             return
+        if status.status == "PENDING":
+            won = self.ledger.latest(tip)
+            if won is not None:  # another decide answered the wait just now
+                raise DecisionConflictError(
+                    f"Run {run_id!r} is not waiting for decisions: it took "
+                    f"{json.dumps(won)[:300]} and goes on; these were not sent.",
+                    run_id=run_id,
+                    decisions=won,
+                )
         if _state(status) != "interrupted":
             raise ResumeError(
                 f"Run {run_id!r} is not waiting for decisions and did not end interrupted "
@@ -390,6 +557,7 @@ class Engine:
         check_decisions(data, decisions)
         agent = AGENTS.get(_agent(status.input) or "")
         check_decisions_fit(ended.state.messages, data, agent.middleware if agent else ())
+        self._claim(run_id, tip, len(ended.traces), decisions)
         self._fork(
             run_id,
             tip,
@@ -397,6 +565,19 @@ class Engine:
             {"segment": len(ended.traces), "decisions": [dict(d) for d in decisions]},
             status.app_version,
         )
+
+    def _claim(
+        self, run_id: str, tip: str, segment: int, decisions: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Claim the wait of ``tip``'s ``segment`` for ``decisions``, or refuse them."""
+        won = self.ledger.claim(tip, segment, decisions)
+        if won is not None:
+            raise DecisionConflictError(
+                f"Run {run_id!r} took other decisions first: {json.dumps(won)[:300]}; "
+                "these were not sent.",
+                run_id=run_id,
+                decisions=won,
+            )
 
     def _timed_out(self, workflow_id: str) -> int | None:
         """The step of the workflow's decision wait that timed out, if one did.
@@ -424,11 +605,11 @@ class Engine:
         """
         number = 0 if tip == run_id else int(tip.rsplit(_CONTINUATION, 1)[1])
         continuation = f"{run_id}{_CONTINUATION}{number + 1}"
+        [found] = self.client.list_workflows(workflow_ids=[tip], load_input=True)
+        queue = found.queue_name or self._queue_of(_agent(found.input))
         try:
             with SetWorkflowID(continuation):
-                self.client.fork_workflow(
-                    tip, wait, application_version=version, queue_name=self.queue
-                )
+                self.client.fork_workflow(tip, wait, application_version=version, queue_name=queue)
         except (IntegrityError, DBOSWorkflowIDInUseError) as exc:
             raise ResumeError(
                 f"Run {run_id!r} was resumed meanwhile (as {continuation!r}); see its result"
@@ -446,21 +627,41 @@ class Engine:
 
         A resumed run is listed once, under its id, as its newest continuation stands.
         """
-        records = []
+        pairs = []
         for w in self.client.list_workflows(
             name=WORKFLOW, sort_desc=True, limit=limit, load_input=True, load_output=True
         ):
             if w.forked_from is not None and _CONTINUATION in w.workflow_id:
                 continue  # listed under the run it continues
-            now = self._status(w.workflow_id, output=True) if w.was_forked_from else w
+            pairs.append((w, self._status(w.workflow_id, output=True) if w.was_forked_from else w))
+        return self._records(pairs)
+
+    def _records(self, pairs: Sequence[tuple[Any, Any]]) -> list[RunRecord]:
+        """Records of (first workflow, newest continuation) pairs: a pending one is
+        ``waiting`` while it waits for decisions, ``orphaned`` when its worker is gone."""
+        pending = [now for _, now in pairs if now.status == "PENDING"]
+        executors = sorted({now.executor_id for now in pending if now.executor_id})
+        gone = self.ledger.gone(executors) if executors else set()
+        records = []
+        for first, now in pairs:
+            state = _state(now)
+            if now.status == "PENDING":
+                if now.executor_id in gone:
+                    state = "orphaned"
+                elif isinstance(
+                    self.client.get_event(now.workflow_id, WAITING_EVENT, timeout_seconds=0),
+                    Mapping,
+                ):
+                    state = "waiting"
             records.append(
                 RunRecord(
-                    w.workflow_id,
-                    _state(now),
-                    _agent(w.input),
-                    now.executor_id,
-                    _seconds(w.created_at),
-                    _seconds(now.updated_at),
+                    run_id=first.workflow_id,
+                    status=state,
+                    agent=_agent(first.input),
+                    executor=now.executor_id,
+                    created=_seconds(first.created_at),
+                    updated=_seconds(now.updated_at),
+                    queue=now.queue_name,
                 )
             )
         return records
@@ -470,6 +671,13 @@ class Engine:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def list_runs(db: str | os.PathLike[str], *, limit: int = 100) -> list[RunRecord]:
+    """The runs of the durable database ``db`` (a SQLite path or a URL), newest first:
+    the one call a reader (the runs command, a web view) needs, no engine of its own."""
+    with Engine(db) as engine:
+        return engine.runs(limit=limit)
 
 
 def _agent(inputs: Any) -> str | None:

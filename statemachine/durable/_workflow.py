@@ -11,7 +11,11 @@ chains again, and the run goes on from its first unrecorded step.
 Draining is decided where it can be replayed: a step that finishes on a
 draining worker records ``"draining": true``, and the run pauses at the next
 state boundary with reason ``"draining"`` (after a model reply through
-``should_pause``, after a tool turn by a requested pause). A paused run goes
+``should_pause``, after a tool turn by a requested pause). A run between two
+steps on a draining worker (before a model call, or between a reply and its
+tools) records the step ``agentfsm.drain`` and pauses there; a worker replaying
+the run finds that step where it was recorded and pauses at the same state, so
+every drain is a ``paused: draining`` segment of the run's record. A paused run goes
 on in a new segment, whose first step is never started on a draining worker:
 the run parks there (nothing more is recorded) and the worker hands it back to
 the queue. The model calls a drained segment made count against the next
@@ -26,11 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
 from dbos import DBOS
+from dbos._context import get_local_dbos_context
+from dbos._dbos import _get_dbos_instance
 
 from agentfsm.providers.base import ChatModel, DeltaHandler
 from agentfsm.providers.wrapper import WrapperModel
@@ -49,6 +55,7 @@ from ..tools import Tool, ToolContext, WrapperTool
 __all__ = [
     "AGENTS",
     "DECISIONS_TOPIC",
+    "Listener",
     "WAITING_EVENT",
     "WORKER",
     "WORKFLOW",
@@ -57,6 +64,11 @@ __all__ = [
 ]
 
 WORKFLOW: Final = "agentfsm.run"
+#: The step a drain between two steps records, where the run paused.
+DRAIN_STEP: Final = "agentfsm.drain"
+#: The states before which a run drained between two steps pauses (each has a
+#: ``paused`` edge, and the next segment enters the machine at the same point).
+_DRAIN_POINTS: Final = frozenset({"calling", "interrupt_check"})
 #: The event a run sets while it waits for decisions: ``{"segment", "interrupt"}``.
 WAITING_EVENT: Final = "agentfsm.waiting"
 DECISIONS_TOPIC: Final = "agentfsm.decisions"
@@ -67,6 +79,11 @@ _FOREVER: Final = 365 * 24 * 3600.0
 AGENTS: dict[str, Agent] = {}
 
 
+#: A listener of a worker's runs: ``(event, run_id, detail)``, event ``start``, ``end`` or
+#: ``stop`` (the run left this worker unfinished: drained, or the worker shut down).
+Listener = Callable[[str, str, Mapping[str, Any]], None]
+
+
 class _Worker:
     """This process's runs: which are inside a step, which are parked at a boundary."""
 
@@ -75,6 +92,15 @@ class _Worker:
         self.draining = False
         self._working: dict[str, int] = {}
         self._parked: set[str] = set()
+        self.listeners: list[Listener] = []
+
+    def tell(self, event: str, run_id: str, detail: Mapping[str, Any]) -> None:
+        """Tell the listeners; one that fails never fails the run."""
+        for listener in list(self.listeners):
+            try:
+                listener(event, run_id, detail)
+            except Exception:  # a log line is not worth a run
+                continue
 
     def enter(self, run_id: str) -> None:
         with self._lock:
@@ -133,6 +159,11 @@ class _Execution:
         #: recorded steps of this execution so far: together they name each step.
         self.run: AgentRun | None = None
         self.calls = 0
+        #: A recorded step ran in the current segment (its first boundary is not a drain point).
+        self.stepped = False
+        #: The operation ids of the run's recorded drains, and the newest recorded operation.
+        self.drains: set[int] = set()
+        self.recorded = -1
         self.agent = Agent(
             _StepModel(agent.model, self),
             [_StepTool.wrap(t, execution=self) for t in agent.tools],
@@ -175,9 +206,30 @@ class _Execution:
             else:
                 self.drain_seen = True
 
+    async def load(self) -> None:
+        """Read the run's recorded operations: where its drains are, how far it got."""
+        sys_db = _get_dbos_instance()._sys_db
+        steps = await asyncio.to_thread(sys_db.list_workflow_steps, self.run_id, load_output=False)
+        self.drains = {s["function_id"] for s in steps if s["function_name"] == DRAIN_STEP}
+        self.recorded = max((s["function_id"] for s in steps), default=-1)
+
+    async def drained_here(self) -> bool:
+        """Whether the run pauses for a drain here: one recorded here, or a new one on a
+        draining worker past the recorded operations (never inside the replayed ones)."""
+        ctx = get_local_dbos_context()
+        assert ctx is not None
+        next_id = ctx.function_id + 1
+        if next_id in self.drains or (WORKER.draining and next_id > self.recorded):
+            await DBOS.run_step_async({"name": DRAIN_STEP}, _drain_marker)
+            return True
+        return False
+
     async def drive(self, run: AgentRun, traces: list[Any]) -> AgentState:
         self.run = run
+        self.stepped = False
         while not run.done:
+            if self.stepped and run.state in _DRAIN_POINTS and await self.drained_here():
+                run.request_pause("draining")
             await run.step()
             if self.drain_seen and not run.done:
                 run.request_pause("draining")
@@ -214,6 +266,7 @@ class _StepModel(WrapperModel):
             on_delta,
         )
         self.execution.saw(output, model=True)
+        self.execution.stepped = True
         if "error" in output:
             raise converter.structure(output["error"], ChainError)
         return converter.structure(output["message"], Message)
@@ -252,12 +305,17 @@ class _StepTool(WrapperTool):
             context,
         )
         self.execution.saw(output, model=False)
+        self.execution.stepped = True
         return converter.structure(output["result"], ToolResult)
 
     @staticmethod
     async def _call(inner: Tool, call: ToolCall, context: ToolContext) -> dict[str, Any]:
         result = await inner.invoke(call, context)
         return {"result": converter.unstructure(result, ToolResult), "draining": WORKER.draining}
+
+
+async def _drain_marker() -> dict[str, Any]:
+    return {"draining": True}
 
 
 def _spent(chain: LLMChain, calls: int) -> LLMChain:
@@ -286,8 +344,17 @@ async def run_workflow(submission: dict[str, Any]) -> dict[str, Any]:
     run_id = DBOS.workflow_id
     assert run_id is not None
     WORKER.enter(run_id)
+    agent = str(submission.get("agent"))
+    WORKER.tell("start", run_id, {"agent": agent})
     try:
-        return await _run(run_id, submission)
+        out = await _run(run_id, submission)
+    except BaseException:
+        WORKER.tell("stop", run_id, {"agent": agent})
+        raise
+    else:
+        state = out["state"]
+        WORKER.tell("end", run_id, {"agent": agent, "status": state.get("status")})
+        return out
     finally:
         WORKER.unpark(run_id)
         WORKER.leave(run_id)
@@ -310,6 +377,7 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
             traces,
         )
     execution = _Execution(run_id, agent)
+    await execution.load()
     options = execute_options(submission.get("options") or {})
     timeout = submission.get("decision_timeout")
     wait = _FOREVER if timeout is None else float(timeout)

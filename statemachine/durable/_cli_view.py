@@ -1,0 +1,157 @@
+"""Durable runs as ``agentfsm runs list|show|resume`` show them.
+
+The ``runs`` command calls :func:`handle` when its ``--db`` names a DBOS
+database instead of an agentfsm store; it reads through
+:func:`~agentfsm.durable.list_runs` and the :class:`~agentfsm.durable.Engine`,
+as any other reader does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from .._printable import printable
+from ..messages import Message
+from ..serialization import dump_trace
+from ._engine import Engine, RunRecord, RunResult, list_runs
+from ._log import quiet_engine
+
+__all__ = ["handle", "show_run"]
+
+
+def show_run(
+    db: str | os.PathLike[str], run_id: str
+) -> tuple[RunRecord, RunResult | None, Mapping[str, Any] | None]:
+    """One run: where it stands, its result if it ended, and what it waits for, if anything."""
+    with Engine(db) as engine:
+        record = engine.status(run_id)
+        result = engine.result(run_id, wait=False)
+        waiting = engine.waiting(run_id) if record.status == "waiting" else None
+    return record, result, waiting
+
+
+def _say(out: TextIO, text: str) -> None:
+    print(printable(text), file=out)
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(seconds).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def handle(args: argparse.Namespace, db: str, out: TextIO) -> int:
+    """``runs list|show|resume`` over a durable database; the exit status (errors raise)."""
+    with quiet_engine():
+        if args.runs_command == "list":
+            return _list(db, out)
+        if args.runs_command == "show":
+            return _show(db, args.run_id, args.json, out)
+        return _decide(db, args.run_id, args.decisions, out)
+
+
+def _list(db: str, out: TextIO) -> int:
+    runs = list_runs(db)
+    if not runs:
+        _say(out, f"No durable runs in {db}.")
+        return 0
+    rows = [("RUN ID", "STATUS", "AGENT", "QUEUE", "WORKER", "UPDATED")]
+    rows += [
+        (r.run_id, r.status, r.agent or "-", r.queue or "-", r.executor or "-", _when(r.updated))
+        for r in runs
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
+        _say(out, "  ".join([*cells, row[5]]).rstrip())
+    return 0
+
+
+def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
+    record, result, waiting = show_run(db, run_id)
+    if as_json:
+        doc: dict[str, Any] = {
+            "run_id": record.run_id,
+            "status": record.status,
+            "agent": record.agent,
+            "queue": record.queue,
+            "executor": record.executor,
+        }
+        if waiting is not None:
+            doc["waiting"] = dict(waiting)
+        if result is not None:
+            doc["ends"] = list(result.ends)
+            doc["traces"] = [dump_trace(t) for t in result.traces]
+        _say(out, json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+        return 0
+    _say(
+        out,
+        f"run {record.run_id}: {record.status} (agent {record.agent}, queue {record.queue}, "
+        f"worker {record.executor or '-'}, updated {_when(record.updated)})",
+    )
+    if waiting is not None:
+        requests = [r for r in waiting.get("action_requests") or () if isinstance(r, Mapping)]
+        names = ", ".join(str(r.get("tool_name")) for r in requests) or "its interrupt"
+        example = json.dumps([{"type": "approve"}] * max(len(requests), 1))
+        _say(
+            out,
+            f"waiting for a decision on {names}; answer with: agentfsm runs resume "
+            f"{record.run_id} --db {db} --decisions '{example}'",
+        )
+    if result is None:
+        return 0
+    for number, (trace, end) in enumerate(zip(result.traces, result.ends, strict=False)):
+        _say(out, f"segment {number} ({end}): {trace.path}")
+    state = result.state
+    if state.error is not None:
+        _say(out, f"error: {state.error}")
+    _say(out, "messages:")
+    for message in state.messages:
+        _say(out, _message_line(message))
+    return 0
+
+
+def _message_line(message: Message) -> str:
+    if message.tool_results:
+        body = "; ".join(
+            f"{r.name}{' (error)' if r.is_error else ''}: {_short(r.text, 50)}"
+            for r in message.tool_results
+        )
+    elif message.tool_calls:
+        calls = ", ".join(f"{c.name}({json.dumps(dict(c.arguments))})" for c in message.tool_calls)
+        body = _short((message.text + " " if message.text else "") + "calls " + calls, 90)
+    else:
+        body = _short(message.text, 90)
+    return f"  {message.role:>9}: {body}"
+
+
+def _short(text: str | None, width: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class _UsageError(ValueError):
+    """A mistake on the command line (the runs command says it in one line, exit 2)."""
+
+
+def _decide(db: str, run_id: str, decisions_text: str | None, out: TextIO) -> int:
+    if decisions_text is None:
+        raise _UsageError(
+            f"run {run_id} is durable: its worker goes on by itself; "
+            "--decisions answers its approval requests"
+        )
+    try:
+        decisions: Sequence[Mapping[str, Any]] = json.loads(decisions_text)
+    except json.JSONDecodeError as exc:
+        raise _UsageError(f"--decisions is not JSON: {exc}") from exc
+    if not isinstance(decisions, list):
+        raise _UsageError("--decisions takes a JSON list, one decision per approval request")
+    with Engine(db) as engine:
+        engine.decide(run_id, decisions)
+    _say(out, f"run {run_id}: decisions sent; its worker goes on")
+    return 0
