@@ -60,7 +60,7 @@ def serve(
     shown = f"[{bind.strip('[]')}]" if family == socket.AF_INET6 else bind
     url = f"http://{shown}:{sock.getsockname()[1]}/"
     app = create_app(db, agent=agent, token=token)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     print(f"agentfsm studio: {db} at {url}" + (f"?token={token}" if token else ""), file=out)
     if token is not None:

@@ -114,12 +114,12 @@ class _Guard(BaseHTTPMiddleware):
 class _Studio:
     """The app's state: the store read, the store written, the agent, the CSRF token."""
 
-    def __init__(self, db: str, agent: str | None) -> None:
+    def __init__(self, db: str, agent: str | Agent | None) -> None:
         self.db = db
         self.catalog = Catalog(db)
-        self.agent_spec = agent
+        self.agent_spec = agent if isinstance(agent, str) else None
         self.csrf = secrets.token_urlsafe(32)
-        self._agent: Agent | None = None
+        self._agent: Agent | None = agent if isinstance(agent, Agent) else None
         self._writer: SQLiteStore | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
 
@@ -165,11 +165,12 @@ def _page_number(request: Request) -> int:
         return 1
 
 
-def create_app(db: str, *, agent: str | None = None, token: str | None = None) -> Starlette:
+def create_app(db: str, *, agent: str | Agent | None = None, token: str | None = None) -> Starlette:
     """The studio over the SQLite store at ``db``.
 
-    ``agent`` (``module:attribute``, as ``agentfsm runs resume --agent`` takes it) is
-    the agent decisions resume runs with; ``token``, when given, is needed by every
+    ``agent`` (an :class:`~agentfsm.Agent`, or ``module:attribute`` as ``agentfsm runs
+    resume --agent`` takes it; the demo agent by default) is the agent decisions resume
+    runs with; ``token``, when given, is needed by every
     request (as ``?token=``, then a cookie, or ``Authorization: Bearer``), and without
     it only requests addressed to a loopback host are answered.
     """
@@ -348,7 +349,8 @@ async def _resume(studio: _Studio, run_id: str, decisions: Sequence[Mapping[str,
     agent = studio.agent()
     store = studio.writer()
     before = load_run(store, run_id, strict=False)
-    _check_resumable(before, decisions, agent, studio.agent_spec or DEFAULT_AGENT, studio.db)
+    spec = studio.agent_spec or ("the given agent" if studio._agent else DEFAULT_AGENT)
+    _check_resumable(before, decisions, agent, spec, studio.db)
     return await restore_run(agent, run_id, store, list(decisions))
 
 
