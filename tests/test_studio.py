@@ -135,10 +135,11 @@ def test_the_index_lists_every_run_waiting_first(store: pathlib.Path) -> None:
         assert ids_of(machine="standard", status="interrupted") == ["waiting"]
 
         page = httpx.get(base + "/")
-        assert page.status_code == 200 and "default-src 'none'" in html_unescape(
-            page.headers.get("content-security-policy", "")
-            or re.search(r'content="(default-src[^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-        )
+        meta = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page.text)
+        assert page.status_code == 200 and meta
+        assert "default-src 'none'" in html_unescape(meta.group(1))
+        assert page.headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert page.headers["x-frame-options"] == "DENY"
         assert HOSTILE not in page.text and "&lt;/script&gt;" in page.text
         assert "<script" not in page.text  # the index runs no script at all
         assert page.text.index("waiting") < page.text.index("finished")

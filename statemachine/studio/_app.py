@@ -94,6 +94,17 @@ class _Guard(BaseHTTPMiddleware):
     async def dispatch(
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
+        response = await self._checked(request, call_next)
+        # No other site may frame the studio's pages (a click on "approve" is an act).
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        return response
+
+    async def _checked(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
         if self.token is None:
             if _host_of(request.headers.get("host", "")) not in _LOOPBACK:
                 return PlainTextResponse("this studio answers on loopback only", 403)
@@ -214,7 +225,7 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
             "run_id": run_id,
             "status": saved.status,
             "head": studio.catalog.head(run_id),
-            "live": saved.status == "running",
+            "live": saved.status in ("running", "interrupted", "paused"),
             "events": f"/api/runs/{_quote(run_id)}/events",
             "decide": f"/api/runs/{_quote(run_id)}/decide",
             "csrf": studio.csrf,

@@ -29,7 +29,7 @@ def _hash(text: str) -> str:
 def policy(style: str) -> str:
     return (
         f"default-src 'none'; style-src {_hash(style)}; img-src data:; "
-        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+        "base-uri 'none'; form-action 'self'"
     )
 
 

@@ -1,0 +1,153 @@
+"""agentfsm studio in headless Chromium, as a user drives it: the index, a run, a live run
+advancing, and approving it from its page.
+
+Chromium and chromedriver are Debian's (see tests/test_view.py); without them the
+tests are skipped, unless AGENTFSM_REQUIRE_BROWSER is set.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
+
+from agentfsm import AgentState
+from agentfsm.store import SQLiteStore, load_run, start_run
+from agentfsm.studio import create_app
+from tests.test_studio import HOSTILE, approval_agent, make_store, serving
+from tests.test_view import browser  # noqa: F401  (the fixture)
+
+#: Where screenshots of the pages go for the docs, when asked (AGENTFSM_SCREENSHOTS=DIR).
+SHOTS = os.environ.get("AGENTFSM_SCREENSHOTS")
+
+
+def _shot(driver: Any, name: str, tmp_path: pathlib.Path) -> None:
+    folder = pathlib.Path(SHOTS) if SHOTS else tmp_path
+    path = folder / f"{name}.png"
+    assert driver.save_screenshot(str(path))
+    assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def _wait(condition: Any, timeout: float = 10, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _severe(driver: Any) -> list[Any]:
+    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def _steps(driver: Any) -> int:
+    return int(
+        driver.execute_script("return document.querySelectorAll('#steps li[data-step]').length")
+    )
+
+
+@pytest.fixture
+def studio(tmp_path: pathlib.Path) -> Iterator[tuple[str, pathlib.Path]]:
+    db = make_store(tmp_path)
+    with serving(create_app(str(db), agent=approval_agent(tmp_path, resumed=True))) as base:
+        yield base, db
+
+
+def test_open_the_index_then_a_run(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    studio: tuple[str, pathlib.Path],
+    tmp_path: pathlib.Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, _ = studio
+    browser.get_log("browser")
+    browser.get(base + "/")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
+    assert rows[0].get_attribute("data-run") == "waiting"
+    assert len(rows) == 3
+    assert browser.execute_script("return window.pwned === undefined")
+    assert HOSTILE in browser.find_element(By.ID, "runs").text
+    _shot(browser, "studio-index", tmp_path)
+
+    status = browser.find_element(By.NAME, "status")
+    status.find_element(By.CSS_SELECTOR, "option[value=ok]").click()
+    browser.find_element(By.NAME, "q").send_keys("finite-state")
+    browser.find_element(By.CSS_SELECTOR, "#filters button").click()
+    _wait(lambda: "q=finite-state" in browser.current_url, what="the search")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
+    assert [r.get_attribute("data-run") for r in rows] == ["finished"]
+
+    rows[0].find_element(By.TAG_NAME, "a").click()
+    _wait(lambda: "/runs/finished#" in browser.current_url, what="the run page")
+    _wait(lambda: _steps(browser) == 27, what="the timeline")
+    text = browser.find_element(By.TAG_NAME, "body").text
+    assert "human decision: ✔ approved write_file" in text
+    title = browser.find_element(By.CSS_SELECTOR, "#steps li[data-step='0']").get_attribute("title")
+    assert " · saved 20" in title  # a wall-clock time
+    assert "saved at 20" in browser.find_element(By.ID, "step").text
+    assert browser.find_elements(By.ID, "live") == []  # a finished run is not followed
+    _shot(browser, "studio-run", tmp_path)
+    assert _severe(browser) == []
+
+
+def test_watch_a_live_run_advance_and_approve_it(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    studio: tuple[str, pathlib.Path],
+    tmp_path: pathlib.Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, db = studio
+    gate = threading.Event()
+    agent = approval_agent(tmp_path, gate)
+
+    def go() -> None:
+        with SQLiteStore(db) as store:
+            start_run(agent, AgentState.of("write it"), store, run_id="live").run_sync()
+
+    runner = threading.Thread(target=go, daemon=True)
+    runner.start()
+    try:
+
+        def saved_steps() -> int:
+            with SQLiteStore(db, read_only=True) as store:
+                try:
+                    return load_run(store, "live", strict=False).steps
+                except Exception:
+                    return 0
+
+        _wait(lambda: saved_steps() >= 2, what="the run to start")
+        browser.get_log("browser")
+        browser.get(base + "/runs/live")
+        _wait(lambda: browser.find_elements(By.ID, "live"), what="the live mark")
+        before = _steps(browser)
+        assert before >= 2
+        gate.set()  # the run goes on, up to the approval it needs
+        started = time.monotonic()
+        _wait(lambda: _steps(browser) > before, what="new transitions")
+        assert time.monotonic() - started < 5
+        _wait(lambda: browser.find_elements(By.ID, "approve"), what="the approval form")
+    finally:
+        gate.set()
+        runner.join(10)
+    act = browser.find_element(By.ID, "act").text
+    assert "write_file" in act and "waits for your decision" in act
+    assert browser.execute_script("return window.pwned === undefined")
+    _shot(browser, "studio-approval", tmp_path)
+
+    browser.find_element(By.ID, "approve").click()
+    _wait(lambda: "ok" in browser.find_element(By.CSS_SELECTOR, "#facts .badge").text, what="ok")
+    assert (tmp_path / "a.md").exists()
+    text = browser.find_element(By.TAG_NAME, "body").text
+    assert "human decision: ✔ approved write_file" in text
+    assert _severe(browser) == []
