@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import difflib
 import hashlib
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -56,10 +59,45 @@ __all__ = ["main"]
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with errors on one line and exit code 2."""
+    """argparse, with errors on one line, a did-you-mean for a mistyped option, exit code 2."""
+
+    #: The command line being parsed (set by :func:`main`), for the suggestions.
+    argv: Sequence[str] = ()
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        hint = _suggestion(self, message)
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see {self.prog} --help)\n")
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def _suggestion(parser: _Parser, message: str) -> str:
+    """``; did you mean --approve?`` for an option or command close to a known one."""
+    unknown = re.match(r"unrecognized arguments: (.*)", message)
+    choice = re.match(r"argument \S+: invalid choice: '([^']*)'", message)
+    if choice:
+        known = list(_subparsers(parser))
+        words = [choice.group(1)]
+    elif unknown:
+        # The options of the command (and sub-command) the line names, else the top's.
+        current: argparse.ArgumentParser = parser
+        for word in parser.argv:
+            current = _subparsers(current).get(word, current)
+        known = [o for a in current._actions for o in a.option_strings if o.startswith("--")]
+        words = [w.split("=", 1)[0] for w in unknown.group(1).split() if w.startswith("-")]
+    else:
+        return ""
+    for word in words:
+        close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+        if close:
+            return f"; did you mean {close[0]}?"
+    return ""
 
 
 # ---------------------------------------------------------------- trace JSON
@@ -345,11 +383,12 @@ def _view_page(args: argparse.Namespace, run: str) -> tuple[str, str]:
             RunNotFoundError,
             FormatError,
             StoreError,
-            UnknownMachineError,
             UnknownToolError,
             sqlite3.DatabaseError,
         ) as exc:
             raise UsageError(str(exc)) from None
+        except UnknownMachineError as exc:
+            raise UsageError(f"{exc} (--machines MODULE imports it)") from None
     try:
         page = view.saved_run_page(saved, clock=clock)
     except (RecursionError, UnknownMachineError) as exc:
@@ -469,11 +508,19 @@ def _positive(text: str) -> int:
     return value
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("agentfsm")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _parser() -> _Parser:
     parser = _Parser(
         prog="agentfsm",
         description="An LLM agent's tool-calling loop as an explicit finite-state machine.",
     )
+    parser.add_argument("--version", action="version", version=f"agentfsm {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = commands.add_parser(
@@ -602,6 +649,7 @@ def _parser() -> _Parser:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``agentfsm`` console script; the exit code."""
     parser = _parser()
+    parser.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
@@ -615,6 +663,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"agentfsm {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader stopped reading (`| head`): not an error of the command. Python
+        # would fail again flushing stdout at exit, so stdout goes nowhere from now on.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
