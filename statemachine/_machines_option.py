@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ._runs_cli import UsageError
+from .machine import UnknownMachineError
 
 __all__ = ["ENV", "add_machines_option", "import_machines"]
 
@@ -34,7 +34,10 @@ def add_machines_option(parser: argparse.ArgumentParser) -> None:
 
 
 def import_machines(modules: Sequence[str] | None) -> list[str]:
-    """Import ``modules`` and those of ``$AGENTFSM_MACHINES``; the names imported."""
+    """Import ``modules`` and those of ``$AGENTFSM_MACHINES``; the names imported.
+
+    A module that cannot be imported is an :class:`UnknownMachineError`: the
+    machines it would declare stay unknown."""
     names = [m.strip() for m in os.environ.get(ENV, "").split(",") if m.strip()]
     names += [m for m in modules or () if m not in names]
     if names and "" not in sys.path and os.getcwd() not in sys.path:
@@ -43,7 +46,7 @@ def import_machines(modules: Sequence[str] | None) -> list[str]:
         try:
             importlib.import_module(name)
         except Exception as exc:
-            raise UsageError(
+            raise UnknownMachineError(
                 f"cannot import {name!r} for --machines: {type(exc).__name__}: {exc}"
             ) from exc
     return names

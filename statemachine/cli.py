@@ -315,7 +315,7 @@ def _cmd_studio(args: argparse.Namespace) -> int:
         raise UsageError(
             f"the studio needs its extra: pip install 'agentfsm[studio]' ({exc})"
         ) from None
-    import_machines(args.machines)
+    _import_machines(args.machines)
     db = args.db or _runs_cli.default_db()
     _store(db).close()  # refuse a missing file, or one that is not a store, now
     if not 0 <= args.port <= 65535:
@@ -330,8 +330,15 @@ def _cmd_studio(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- view
 
 
+def _import_machines(modules: Sequence[str] | None) -> None:
+    try:
+        import_machines(modules)
+    except UnknownMachineError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _cmd_view(args: argparse.Namespace) -> int:
-    import_machines(args.machines)
+    _import_machines(args.machines)
     sources: list[str] = args.run
     out = pathlib.Path(args.out) if args.out else None
     if len(sources) > 1 and out is not None and not _is_dir(out):
@@ -360,7 +367,7 @@ def _view_page(args: argparse.Namespace, run: str) -> tuple[str, str]:
     A trace file's page is ``NAME.trace.html``, so it never overwrites the page of the
     saved run of the same name."""
     from . import view
-    from .view._clock import wall_clock
+    from .view import wall_clock
 
     source = pathlib.Path(run)
     if args.db is None and (source.suffix == ".json" or _is_file(source)):

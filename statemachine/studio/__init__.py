@@ -11,7 +11,6 @@ It listens on 127.0.0.1 unless a host is given; then every request needs a token
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 import socket
 import sys
@@ -19,17 +18,7 @@ from typing import TextIO
 
 from ._app import COOKIE, CSRF_HEADER, create_app
 
-__all__ = ["COOKIE", "CSRF_HEADER", "create_app", "is_loopback", "serve"]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+__all__ = ["COOKIE", "CSRF_HEADER", "create_app", "serve"]
 
 
 def serve(

@@ -46,8 +46,7 @@ from ..store import (
     load_run,
     restore_run,
 )
-from ..view import render_page
-from ..view._model import page_data
+from ..view import page_data, render_page
 from ._catalog import Catalog
 from ._pages import index_page
 

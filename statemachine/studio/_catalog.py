@@ -19,7 +19,7 @@ from ..errors import AgentfsmError
 from ..machine import UnknownMachineError
 from ..serialization import FormatError, UnknownToolError
 from ..store import RunInfo, SavedRun, SQLiteStore, StoreError, load_run
-from ..view._clock import wall_clock
+from ..view import wall_clock
 
 __all__ = ["PAGE_SIZE", "Catalog", "Row"]
 

@@ -24,10 +24,11 @@ from ..modes.standard import STANDARD
 from ..results import Terminal
 from ..store import SavedRun
 from ..trace import Trace
+from ._clock import wall_clock
 from ._model import page_data
 from ._svg import machine_svg
 
-__all__ = ["page", "render_page", "saved_run_page", "traces_page"]
+__all__ = ["page", "page_data", "render_page", "saved_run_page", "traces_page", "wall_clock"]
 
 
 def _asset(name: str) -> str:
