@@ -291,3 +291,19 @@ def test_the_command_refuses_what_is_not_a_store(tmp_path: pathlib.Path) -> None
     )
     assert result.returncode == 2 and "no store" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_a_rejection_is_an_event_of_its_own(store: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    with serving(create_app(str(store), agent=approval_agent(tmp_path, resumed=True))) as base:
+        extra = addon_data(httpx.get(f"{base}/runs/waiting").text)
+        (request,) = extra["requests"]
+        reject = {"decisions": [{"type": "reject", "digest": request["digest"]}]}
+        sent = httpx.post(base + extra["decide"], json=reject, headers={CSRF_HEADER: extra["csrf"]})
+        assert sent.status_code == 202
+        deadline = time.monotonic() + 10
+        while (data := httpx.get(f"{base}/api/runs/waiting").json())["status"] == "interrupted":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        (decision,) = data["page"]["segments"][1]["decisions"]
+        assert decision["decision"] == "rejected" and decision["tool"] == "write_file"
+        assert not (tmp_path / "a.md").exists()

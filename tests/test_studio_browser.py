@@ -151,3 +151,26 @@ def test_watch_a_live_run_advance_and_approve_it(
     text = browser.find_element(By.TAG_NAME, "body").text
     assert "human decision: ✔ approved write_file" in text
     assert _severe(browser) == []
+
+
+def test_pages_fit_a_narrow_screen(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    studio: tuple[str, pathlib.Path],
+) -> None:
+    base, _ = studio
+    size = browser.get_window_size()
+    browser.set_window_size(360, 800)
+    try:
+        for path in ("/", "/runs/finished", "/runs/waiting"):
+            browser.get(base + path)
+            _wait(
+                lambda: browser.execute_script("return document.readyState") == "complete",
+                what=path,
+            )
+            overflow = browser.execute_script(
+                "return document.documentElement.scrollWidth - window.innerWidth"
+            )
+            assert overflow <= 0, f"{path} scrolls sideways by {overflow} px"
+            assert browser.execute_script("return window.innerWidth") <= 400
+    finally:
+        browser.set_window_size(size["width"], size["height"])

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
+import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from importlib.resources import files
@@ -58,6 +60,8 @@ COOKIE: Final = "agentfsm_studio"
 CSRF_HEADER: Final = "X-CSRF-Token"
 #: How often a live page's run is looked at, in seconds.
 POLL: Final = 0.2
+
+_log = logging.getLogger("agentfsm.studio")
 
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 _UNREADABLE: Final = (
@@ -325,7 +329,7 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
             return JSONResponse({"error": _one_line(exc)}, 400)
         task = asyncio.create_task(run.run())
         studio.tasks.add(task)
-        task.add_done_callback(studio.tasks.discard)
+        task.add_done_callback(functools.partial(_finished, studio, run_id))
         return JSONResponse({"run_id": run_id, "resumed": True}, 202)
 
     @contextlib.asynccontextmanager
@@ -362,6 +366,13 @@ async def _resume(studio: _Studio, run_id: str, decisions: Sequence[Mapping[str,
     spec = studio.agent_spec or ("the given agent" if studio._agent else DEFAULT_AGENT)
     _check_resumable(before, decisions, agent, spec, studio.db)
     return await restore_run(agent, run_id, store, list(decisions))
+
+
+def _finished(studio: _Studio, run_id: str, task: asyncio.Task[Any]) -> None:
+    """A resumed run's end: its failure is the run's own (saved), a crash is logged."""
+    studio.tasks.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("run %r stopped: %r", run_id, task.exception())
 
 
 def _quote(run_id: str) -> str:
