@@ -137,7 +137,7 @@ def _outcome(result: Terminal | None, last: Transition) -> dict[str, Any]:
             if tool_result is not None:
                 out["answer"] = f"{tool_result.name}: {tool_result.text}"
             elif chain.last_message is not None:
-                out["answer"] = chain.last_message.text
+                out["answer_message"] = chain.last_message
     return out
 
 
@@ -258,6 +258,11 @@ def page_data(
             last = number == len(traces) - 1
             segment["outcome"] = _outcome(result if last else None, trace.transitions[-1])
         segments.append(segment)
+    for segment in segments:
+        outcome = segment.get("outcome")
+        if outcome is not None and "answer_message" in outcome:
+            # The answer is the last message: named by its index, not written twice.
+            outcome["answer_message"] = known.index(outcome["answer_message"])
     messages = [_message(m) for m in known.messages]
     usage: dict[str, int] = {}
     for m in messages:

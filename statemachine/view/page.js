@@ -152,7 +152,8 @@
     if (o.interrupt !== undefined) {
       box.append(el("div", "sub", "waiting for a decision on"), pre(o.interrupt));
     }
-    if (o.answer !== undefined) box.append(el("div", "text", o.answer));
+    if (o.answer !== undefined) box.append(long("div", "text", o.answer));
+    if (o.answer_message !== undefined) box.append(long("div", "text", messages[o.answer_message].text));
     return box;
   }
 
@@ -232,7 +233,12 @@
     if (newest.length > open) {
       const more = el("details", "earlier");
       more.append(el("summary", "", "earlier messages (" + (newest.length - open) + ")"));
-      for (const k of newest.slice(open)) more.append(messageCard(messages[k], false));
+      // Built when opened: a long run's step shows at once, however long its past.
+      more.addEventListener("toggle", () => {
+        if (!more.open || more.dataset.built) return;
+        more.dataset.built = "1";
+        for (const k of newest.slice(open)) more.append(messageCard(messages[k], false));
+      });
       panel.append(more);
     }
   }
@@ -253,12 +259,16 @@
     if (!steps.length) return;
     i = Math.max(0, Math.min(steps.length - 1, i));
     if (current >= 0) highlight(current, false);
+    const previous = current;
     current = i;
     highlight(i, true);
-    rows.forEach((row, k) => {
-      row.classList.toggle("current", k === i);
-      row.classList.toggle("future", k > i);
-    });
+    // Only the rows between the old step and the new one change.
+    const from = previous < 0 ? 0 : Math.min(previous, i);
+    const to = previous < 0 ? rows.length - 1 : Math.max(previous, i);
+    for (let k = from; k <= to; k++) {
+      rows[k].classList.toggle("current", k === i);
+      rows[k].classList.toggle("future", k > i);
+    }
     rows[i].scrollIntoView({ block: "nearest" });
     render(i);
     document.body.dataset.step = String(i);
