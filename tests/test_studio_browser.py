@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
 
-from agentfsm import AgentState
+from agentfsm import Agent, AgentState
 from agentfsm.store import SQLiteStore, load_run, start_run
 from agentfsm.studio import create_app
 from tests.test_studio import HOSTILE, approval_agent, make_store, serving
@@ -174,3 +174,44 @@ def test_pages_fit_a_narrow_screen(
             assert browser.execute_script("return window.innerWidth") <= 400
     finally:
         browser.set_window_size(size["width"], size["height"])
+
+
+def test_a_long_run_loads_and_steps_quickly(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    tmp_path: pathlib.Path,
+) -> None:
+    """1,407 steps and a 2 MB answer: the page loads and steps without a wait."""
+    from agentfsm import Message, tool
+    from agentfsm.providers import ScriptedModel, call_tool
+    from agentfsm.view import page
+
+    @tool
+    def note(i: int) -> str:
+        """Take a note."""
+        return f"note {i} " * 40
+
+    replies = [call_tool("note", {"i": i}) for i in range(200)]
+    agent = Agent(ScriptedModel([*replies, Message.assistant("x" * 2_000_000)]), [note])
+    run = agent.start(AgentState.of("go"), max_runs=205)
+    run.run_sync()
+    assert len(run.trace) == 1407
+    html = page([run.trace], title="long", result=run.result)
+    assert len(html) < 3_000_000  # the answer once, the steps in a few bytes each
+    path = tmp_path / "long.html"
+    path.write_text(html, encoding="utf-8")
+    started = time.monotonic()
+    browser.get(path.as_uri())
+    loaded = time.monotonic() - started
+    assert browser.execute_script("return document.body.dataset.step") == "1406"
+    times = browser.execute_script(
+        """const out = [];
+        for (let k = 0; k < 20; k++) {
+          const t = performance.now();
+          document.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowLeft'}));
+          out.push(performance.now() - t);
+        }
+        return out.sort((a, b) => a - b);"""
+    )
+    assert browser.execute_script("return document.body.dataset.step") == "1386"
+    # Generous bounds for a shared machine; about 0.8 s and 5 ms on an idle one.
+    assert loaded < 4 and times[10] < 50, (loaded, times)
