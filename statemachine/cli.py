@@ -1,9 +1,10 @@
-"""The ``agentfsm`` command: ``demo``, ``show``, ``view``, ``diagrams``, ``run`` and ``runs``.
+"""The ``agentfsm`` command: demo, show, view, studio, diagrams, run, runs and worker.
 
 ``agentfsm demo`` runs a scripted agent with a live view, asks for approval
 when it interrupts, saves the run to a store and writes its diagram and trace;
 ``agentfsm show`` draws a saved trace; ``agentfsm view`` writes a saved run or
-trace as one self-contained HTML page; ``agentfsm diagrams`` regenerates the
+trace as one self-contained HTML page; ``agentfsm studio`` serves every run of a store
+in the browser (:mod:`agentfsm.studio`); ``agentfsm diagrams`` regenerates the
 committed diagrams of the machine, or with ``--check`` says which are stale;
 ``agentfsm run`` runs a small agent on a real provider. Bad arguments exit 2
 with a one-line message; a run that ends in error exits 1. Text from a run
