@@ -140,15 +140,21 @@ def test_watch_a_live_run_advance_and_approve_it(
     finally:
         gate.set()
         runner.join(10)
-    act = browser.find_element(By.ID, "act").text
+    act = _wait(
+        lambda: browser.execute_script("return document.getElementById('act').innerText"),
+        what="the form's text",
+    )
     assert "write_file" in act and "waits for your decision" in act
     assert browser.execute_script("return window.pwned === undefined")
     _shot(browser, "studio-approval", tmp_path)
 
-    browser.find_element(By.ID, "approve").click()
-    _wait(lambda: "ok" in browser.find_element(By.CSS_SELECTOR, "#facts .badge").text, what="ok")
+    click = "const b = document.getElementById('approve'); if (b) b.click(); return !!b"
+    _wait(lambda: browser.execute_script(click), what="a click on Approve all")
+    badge = "const b = document.querySelector('#facts .badge'); return b ? b.textContent : ''"
+    # The page reloads as the run moves: read it in one script, never through a stale node.
+    _wait(lambda: browser.execute_script(badge) == "ok", what="the run to end ok")
     assert (tmp_path / "a.md").exists()
-    text = browser.find_element(By.TAG_NAME, "body").text
+    text = _wait(lambda: browser.execute_script("return document.body.innerText"), what="text")
     assert "human decision: ✔ approved write_file" in text
     assert _severe(browser) == []
 

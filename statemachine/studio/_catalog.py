@@ -21,10 +21,13 @@ from ..serialization import FormatError, UnknownToolError
 from ..store import RunInfo, SavedRun, SQLiteStore, StoreError, load_run
 from ..view import wall_clock
 
-__all__ = ["PAGE_SIZE", "Catalog", "Row"]
+__all__ = ["EAGER", "PAGE_SIZE", "Catalog", "Row"]
 
 #: Rows on one page of the index.
 PAGE_SIZE: Final = 50
+
+#: A store of up to this many runs is read whole for its index (machines and tools known).
+EAGER: Final = 500
 
 #: The order of the index: runs waiting for a human first.
 _FIRST: Final = {"interrupted": 0, "paused": 1, "running": 2}
@@ -136,6 +139,7 @@ class Catalog:
         self.path = path
         self.store = SQLiteStore(path, read_only=True)
         self._rows: dict[str, tuple[tuple[float, int], Row]] = {}
+        self._infos: dict[str, RunInfo] = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -146,8 +150,13 @@ class Catalog:
         con.execute("PRAGMA query_only = ON")
         return con
 
-    def rows(self) -> list[Row]:
-        """Every run, waiting ones first, then the most recently changed."""
+    def rows(self, *, detailed: bool = True) -> list[Row]:
+        """Every run, waiting ones first, then the most recently changed.
+
+        Without ``detailed``, a run not read yet is listed from the store's listing
+        alone (no machine, counts or text): a large store's first page needs only its
+        own runs read.
+        """
         infos = self.store.runs()
         out = []
         with self._lock:
@@ -157,12 +166,29 @@ class Catalog:
                 key = (info.updated, info.steps)
                 known = self._rows.get(info.run_id)
                 if known is None or known[0] != key:
+                    self._infos[info.run_id] = info
+                    if not detailed:
+                        out.append(_row(info, None, None))
+                        continue
                     known = (key, self._load(info))
                     self._rows[info.run_id] = known
                 out.append(known[1])
             for gone in set(self._rows) - seen:
                 del self._rows[gone]
         out.sort(key=lambda r: (_FIRST.get(r.status, 3), -r.updated, r.run_id))
+        return out
+
+    def _detail(self, rows: list[Row]) -> list[Row]:
+        """``rows`` with what reading each run adds (read once, kept until it changes)."""
+        out = []
+        with self._lock:
+            for row in rows:
+                info = self._infos.get(row.run_id)
+                known = self._rows.get(row.run_id)
+                if known is None and info is not None:
+                    known = ((info.updated, info.steps), self._load(info))
+                    self._rows[row.run_id] = known
+                out.append(row if known is None else known[1])
         return out
 
     def _load(self, info: RunInfo) -> Row:
@@ -182,10 +208,16 @@ class Catalog:
         query: str = "",
         page: int = 1,
     ) -> dict[str, Any]:
-        """One page of the index, filtered by status, machine and tool, searched for text."""
-        rows = self.rows()
-        machines = sorted({r.machine for r in rows if r.machine})
-        tools = sorted({t for r in rows for t in r.tools})
+        """One page of the index, filtered by status, machine and tool, searched for text.
+
+        A store of up to :data:`EAGER` runs is read whole; a larger one only as far as
+        the page needs (every run for a machine, tool or text filter), and its machine
+        and tool choices are those of the runs read so far.
+        """
+        needs_all = bool(machine or tool or query.strip())
+        rows = self.rows(detailed=False)
+        if needs_all or len(rows) <= EAGER:
+            rows = self.rows()
         counts: dict[str, int] = {}
         for r in rows:
             counts[r.status] = counts.get(r.status, 0) + 1
@@ -200,7 +232,11 @@ class Catalog:
         ]
         pages = max(1, -(-len(picked) // PAGE_SIZE))
         page = min(max(1, page), pages)
-        shown = picked[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+        shown = self._detail(picked[(page - 1) * PAGE_SIZE : page * PAGE_SIZE])
+        with self._lock:
+            read = [row for _, row in self._rows.values()]
+        machines = sorted({r.machine for r in read if r.machine})
+        tools = sorted({t for r in read for t in r.tools})
         return {
             "runs": [r.as_json() for r in shown],
             "total": len(picked),
