@@ -307,3 +307,22 @@ def test_a_rejection_is_an_event_of_its_own(store: pathlib.Path, tmp_path: pathl
         (decision,) = data["page"]["segments"][1]["decisions"]
         assert decision["decision"] == "rejected" and decision["tool"] == "write_file"
         assert not (tmp_path / "a.md").exists()
+
+
+def test_a_large_stores_first_page_reads_only_its_runs(
+    store: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentfsm.studio import _catalog
+
+    monkeypatch.setattr(_catalog, "EAGER", 1)
+    monkeypatch.setattr(_catalog, "PAGE_SIZE", 1)
+    catalog = _catalog.Catalog(str(store))
+    try:
+        first = catalog.page()
+        assert [r["run_id"] for r in first["runs"]] == ["waiting"]
+        assert first["runs"][0]["machine"] == "standard" and first["pages"] == 3
+        assert first["tools"] == ["hold", "write_file"]  # the runs read so far
+        assert catalog.page(query="finite-state")["total"] == 1  # a search reads every run
+        assert catalog.page()["tools"] == ["hold", "read_note", "search_notes", "write_file"]
+    finally:
+        catalog.close()
