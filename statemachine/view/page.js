@@ -80,6 +80,11 @@
   fact("tool calls", toolCalls);
   fact("tool results", toolResults);
   fact("time", ms(data.elapsed));
+  const walls = steps.map((s) => s.wall).filter((w) => w !== null && w !== undefined);
+  if (walls.length) {
+    fact("started", clock(walls[0]));
+    fact("last saved", clock(walls[walls.length - 1]));
+  }
   const usage = Object.entries(data.usage);
   if (usage.length) fact("tokens", usage.map(([k, v]) => k.replace(/_tokens$/, "") + " " + v).join(", "));
 
