@@ -46,6 +46,7 @@ def serve(
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((bind.strip("[]"), port))
+    sock.listen(128)  # from here on a request waits for the server, never refused
     shown = f"[{bind.strip('[]')}]" if family == socket.AF_INET6 else bind
     url = f"http://{shown}:{sock.getsockname()[1]}/"
     app = create_app(db, agent=agent, token=token)
