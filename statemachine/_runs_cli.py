@@ -120,6 +120,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     show = commands.add_parser("show", parents=[common], help="one run: status, path, messages")
     show.add_argument("run_id", metavar="RUN_ID")
     show.add_argument("--json", action="store_true", help="the run and its traces as JSON")
+    from ._machines_option import add_machines_option
+
+    add_machines_option(show)
     resume = commands.add_parser(
         "resume", parents=[common], help="continue a run from its last checkpoint"
     )
@@ -168,6 +171,9 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if args.runs_command == "list":
             return _list(open_store(db), out)
         if args.runs_command == "show":
+            from ._machines_option import import_machines
+
+            import_machines(args.machines)
             return _show(db, args.run_id, args.json, out)
         if args.runs_command == "export":
             return _export(db, args.run_id, args.cassette, args.test, args.agent, out)

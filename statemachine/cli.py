@@ -1,10 +1,11 @@
-"""The ``agentfsm`` command: ``demo``, ``show``, ``view``, ``diagrams``, ``run``, ``runs``
-and ``machines``.
+"""The ``agentfsm`` command: demo, show, view, studio, diagrams, run, runs, machines,
+check and worker.
 
 ``agentfsm demo`` runs a scripted agent with a live view, asks for approval
 when it interrupts, saves the run to a store and writes its diagram and trace;
 ``agentfsm show`` draws a saved trace; ``agentfsm view`` writes a saved run or
-trace as one self-contained HTML page; ``agentfsm diagrams`` regenerates the
+trace as one self-contained HTML page; ``agentfsm studio`` serves every run of a store
+in the browser (:mod:`agentfsm.studio`); ``agentfsm diagrams`` regenerates the
 committed diagrams of the machine, or with ``--check`` says which are stale;
 ``agentfsm run`` runs a small agent on a real provider; ``agentfsm machines diff``
 compares two versions of a machine. Bad arguments exit 2
@@ -16,7 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import difflib
 import hashlib
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -34,12 +38,13 @@ from rich.table import Table
 from rich.text import Text
 
 from . import _check_cli, _runs_cli, _versions_cli, _worker_cli, diagram_files, diagrams
+from ._machines_option import add_machines_option, import_machines
 from ._printable import printable, shown
 from ._runs_cli import UsageError
 from ._state import AgentState
 from .agent import Agent, AgentRun
 from .errors import ChainError, MachineChangedError
-from .machine import UnknownMachineError
+from .machine import UnknownMachineError, machine_named
 from .modes.standard import STANDARD
 from .results import Failed
 from .serialization import FormatError, UnknownToolError
@@ -57,10 +62,45 @@ __all__ = ["main"]
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with errors on one line and exit code 2."""
+    """argparse, with errors on one line, a did-you-mean for a mistyped option, exit code 2."""
+
+    #: The command line being parsed (set by :func:`main`), for the suggestions.
+    argv: Sequence[str] = ()
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        hint = _suggestion(self, message)
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see {self.prog} --help)\n")
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def _suggestion(parser: _Parser, message: str) -> str:
+    """``; did you mean --approve?`` for an option or command close to a known one."""
+    unknown = re.match(r"unrecognized arguments: (.*)", message)
+    choice = re.match(r"argument \S+: invalid choice: '([^']*)'", message)
+    if choice:
+        known = list(_subparsers(parser))
+        words = [choice.group(1)]
+    elif unknown:
+        # The options of the command (and sub-command) the line names, else the top's.
+        current: argparse.ArgumentParser = parser
+        for word in parser.argv:
+            current = _subparsers(current).get(word, current)
+        known = [o for a in current._actions for o in a.option_strings if o.startswith("--")]
+        words = [w.split("=", 1)[0] for w in unknown.group(1).split() if w.startswith("-")]
+    else:
+        return ""
+    for word in words:
+        close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+        if close:
+            return f"; did you mean {close[0]}?"
+    return ""
 
 
 # ---------------------------------------------------------------- trace JSON
@@ -268,45 +308,105 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- studio
+
+
+def _cmd_studio(args: argparse.Namespace) -> int:
+    try:
+        from . import studio
+    except ImportError as exc:
+        raise UsageError(
+            f"the studio needs its extra: pip install 'agentfsm[studio]' ({exc})"
+        ) from None
+    _import_machines(args.machines)
+    db = args.db or _runs_cli.default_db()
+    _store(db).close()  # refuse a missing file, or one that is not a store, now
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port {args.port} is not a port")
+    try:
+        studio.serve(db, host=args.host, port=args.port, token=args.token, agent=args.agent)
+    except OSError as exc:
+        raise UsageError(f"cannot listen: {exc.strerror or exc}") from None
+    return 0
+
+
 # ---------------------------------------------------------------- view
 
 
-def _cmd_view(args: argparse.Namespace) -> int:
-    from . import view
-
-    source = pathlib.Path(args.run)
-    if args.db is None and (source.suffix == ".json" or _is_file(source)):
-        page = view.traces_page(_read_traces(source), title=source.name)
-        out = pathlib.Path(args.out or source.with_suffix(".html").name)
-    else:
-        db = args.db or _runs_cli.default_db()
-        store = _store(db)
-        with store:
-            try:
-                saved = load_run(store, args.run, strict=False)
-            except (
-                RunNotFoundError,
-                FormatError,
-                StoreError,
-                UnknownMachineError,
-                UnknownToolError,
-                MachineChangedError,
-                sqlite3.DatabaseError,
-            ) as exc:
-                raise UsageError(str(exc)) from None
-        try:
-            page = view.saved_run_page(saved)
-        except RecursionError:
-            raise UsageError(f"run {args.run} is nested too deeply to show") from None
-        out = pathlib.Path(args.out or f"{_file_name(args.run)}.html")
-    if _is_dir(out):
-        raise UsageError(f"--out {out} is a directory; name the HTML file")
+def _import_machines(modules: Sequence[str] | None) -> None:
     try:
-        out.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    print(printable(f"wrote {out}"))
+        import_machines(modules)
+    except UnknownMachineError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    _import_machines(args.machines)
+    sources: list[str] = args.run
+    out = pathlib.Path(args.out) if args.out else None
+    if len(sources) > 1 and out is not None and not _is_dir(out):
+        raise UsageError(f"--out {out} names one page; with several runs, pass a folder")
+    folder = out if out is not None and _is_dir(out) else None
+    written: set[str] = set()
+    for source in sources:
+        page, name = _view_page(args, source)
+        target = folder / name if folder is not None else out or pathlib.Path(name)
+        if str(target) in written:
+            raise UsageError(f"two of the runs given would both be written to {target}")
+        written.add(str(target))
+        if _is_dir(target):
+            raise UsageError(f"--out {target} is a directory; name the HTML file")
+        try:
+            target.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
+        print(printable(f"wrote {target}"))
     return 0
+
+
+def _view_page(args: argparse.Namespace, run: str) -> tuple[str, str]:
+    """The page of one run or trace file, and the file name it goes to by default.
+
+    A trace file's page is ``NAME.trace.html``, so it never overwrites the page of the
+    saved run of the same name."""
+    from . import view
+    from .view import wall_clock
+
+    source = pathlib.Path(run)
+    if args.db is None and (source.suffix == ".json" or _is_file(source)):
+        traces = _read_traces(source)
+        table = STANDARD
+        if traces:
+            try:
+                table = machine_named(traces[-1].machine)
+            except UnknownMachineError as exc:
+                raise UsageError(str(exc)) from None
+        page = view.traces_page(traces, title=source.name, table=table)
+        return page, source.with_suffix(".trace.html").name
+    db = args.db or _runs_cli.default_db()
+    store = _store(db)
+    with store:
+        try:
+            saved = load_run(store, run, strict=False)
+            clock = wall_clock(db, run, saved.steps)
+        except (
+            RunNotFoundError,
+            FormatError,
+            StoreError,
+            UnknownToolError,
+            MachineChangedError,
+            sqlite3.DatabaseError,
+        ) as exc:
+            raise UsageError(str(exc)) from None
+        except UnknownMachineError as exc:
+            raise UsageError(f"{exc} (--machines MODULE imports it)") from None
+    try:
+        page = view.saved_run_page(saved, clock=clock)
+    except (RecursionError, UnknownMachineError) as exc:
+        if isinstance(exc, UnknownMachineError):
+            raise UsageError(str(exc)) from None
+        raise UsageError(f"run {run} is nested too deeply to show") from None
+    return page, f"{_file_name(run)}.html"
 
 
 def _file_name(run_id: str) -> str:
@@ -419,11 +519,19 @@ def _positive(text: str) -> int:
     return value
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("agentfsm")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _parser() -> _Parser:
     parser = _Parser(
         prog="agentfsm",
         description="An LLM agent's tool-calling loop as an explicit finite-state machine.",
     )
+    parser.add_argument("--version", action="version", version=f"agentfsm {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = commands.add_parser(
@@ -467,14 +575,46 @@ def _parser() -> _Parser:
         "transition the conversation as it stood, tool calls and results, state updates, "
         "usage, the pause reason or error. Step with the arrow keys.",
     )
-    view.add_argument("run", metavar="RUN_ID|TRACE.json", help="a saved run's id or a trace file")
+    view.add_argument(
+        "run",
+        metavar="RUN_ID|TRACE.json",
+        nargs="+",
+        help="saved runs' ids or trace files (each its own page)",
+    )
     _runs_cli.add_db_option(view)
     view.add_argument(
         "--out",
         metavar="FILE.html",
-        help="the page to write (default: RUN_ID.html, or TRACE.html)",
+        help="the page to write, or a folder for several "
+        "(default: RUN_ID.html, or TRACE.trace.html)",
     )
+    add_machines_option(view)
     view.set_defaults(handler=_cmd_view)
+
+    studio = commands.add_parser(
+        "studio",
+        help="browse every run of a store in the browser, live, and answer approvals",
+        description="Serve a local web app over a store (needs agentfsm[studio]): every run "
+        "with its status, machine, times, model calls and tokens, waiting ones first; each "
+        "run's page, following a running run live; and a waiting run's approvals answered "
+        "from its page. It listens on 127.0.0.1; with --host every request needs a token.",
+    )
+    _runs_cli.add_db_option(studio)
+    add_machines_option(studio)
+    studio.add_argument("--host", metavar="HOST", help="listen on HOST (then a token is required)")
+    studio.add_argument(
+        "--port", type=int, default=8421, metavar="PORT", help="the port (default 8421; 0: any)"
+    )
+    studio.add_argument(
+        "--token", metavar="TOKEN", help="the access token (default with --host: a new one)"
+    )
+    studio.add_argument(
+        "--agent",
+        metavar="MODULE:ATTRIBUTE",
+        help="the agent decisions resume runs with, as 'agentfsm runs resume --agent' "
+        f"(default: the demo agent, {_runs_cli.DEFAULT_AGENT})",
+    )
+    studio.set_defaults(handler=_cmd_studio)
 
     diagrams_ = commands.add_parser(
         "diagrams",
@@ -522,6 +662,7 @@ def _parser() -> _Parser:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``agentfsm`` console script; the exit code."""
     parser = _parser()
+    parser.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
@@ -535,6 +676,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"agentfsm {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader stopped reading (`| head`): not an error of the command. Python
+        # would fail again flushing stdout at exit, so stdout goes nowhere from now on.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ VIEWS = (
     "agentfsm.diagrams",
     "agentfsm.diagram_files",
     "agentfsm.view",
+    "agentfsm.studio",
+    "agentfsm._machines_option",
 )
 
 

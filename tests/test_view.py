@@ -203,13 +203,13 @@ def test_stepping_moves_the_highlight_and_the_conversation(
     assert second["step"] == "1" and second["edge"] != first["edge"]
     assert second["here"] == ["state-interrupt_check"]
     assert len(second["messages"]) == 3 and second["fresh"] == 1
-    assert "search_notes" in second["messages"][-1]
+    assert "search_notes" in second["messages"][0]  # the newest message first
 
     body.send_keys(Keys.ARROW_LEFT)
     assert _state(browser) == first
     body.send_keys(Keys.END)
     assert _state(browser)["step"] == str(steps - 1)
-    assert "I wrote summary.md" in _state(browser)["messages"][-1]
+    assert "I wrote summary.md" in _state(browser)["messages"][0]
 
     shot = tmp_path / "view.png"
     assert browser.save_screenshot(str(shot))

@@ -15,19 +15,20 @@ import hashlib
 import html
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.resources import files
 from typing import Any
 
-from ..machine import MachineTable
+from ..machine import MachineTable, machine_named
 from ..modes.standard import STANDARD
 from ..results import Terminal
 from ..store import SavedRun
 from ..trace import Trace
+from ._clock import wall_clock
 from ._model import page_data
 from ._svg import machine_svg
 
-__all__ = ["page", "saved_run_page", "traces_page"]
+__all__ = ["page", "page_data", "render_page", "saved_run_page", "traces_page", "wall_clock"]
 
 
 def _asset(name: str) -> str:
@@ -53,9 +54,31 @@ def page(
     table: MachineTable = STANDARD,
     run_id: str | None = None,
     result: Terminal | None = None,
+    clock: Sequence[float | None] = (),
 ) -> str:
-    """The HTML page of a run made of ``traces`` (its segments, in order) on ``table``."""
-    data = page_data(traces, table, title=title, run_id=run_id, result=result)
+    """The HTML page of a run made of ``traces`` (its segments, in order) on ``table``.
+
+    ``clock`` is each step's wall-clock time (seconds since the epoch), when known.
+    """
+    data = page_data(traces, table, title=title, run_id=run_id, result=result, clock=clock)
+    return render_page(data, traces, table=table)
+
+
+def render_page(
+    data: Mapping[str, Any],
+    traces: Sequence[Trace],
+    *,
+    table: MachineTable,
+    addon: str = "",
+    addon_data: Any = None,
+    connect: bool = False,
+) -> str:
+    """The page of ``data`` (from :func:`~agentfsm.view._model.page_data`).
+
+    ``addon`` is one more script (its data in a ``#addon-data`` block), allowed by the
+    page's policy by its hash; ``connect`` lets scripts talk to the page's own server.
+    """
+    title = str(data["title"])
     taken: Counter[tuple[str, str, str]] = Counter()
     visits: Counter[str] = Counter()
     for trace in traces:
@@ -63,9 +86,17 @@ def page(
         visits.update(trace.states)
     entered = Counter(t.entry for t in traces)
     style, script = _asset("page.css"), _asset("page.js")
+    scripts = _sha256(script) + (" " + _sha256(addon) if addon else "")
     policy = (
-        f"default-src 'none'; style-src {_sha256(style)}; script-src {_sha256(script)}; "
+        f"default-src 'none'; style-src {_sha256(style)}; script-src {scripts}; "
         "img-src data:; base-uri 'none'; form-action 'none'"
+        + ("; connect-src 'self'" if connect else "")
+    )
+    extra = (
+        f'<script type="application/json" id="addon-data">{_script_json(addon_data)}</script>\n'
+        f"<script>{addon}</script>\n"
+        if addon
+        else ""
     )
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -80,6 +111,7 @@ def page(
 <header>
   <h1 id="title"></h1>
   <div id="facts"></div>
+  <div id="act"></div>
 </header>
 <main>
   <section id="diagram" aria-label="the machine">
@@ -91,7 +123,7 @@ def page(
 </main>
 <script type="application/json" id="run-data">{_script_json(data)}</script>
 <script>{script}</script>
-</body>
+{extra}</body>
 </html>
 """
 
@@ -101,12 +133,15 @@ def traces_page(traces: Sequence[Trace], *, title: str, table: MachineTable = ST
     return page(traces, title=title, table=table)
 
 
-def saved_run_page(saved: SavedRun, *, table: MachineTable = STANDARD) -> str:
-    """The page of a run loaded from a store, with how it ended."""
+def saved_run_page(
+    saved: SavedRun, *, table: MachineTable | None = None, clock: Sequence[float | None] = ()
+) -> str:
+    """The page of a run loaded from a store, with how it ended, on the machine it ran on."""
     return page(
         saved.traces,
         title=f"run {saved.run_id}",
-        table=table,
+        table=table or machine_named(saved.trace.machine),
         run_id=saved.run_id,
         result=saved.result,
+        clock=clock,
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..machine import MachineTable
 from ..messages import Message, ToolCall, ToolResult
+from ..middleware.human_in_the_loop import request_digest
 from ..results import Failed, Interrupted, Ok, Paused, Terminal
 from ..serialization import converter
 from ..trace import Trace, Transition
@@ -125,14 +126,86 @@ def _outcome(result: Terminal | None, last: Transition) -> dict[str, Any]:
         case Failed(_, error):
             out["error"] = {"type": error.type, "message": error.message}
         case Interrupted(_, data):
-            out["interrupt"] = _pretty(dict(data))
+            requests = _requests(data)
+            if requests:
+                out["requests"] = requests
+            else:
+                out["interrupt"] = _pretty(dict(data))
         case Paused(chain, _) if chain.custom_context.get("pause_reason") is not None:
             out["reason"] = str(chain.custom_context["pause_reason"])
         case Ok(chain, tool_result):
             if tool_result is not None:
                 out["answer"] = f"{tool_result.name}: {tool_result.text}"
             elif chain.last_message is not None:
-                out["answer"] = chain.last_message.text
+                out["answer_message"] = chain.last_message
+    return out
+
+
+def _pending_calls(trace: Trace) -> list[ToolCall] | None:
+    """The tool calls an interrupted segment left unanswered (None if it did not interrupt)."""
+    if not trace.transitions or trace.terminal != "interrupted":
+        return None
+    messages = trace.transitions[-1].chain.messages
+    answered = {r.tool_call_id for m in messages for r in m.tool_results}
+    asked = [c for m in messages if m.role == "assistant" for c in m.tool_calls]
+    return [c for c in asked if c.call_id not in answered]
+
+
+def _requests(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An approval interrupt's action requests, each with the digest a decision may carry."""
+    requests = data.get("action_requests")
+    if not isinstance(requests, list | tuple):
+        return []
+    configs = data.get("review_configs")
+    out = []
+    for request in requests:
+        if not isinstance(request, Mapping):
+            continue
+        name = request.get("tool_name")
+        config = configs.get(name) if isinstance(configs, Mapping) else None
+        allowed = config.get("allowed_decisions") if isinstance(config, Mapping) else None
+        out.append(
+            {
+                "tool": str(name),
+                "call_id": str(request.get("tool_call_id")),
+                "arguments": _pretty(request.get("arguments")),
+                "description": None
+                if request.get("description") is None
+                else str(request.get("description")),
+                "allowed": [str(a) for a in allowed] if isinstance(allowed, list) else None,
+                "digest": request_digest(request),
+            }
+        )
+    return out
+
+
+def _decisions(pending: Sequence[ToolCall], trace: Trace) -> list[dict[str, Any]]:
+    """What a human decided on an interrupt, read from the segment that answered it.
+
+    The answered calls' results open the next segment's conversation: a rejected call's
+    result says so; any other ran, approved (or edited) by the reviewer.
+    """
+    if not trace.transitions:
+        return []
+    results = {
+        r.tool_call_id: r for m in trace.transitions[0].chain.messages for r in m.tool_results
+    }
+    out = []
+    for call in pending:
+        result = results.get(call.call_id)
+        if result is None:
+            continue
+        rejected = result.text == f"Tool call '{result.name}' was rejected by a human reviewer."
+        out.append(
+            {
+                "tool": call.name,
+                "call_id": call.call_id,
+                "arguments": _pretty(dict(call.arguments)),
+                "decision": "rejected" if rejected else "approved",
+                "result": result.text,
+                "error": result.is_error,
+            }
+        )
     return out
 
 
@@ -152,16 +225,20 @@ def page_data(
     title: str,
     run_id: str | None = None,
     result: Terminal | None = None,
+    clock: Sequence[float | None] = (),
 ) -> dict[str, Any]:
     """The page's data for ``traces`` (a run's segments, in order) on ``table``.
 
-    ``result`` is the last segment's result when it is known (a saved run's).
+    ``result`` is the last segment's result when it is known (a saved run's);
+    ``clock`` the wall-clock time (seconds since the epoch) each step was saved at,
+    by the step's number in the whole run, when the store keeps it.
     """
     known = _MessageTable()
     edge_index = {(e.source, e.trigger, e.dest): k for k, e in enumerate(table.edges)}
     steps: list[dict[str, Any]] = []
     segments: list[dict[str, Any]] = []
     at = 0.0
+    pending: list[ToolCall] | None = None
     for number, trace in enumerate(traces):
         segment: dict[str, Any] = {
             "entry": trace.entry,
@@ -170,6 +247,9 @@ def page_data(
             "version": _version(trace, table),
             "migrated_from": trace.migrated_from,
         }
+        if pending:
+            segment["decisions"] = _decisions(pending, trace)
+        pending = _pending_calls(trace)
         for index, t in enumerate(trace):
             context = t.chain.custom_context
             steps.append(
@@ -182,6 +262,7 @@ def page_data(
                     "edge": edge_index.get((t.source, t.trigger, t.dest), -1),
                     "elapsed": t.elapsed,
                     "at": at,
+                    "wall": clock[len(steps)] if len(steps) < len(clock) else None,
                     "detail": _plain(dict(t.detail)) if t.detail else None,
                     "state": _plain(context.get("state")) if context.get("state") else None,
                     "messages": known.runs(t.chain.messages),
@@ -192,6 +273,11 @@ def page_data(
             last = number == len(traces) - 1
             segment["outcome"] = _outcome(result if last else None, trace.transitions[-1])
         segments.append(segment)
+    for segment in segments:
+        outcome = segment.get("outcome")
+        if outcome is not None and "answer_message" in outcome:
+            # The answer is the last message: named by its index, not written twice.
+            outcome["answer_message"] = known.index(outcome["answer_message"])
     messages = [_message(m) for m in known.messages]
     usage: dict[str, int] = {}
     for m in messages:

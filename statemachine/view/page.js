@@ -26,8 +26,31 @@
     }
     return dl;
   }
+  // A long text shows its start; the rest is one click away (and never parsed as markup).
+  const LONG = 4000;
+  function long(tag, className, text) {
+    text = String(text);
+    if (text.length <= LONG) return el(tag, className, text);
+    const node = el(tag, className, text.slice(0, LONG / 2));
+    const more = el("button", "more", "show all " + text.length + " characters");
+    more.type = "button";
+    more.addEventListener("click", () => { node.textContent = text; });
+    const box = el("div");
+    box.append(node, more);
+    return box;
+  }
   function pre(text) {
-    return el("pre", "", text);
+    return long("pre", "", text);
+  }
+  function clock(epoch) {
+    if (epoch === null || epoch === undefined) return null;
+    const d = new Date(epoch * 1000);
+    const pad = (n) => String(n).padStart(2, "0");
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+      pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+  }
+  function decisionLine(d) {
+    return (d.decision === "rejected" ? "✘ rejected " : "✔ approved ") + d.tool + " (" + d.call_id + ")";
   }
   function json(value) {
     return JSON.stringify(value, null, 2);
@@ -58,6 +81,11 @@
   fact("tool calls", toolCalls);
   fact("tool results", toolResults);
   fact("time", ms(data.elapsed));
+  const walls = steps.map((s) => s.wall).filter((w) => w !== null && w !== undefined);
+  if (walls.length) {
+    fact("started", clock(walls[0]));
+    fact("last saved", clock(walls[walls.length - 1]));
+  }
   const usage = Object.entries(data.usage);
   if (usage.length) fact("tokens", usage.map(([k, v]) => k.replace(/_tokens$/, "") + " " + v).join(", "));
 
@@ -71,6 +99,11 @@
     const moved = before && segment.version && before !== segment.version
       ? " · migrated to " + segment.version
         + (segment.migrated_from ? ", moved from " + segment.migrated_from : "") : "";
+    for (const d of segment.decisions || []) {
+      const row = el("li", "decision " + d.decision, "human decision: " + decisionLine(d));
+      row.dataset.decision = d.decision;
+      list.append(row);
+    }
     list.append(el("li", "segment", head + "entered at " + segment.entry + moved));
     for (let i = segment.first; i < segment.first + segment.steps; i++) {
       const s = steps[i];
@@ -83,7 +116,8 @@
       fill.style.width = Math.max(0.5, (100 * s.elapsed) / longest).toFixed(1) + "%";
       bar.append(fill);
       row.append(el("span", "n", i + 1), what, el("span", "ms", ms(s.elapsed)), bar);
-      row.title = s.source + " --" + s.trigger + "--> " + s.dest + " at " + ms(s.at);
+      row.title = s.source + " --" + s.trigger + "--> " + s.dest + " at " + ms(s.at) +
+        (s.wall !== null && s.wall !== undefined ? " · saved " + clock(s.wall) : "");
       row.addEventListener("click", () => select(i));
       list.append(row);
       rows.push(row);
@@ -114,10 +148,22 @@
     box.append(el("strong", "", "ended " + o.terminal));
     if (o.reason !== undefined) box.append(kv([["pause reason", o.reason]]));
     if (o.error !== undefined) box.append(kv([["error", o.error.type], ["message", o.error.message]]));
+    if (o.requests !== undefined) {
+      box.append(el("div", "sub", "waiting for a decision on"));
+      for (const r of o.requests) {
+        const req = el("div", "request");
+        req.append(el("span", "name", r.tool), el("span", "sub", " " + r.call_id));
+        if (r.description) req.append(el("div", "sub", r.description));
+        req.append(pre(r.arguments));
+        if (r.allowed) req.append(el("div", "sub", "allowed: " + r.allowed.join(", ")));
+        box.append(req);
+      }
+    }
     if (o.interrupt !== undefined) {
       box.append(el("div", "sub", "waiting for a decision on"), pre(o.interrupt));
     }
-    if (o.answer !== undefined) box.append(el("div", "text", o.answer));
+    if (o.answer !== undefined) box.append(long("div", "text", o.answer));
+    if (o.answer_message !== undefined) box.append(long("div", "text", messages[o.answer_message].text));
     return box;
   }
 
@@ -129,7 +175,7 @@
     if (m.status && m.status !== "complete") head.append(el("span", "tag err", m.status));
     if (isNew) head.append(el("span", "tag new", "new at this step"));
     card.append(head);
-    if (m.text) card.append(el("div", "text", m.text));
+    if (m.text) card.append(long("div", "text", m.text));
     for (const call of m.calls) {
       const box = el("div", "call");
       box.append(el("span", "", "calls "), el("span", "name", call.name), el("span", "sub", " " + call.id));
@@ -159,7 +205,19 @@
     line.append(s.source + " ", el("strong", "", "--" + s.trigger + "-->"), " " + s.dest);
     panel.append(line);
     panel.append(el("div", "sub", ms(s.elapsed) + " in " + s.source + ", starting at " + ms(s.at) +
-      (segments.length > 1 ? " · segment " + (s.segment + 1) + ", step " + (s.index + 1) : "")));
+      (segments.length > 1 ? " · segment " + (s.segment + 1) + ", step " + (s.index + 1) : "") +
+      (s.wall !== null && s.wall !== undefined ? " · saved at " + clock(s.wall) : "")));
+    const segment = segmentOf(i);
+    if (s.index === 0 && segment.decisions && segment.decisions.length) {
+      const box = el("div", "decisions");
+      box.append(el("h3", "", "human decisions"));
+      for (const d of segment.decisions) {
+        const line = el("div", "decision " + d.decision, decisionLine(d));
+        box.append(line, pre(d.arguments));
+        if (d.decision !== "rejected") box.append(el("div", "sub", "result"), pre(d.result));
+      }
+      panel.append(box);
+    }
     const end = outcome(i);
     if (end) panel.append(end);
     if (s.detail) {
@@ -178,7 +236,21 @@
       for (const k of used) panel.append(kv(Object.entries(messages[k].usage).map(([a, b]) => [a, String(b)])));
     }
     panel.append(el("h3", "", "conversation: " + shown.length + " messages, " + fresh.length + " new"));
-    for (const k of shown) panel.append(messageCard(messages[k], !before.has(k)));
+    // The newest first: what this step added is what a reader came for; a long past folds.
+    const newest = shown.slice().reverse();
+    const open = Math.max(fresh.length, 6);
+    for (const k of newest.slice(0, open)) panel.append(messageCard(messages[k], !before.has(k)));
+    if (newest.length > open) {
+      const more = el("details", "earlier");
+      more.append(el("summary", "", "earlier messages (" + (newest.length - open) + ")"));
+      // Built when opened: a long run's step shows at once, however long its past.
+      more.addEventListener("toggle", () => {
+        if (!more.open || more.dataset.built) return;
+        more.dataset.built = "1";
+        for (const k of newest.slice(open)) more.append(messageCard(messages[k], false));
+      });
+      panel.append(more);
+    }
   }
 
   // ------------------------------------------------------------ selecting
@@ -197,12 +269,16 @@
     if (!steps.length) return;
     i = Math.max(0, Math.min(steps.length - 1, i));
     if (current >= 0) highlight(current, false);
+    const previous = current;
     current = i;
     highlight(i, true);
-    rows.forEach((row, k) => {
-      row.classList.toggle("current", k === i);
-      row.classList.toggle("future", k > i);
-    });
+    // Only the rows between the old step and the new one change.
+    const from = previous < 0 ? 0 : Math.min(previous, i);
+    const to = previous < 0 ? rows.length - 1 : Math.max(previous, i);
+    for (let k = from; k <= to; k++) {
+      rows[k].classList.toggle("current", k === i);
+      rows[k].classList.toggle("future", k > i);
+    }
     rows[i].scrollIntoView({ block: "nearest" });
     render(i);
     document.body.dataset.step = String(i);
