@@ -226,6 +226,21 @@ class MachineTable:
         return tuple(self.steps)
 
     @functools.cached_property
+    def children(self) -> Mapping[str, tuple[MachineTable, ...]]:
+        """``{state: child machines}``: the machines a state's steps run as their work
+        (a step whose ``machine`` attribute is a table), for the states that have any."""
+        found: dict[str, tuple[MachineTable, ...]] = {}
+        for state, its_steps in self.steps.items():
+            tables = tuple(
+                child
+                for step in its_steps
+                if isinstance(child := getattr(step, "machine", None), MachineTable)
+            )
+            if tables:
+                found[state] = tables
+        return found
+
+    @functools.cached_property
     def states(self) -> tuple[str, ...]:
         return (*self.working, *self.terminals)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -34,6 +34,7 @@ class Transition:
 
     __slots__ = (
         "_chain",
+        "_children",
         "_describe",
         "_dest",
         "_detail",
@@ -99,6 +100,17 @@ class Transition:
     def usage(self) -> Mapping[str, int] | None:
         """The tokens of the model call this step made, if it made one."""
         return self._usage
+
+    @property
+    def children(self) -> tuple[Trace, ...]:
+        """The traces of the child machines this step ran (a child machine's run, a
+        subagent's), in the order they started; most steps run none."""
+        return getattr(self, "_children", ())
+
+    def with_children(self, children: Sequence[Trace]) -> Transition:
+        """This move with ``children`` as the child runs it made (set once, when they end)."""
+        self._children = tuple(children)
+        return self
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not Transition:
