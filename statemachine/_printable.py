@@ -10,12 +10,16 @@ stays valid inside a JSON string; :func:`shown` wraps that in a rich
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from rich.text import Text
 
-__all__ = ["printable", "shown"]
+if TYPE_CHECKING:
+    from .messages import Message
+
+__all__ = ["message_line", "printable", "short", "shown"]
 
 #: C0 controls but tab and newline, DEL, C1 controls (0x9b is CSI on its own),
 #: and the bidirectional overrides that reorder what a line seems to say.
@@ -36,3 +40,24 @@ def printable(value: object) -> str:
 def shown(value: object, style: str = "") -> Text:
     """``value`` as rich text: control characters spelled out, markup left as written."""
     return Text(printable(value), style=style)
+
+
+def short(text: str | None, width: int = 60) -> str:
+    """``text`` on one line (its runs of white space one space), cut to ``width``."""
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def message_line(message: Message) -> str:
+    """One message on one line, as ``runs show`` lists it (SQLite and durable runs alike)."""
+    if message.tool_results:
+        body = "; ".join(
+            f"{r.name}{' (error)' if r.is_error else ''}: {short(r.text, 50)}"
+            for r in message.tool_results
+        )
+    elif message.tool_calls:
+        calls = ", ".join(f"{c.name}({json.dumps(dict(c.arguments))})" for c in message.tool_calls)
+        body = short((message.text + " " if message.text else "") + "calls " + calls, 90)
+    else:
+        body = short(message.text, 90)
+    return f"  {message.role:>9}: {body}"

@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import _versions_cli
-from ._printable import printable
+from ._printable import message_line, printable, short
 from ._spec import import_attribute
 from .agent import Agent
 from .errors import AgentfsmError, MachineChangedError
 from .machine import UnknownMachineError
-from .messages import Message
 from .middleware.human_in_the_loop import request_digest
 from .serialization import FormatError, UnknownToolError, dump_trace
 from .store import (
@@ -312,11 +311,6 @@ def _when(timestamp: float) -> str:
     return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _short(text: str | None, width: int = 60) -> str:
-    text = (text or "").replace("\n", " ")
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def _list(store: SQLiteStore, out: TextIO) -> int:
     runs = store.runs()
     if not runs:
@@ -330,7 +324,7 @@ def _list(store: SQLiteStore, out: TextIO) -> int:
             printable(r.state),
             str(r.steps),
             _when(r.updated),
-            _short(printable(r.summary or "")),
+            short(printable(r.summary or "")),
         )
         for r in runs
     ]
@@ -344,20 +338,6 @@ def _list(store: SQLiteStore, out: TextIO) -> int:
 def _transition_line(index: int, t: Transition) -> str:
     detail = f"  {json.dumps(t.detail, default=str)}" if t.detail else ""
     return f"  {index:>3}  {t.source} --{t.trigger}--> {t.dest}  {t.elapsed * 1e3:.1f} ms{detail}"
-
-
-def _message_line(message: Message) -> str:
-    if message.tool_results:
-        body = "; ".join(
-            f"{r.name}{' (error)' if r.is_error else ''}: {_short(r.text, 50)}"
-            for r in message.tool_results
-        )
-    elif message.tool_calls:
-        calls = ", ".join(f"{c.name}({json.dumps(dict(c.arguments))})" for c in message.tool_calls)
-        body = _short((message.text + " " if message.text else "") + "calls " + calls, 90)
-    else:
-        body = _short(message.text, 90)
-    return f"  {message.role:>9}: {body}"
 
 
 def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
@@ -393,7 +373,7 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
             _say(out, _transition_line(index, transition))
     _say(out, "messages:")
     for message in saved.chain.messages:
-        _say(out, _message_line(message))
+        _say(out, message_line(message))
     return 0
 
 
@@ -521,5 +501,5 @@ def _resume(
     elif state.status == "interrupted":
         _say(out, "interrupted: " + resume_hint(run_id, state.interrupt_data, db))
     elif state.messages:
-        _say(out, f"answer: {_short(state.messages[-1].text, 200)}")
+        _say(out, f"answer: {short(state.messages[-1].text, 200)}")
     return 1 if state.status == "error" else 0

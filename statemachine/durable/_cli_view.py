@@ -15,8 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from .._printable import printable
-from ..messages import Message
+from .._printable import message_line, printable
 from ..serialization import dump_trace
 from ._engine import Engine, RunRecord, RunResult, list_runs
 from ._log import quiet_engine
@@ -112,27 +111,8 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
         _say(out, f"error: {state.error}")
     _say(out, "messages:")
     for message in state.messages:
-        _say(out, _message_line(message))
+        _say(out, message_line(message))
     return 0
-
-
-def _message_line(message: Message) -> str:
-    if message.tool_results:
-        body = "; ".join(
-            f"{r.name}{' (error)' if r.is_error else ''}: {_short(r.text, 50)}"
-            for r in message.tool_results
-        )
-    elif message.tool_calls:
-        calls = ", ".join(f"{c.name}({json.dumps(dict(c.arguments))})" for c in message.tool_calls)
-        body = _short((message.text + " " if message.text else "") + "calls " + calls, 90)
-    else:
-        body = _short(message.text, 90)
-    return f"  {message.role:>9}: {body}"
-
-
-def _short(text: str | None, width: int) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class _UsageError(ValueError):
