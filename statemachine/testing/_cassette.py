@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -135,6 +135,24 @@ def _write(path: Path, model: str, episodes: Sequence[Mapping[str, Any]]) -> Non
     path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+async def _taped(
+    model: ChatModel,
+    messages: Sequence[Message],
+    tools: Sequence[Tool],
+    on_delta: DeltaHandler | None,
+    request: dict[str, Any],
+    tape: Callable[[dict[str, Any], Message | ChainError], None],
+) -> Message:
+    """``model``'s answer to ``request``, taped whether it is a reply or an error."""
+    try:
+        reply = await model.complete(messages, tools, on_delta=on_delta)
+    except ChainError as error:
+        tape(request, error)
+        raise
+    tape(request, reply)
+    return reply
+
+
 class Recorder(WrapperModel):
     """The wrapped model, each request and answer written to ``path`` as it happens."""
 
@@ -152,16 +170,11 @@ class Recorder(WrapperModel):
         *,
         on_delta: DeltaHandler | None = None,
     ) -> Message:
-        request = _request(messages, tools)
-        try:
-            reply = await self.wrapped.complete(messages, tools, on_delta=on_delta)
-        except ChainError as error:
-            self._add(request, error)
-            raise
-        self._add(request, reply)
-        return reply
+        return await _taped(
+            self.wrapped, messages, tools, on_delta, _request(messages, tools), self._tape
+        )
 
-    def _add(self, request: dict[str, Any], answer: Message | ChainError) -> None:
+    def _tape(self, request: dict[str, Any], answer: Message | ChainError) -> None:
         self.episodes.append({"request": request, **_answer(answer)})
         _write(self.path, self.name, self.episodes)
 
@@ -245,15 +258,9 @@ class Cassette:
                 "Record it again, or replay with mode='new_episodes'."
             )
         assert self.model is not None
-        try:
-            reply = await self.model.complete(messages, tools, on_delta=on_delta)
-        except ChainError as error:
-            self._add(request, error)
-            raise
-        self._add(request, reply)
-        return reply
+        return await _taped(self.model, messages, tools, on_delta, request, self._tape)
 
-    def _add(self, request: dict[str, Any], answer: Message | ChainError) -> None:
+    def _tape(self, request: dict[str, Any], answer: Message | ChainError) -> None:
         self.episodes.append({"request": request, **_answer(answer)})
         _write(self.path, self.model_name, self.episodes)
 
