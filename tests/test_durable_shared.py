@@ -131,6 +131,29 @@ def test_of_two_concurrent_decides_the_loser_is_told_which_won(db: str) -> None:
     assert rejected == (won == "reject"), texts
 
 
+def test_a_decide_that_claimed_but_never_sent_is_retried_and_others_still_lose(db: str) -> None:
+    with Engine(db, polling_interval=0.05) as engine:
+        engine.register("gated", _record_agent(gated=True))
+        engine.launch(executor_id="in-process")
+        run_id = engine.submit(AgentState.of("retry"), agent="gated")
+        _wait_for_decisions(engine, run_id, "retry-0")
+        # a decide that died between its claim and its message
+        segment = engine.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)["segment"]
+        assert engine.ledger.claim(run_id, segment, [{"type": "approve"}]) is None
+        with pytest.raises(DecisionConflictError) as lost:
+            engine.decide(run_id, [{"type": "reject"}])
+        assert lost.value.decisions == [{"type": "approve"}]
+        engine.decide(run_id, [{"type": "approve"}])  # the same decisions, again: sent
+        _wait_for_decisions(engine, run_id, "retry-1")
+        engine.decide(run_id, [{"type": "approve"}])
+        _wait_for_decisions(engine, run_id, "retry-2")
+        engine.decide(run_id, [{"type": "approve"}])
+        result = engine.result(run_id, timeout=30)
+    assert result.status == "ok"
+    texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]
+    assert len(texts) == 3 and not any("rejected" in t for t in texts), texts
+
+
 @pytest.mark.parametrize("db", ["sqlite"], indirect=True)
 def test_a_killed_workers_run_shows_orphaned_until_taken_over(workers: _Workers) -> None:
     workers.env["AGENTFSM_TEST_TOOL_DELAY"] = "0.5"

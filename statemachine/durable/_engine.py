@@ -569,9 +569,13 @@ class Engine:
     def _claim(
         self, run_id: str, tip: str, segment: int, decisions: Sequence[Mapping[str, Any]]
     ) -> None:
-        """Claim the wait of ``tip``'s ``segment`` for ``decisions``, or refuse them."""
+        """Claim the wait of ``tip``'s ``segment`` for ``decisions``, or refuse them.
+
+        The same decisions claimed already go through again: a decide that claimed
+        and then failed before its message was sent is retried, and a message sent
+        twice is taken once (the run takes one message per segment)."""
         won = self.ledger.claim(tip, segment, decisions)
-        if won is not None:
+        if won is not None and won != json.loads(json.dumps([dict(d) for d in decisions])):
             raise DecisionConflictError(
                 f"Run {run_id!r} took other decisions first: {json.dumps(won)[:300]}; "
                 "these were not sent.",
