@@ -15,7 +15,7 @@ from agentfsm.results import Continue, Ok, PipelineResult
 from agentfsm.trace import Trace, Transition
 
 
-def _noop(result: Continue, opts: Mapping[str, Any]) -> PipelineResult:
+def _noop(result: PipelineResult, opts: Mapping[str, Any] | None) -> PipelineResult:
     return result
 
 
@@ -25,7 +25,7 @@ class RunsMachine:
     def __init__(self, machine: MachineTable) -> None:
         self.machine = machine
 
-    def __call__(self, result: Continue, opts: Mapping[str, Any]) -> PipelineResult:
+    def __call__(self, result: PipelineResult, opts: Mapping[str, Any] | None) -> PipelineResult:
         return result
 
 

@@ -13,8 +13,9 @@ import pytest
 from agentfsm import STANDARD
 from agentfsm import diagrams as d
 from agentfsm.diagram_files import diagram_files
-from agentfsm.machine import Edge, MachineTable
+from agentfsm.machine import Edge, MachineDefinitionError, MachineTable
 from agentfsm.results import Ok
+from agentfsm.steps import Step
 from agentfsm.trace import Trace, Transition
 from tests._children import FETCH, RESEARCH, TEAM, RunsMachine, _chain, team_run
 
@@ -174,3 +175,47 @@ def test_a_state_running_one_machine_twice_draws_it_once() -> None:
     )
     assert d.machine_mermaid(twice).count("state Working {") == 1
     assert d.machine_mermaid(twice).count("as Working_TestFetch_Getting") == 1
+
+
+# ---------------------------------------------------------------- declaring
+
+
+def _one_state(name: str, *steps: Step, version: int = 1) -> MachineTable:
+    return MachineTable(
+        name=name,
+        steps={"working": steps or (RunsMachine(FETCH),)},
+        terminals=("ok", "paused", "error"),
+        entries={"fresh": "working"},
+        edges=(Edge("working", "ok", on=Ok, trigger="done", why="the work is done"),),
+        version=version,
+    )
+
+
+def test_a_machine_that_contains_itself_is_refused_naming_the_cycle() -> None:
+    first = _one_state("test_loop")
+    with pytest.raises(MachineDefinitionError) as refused:
+        _one_state("test_loop", RunsMachine(first), version=2)
+    assert str(refused.value) == (
+        "The test_loop machine: it contains itself: test_loop (working) -> test_loop; a "
+        "machine cannot run a machine of its own name as a child, however deep."
+    )
+
+
+def test_a_cycle_through_other_machines_is_refused_naming_each_of_them() -> None:
+    first = _one_state("test_outer")
+    middle = _one_state("test_middle", RunsMachine(_one_state("test_inner", RunsMachine(first))))
+    with pytest.raises(
+        MachineDefinitionError,
+        match=re.escape(
+            "it contains itself: test_outer (working) -> test_middle (working) -> "
+            "test_inner (working) -> test_outer;"
+        ),
+    ):
+        _one_state("test_outer", RunsMachine(middle), version=2)
+
+
+def test_a_machine_may_run_one_child_from_several_places() -> None:
+    # The same child twice, at two depths, is no cycle.
+    both = _one_state("test_both", RunsMachine(FETCH), RunsMachine(RESEARCH))
+    assert {c.name for c in both.children["working"]} == {"test_fetch", "test_research"}
+    assert TEAM.children == {"researching": (RESEARCH,)}
