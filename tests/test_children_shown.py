@@ -49,6 +49,16 @@ def test_a_run_without_children_has_none_in_its_data() -> None:
     assert sum("children" in s for s in data["steps"]) == 1
 
 
+def test_the_pages_drawing_names_the_machine_a_state_runs() -> None:
+    html = page([team_run()], title="team", table=TEAM)
+    state = re.search(r'<g class="([^"]*)" id="state-researching">(.*?)</g>', html)
+    assert state and "composite" in state.group(1).split()
+    assert '<text class="runs" ' in state.group(2) and ">runs test_research</text>" in state.group(
+        2
+    )
+    assert "composite" not in page([], title="standard").split("<svg")[1]
+
+
 def test_child_text_is_inert_in_the_page() -> None:
     html = page([team_run()], title="team", table=TEAM)
     assert HOSTILE not in html and "<img" not in html
