@@ -556,7 +556,8 @@ def _child_machines(
 
     The declared ones (:attr:`MachineTable.children`) first, then any other
     declared machine a run's child trace names (a subagent's). A machine already
-    drawn around this one (``seen``) is not drawn again inside it.
+    drawn around this one (``seen``) is drawn again inside it only for the runs it
+    made there (an agent's subagent on the same machine): those end, a table does not.
     """
     found: dict[str, MachineTable] = {}
     for child in table.children.get(state, ()):
@@ -567,11 +568,12 @@ def _child_machines(
                 found[trace.machine] = machine_named(trace.machine, trace.machine_version)
             except UnknownMachineError:
                 continue
-    return [
-        (child, [t for t in runs if t.machine == name])
-        for name, child in found.items()
-        if name not in seen
-    ]
+    drawn = []
+    for name, child in found.items():
+        mine = [t for t in runs if t.machine == name]
+        if mine or name not in seen:
+            drawn.append((child, mine))
+    return drawn
 
 
 def _child_id(parent_id: str, child: MachineTable) -> str:

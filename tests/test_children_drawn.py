@@ -136,6 +136,24 @@ def test_a_child_run_of_a_machine_not_declared_as_a_child_is_drawn_by_its_name()
     assert "no_such_machine" not in text and "NoSuchMachine" not in text
 
 
+def test_a_subagent_on_the_parents_own_machine_is_drawn_for_its_run() -> None:
+    chain = _chain()
+    edges = [("expanding", "expanded", "calling"), ("calling", "called", "interrupt_check")]
+    edges += [("interrupt_check", "clear", "executing"), ("executing", "executed", "propagating")]
+    sub = Trace("calling", [Transition("calling", "failed", "error", chain)])
+    # A standard-machine subagent ran by a tool of a standard-machine run.
+    run = Trace("expanding", [Transition(a, t, b, chain) for a, t, b in edges])
+    run.transitions[3].with_children([sub])
+    assert sub.machine == run.machine == STANDARD.name
+    text = d.run_mermaid(run, STANDARD)
+    inside = _block(text, "state Executing {")
+    assert 'state "Calling x1" as Executing_Standard_Calling' in inside
+    assert "Executing_Standard_Calling --> Executing_Standard_Error : failed x1" in inside
+    assert "state Executing_Standard_Executing {" not in inside  # its own runs only
+    assert "cluster_Executing_Standard" in d.run_dot(run, STANDARD)
+    assert "state Executing {" not in d.machine_mermaid(STANDARD)
+
+
 def test_the_pages_say_which_states_run_which_machines() -> None:
     page = d.machine_markdown(TEAM)
     assert "## Child machines" in page
