@@ -586,8 +586,9 @@ def _child_id(parent_id: str, child: MachineTable) -> str:
     return f"{parent_id}_{state_label(child.name)}"
 
 
-def _has_children(table: MachineTable, traces: Sequence[Trace] = ()) -> bool:
-    return bool(table.children) or any(t.children for trace in traces for t in trace)
+def _ids_under(prefix: str) -> Callable[[str], str]:
+    """The drawing ids of a child machine's states, under its :func:`_child_id`."""
+    return lambda state: f"{prefix}_{state_label(state)}"
 
 
 class _RunMarks:
@@ -653,10 +654,7 @@ def _mermaid_child(
     classes: dict[str, list[str]],
 ) -> list[str]:
     """The states and edges of ``child`` inside a composite, its ids prefixed by ``prefix``."""
-
-    def ids(state: str) -> str:
-        return f"{prefix}_{state_label(state)}"
-
+    ids = _ids_under(prefix)
     marks = _RunMarks(runs) if runs is not None else None
     lines = []
     for state in child.states:
@@ -727,10 +725,7 @@ def _dot_child(
     runs: Sequence[Trace] | None,
 ) -> list[str]:
     """``child`` as a cluster of its own, its node ids prefixed by ``prefix``."""
-
-    def ids(state: str) -> str:
-        return f"{prefix}_{state_label(state)}"
-
+    ids = _ids_under(prefix)
     marks = _RunMarks(runs) if runs is not None else None
     start = _dot_id(prefix + "_start")
     lines = [
