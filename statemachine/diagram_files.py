@@ -2,7 +2,8 @@
 
 The files are drawn by :mod:`agentfsm.diagrams` from the machine tables: the
 standard machine's at the top of the folder, each LangChain mode's machine in a
-sub-folder of its name (``while_needs_response/machine.mmd``).
+sub-folder of its name (``while_needs_response/machine.mmd``), and a machine's child
+machines (states whose work is a whole machine) in sub-folders of theirs.
 ``agentfsm diagrams`` writes them and ``agentfsm diagrams --check`` (run by CI)
 fails when one differs from what the tables draw.
 """
@@ -34,7 +35,21 @@ def diagram_files(table: MachineTable = STANDARD, *, svg: bool = True) -> dict[s
         rendered = render_svg(files["machine.dot"])
         if rendered is not None:
             files["machine.svg"] = rendered
+    for child in _descendants(table):
+        for name, text in diagram_files(child, svg=svg).items():
+            files.setdefault(f"{child.name}/{name}", text)
     return files
+
+
+def _descendants(table: MachineTable) -> list[MachineTable]:
+    """The child machines ``table``'s states run (:attr:`MachineTable.children`), once each
+    by name: their files go in a folder of their name, which the parent's pages link to."""
+    found: dict[str, MachineTable] = {}
+    for children in table.children.values():
+        for child in children:
+            if child.name != table.name:
+                found.setdefault(child.name, child)
+    return list(found.values())
 
 
 def all_diagram_files(*, svg: bool = True) -> dict[str, str]:

@@ -11,6 +11,11 @@ the published pictures cannot drift from the machine the runs move along.
 - a trace as a table: :func:`trace_markdown`, a step in words: :func:`describe_detail`;
 - DOT rendered to SVG by Graphviz: :func:`render_svg`.
 
+A state whose work is a child machine (:attr:`MachineTable.children`) is drawn as a
+composite state holding the child's own states (a Mermaid ``state X { ... }``, a DOT
+``cluster``), nested as deep as the machines are; a run's child runs
+(:attr:`Transition.children`) are counted inside it and listed under their step.
+
 The committed ``diagrams/`` folder is :mod:`agentfsm.diagram_files`'s.
 """
 
@@ -22,10 +27,10 @@ import shutil
 import subprocess
 import textwrap
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .machine import Edge, MachineTable
+from .machine import Edge, MachineTable, UnknownMachineError, machine_named
 from .modes.standard import STANDARD
 from .paths import compress_path, loop_edges, paths, shared_edges, state_label
 from .trace import Trace, Transition
@@ -152,11 +157,15 @@ def machine_mermaid(table: MachineTable = STANDARD, *, width: int = 26) -> str:
             label += "".join("<br/>" + part for part in _wrap(_mermaid_text(e.why), width))
         lines.append(f"    {state_label(e.source)} --> {state_label(e.dest)} : {label}")
     lines += [f"    {state_label(t)} --> [*]" for t in table.terminals]
+    classes: dict[str, list[str]] = {}
+    lines += _mermaid_composites(table, state_label, "    ", frozenset({table.name}), None, classes)
     for (trigger, dest, why), sources in _shared_groups(table).items():
         text = f"{trigger} from {_sources_text(table, sources)}, when {why}"
         note = "<br/>".join(_wrap(_mermaid_text(text), width))
         lines.append(f"    note right of {state_label(dest)} : {note}")
     lines.append(f"    class {', '.join(state_label(t) for t in table.terminals)} terminal")
+    if classes:
+        lines.append(f"    class {', '.join(classes['terminal'])} terminal")
     return "\n".join(lines) + "\n"
 
 
@@ -273,6 +282,7 @@ def machine_dot(table: MachineTable = STANDARD, *, width: int = 30) -> str:
         else:
             style = f"label={_dot_html(e.trigger, _wrap(e.why, width))}"
         lines.append(_dot_edge(e, role, style))
+    lines += _dot_clusters(table, state_label, str, "    ", frozenset({table.name}), None)
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -310,7 +320,34 @@ def machine_markdown(table: MachineTable = STANDARD) -> str:
     lines += [
         f"| `{e.source}` | `{e.trigger}` | `{e.dest}` | {_cell(e.why)} |" for e in table.edges
     ]
+    lines += _children_markdown(table)
     return "\n".join(lines) + "\n"
+
+
+def _children_markdown(table: MachineTable) -> list[str]:
+    """The section saying which states run which child machines (none without children)."""
+    if not table.children:
+        return []
+    lines = [
+        "",
+        "## Child machines",
+        "",
+        "A state below runs a whole machine as its work, drawn inside the state above; each "
+        "child machine's own drawing is in its folder.",
+        "",
+        "| state | runs | its states | its terminals |",
+        "|---|---|---|---|",
+    ]
+    for state, children in table.children.items():
+        for child in {c.name: c for c in children}.values():
+            lines.append(
+                f"| `{state}` | [`{child.name}`]({child.name}/machine.md) | "
+                + ", ".join(f"`{s}`" for s in child.working)
+                + " | "
+                + ", ".join(f"`{t}`" for t in child.terminals)
+                + " |"
+            )
+    return lines
 
 
 # ---------------------------------------------------------------- every path
@@ -356,6 +393,16 @@ def paths_markdown(table: MachineTable = STANDARD, *, loops: int = 1) -> str:
         for p in (p for p in found if p.entry == situation):
             number += 1
             lines.append(f"| {number} | `{p.terminal}` | {_cell(p.situation)} | `{p.text}` |")
+    if table.children:
+        lines += ["", "## Child machines", ""]
+        lines += [
+            f"- `{state}` runs the `{child.name}` machine as its work: "
+            f"{len(paths(child, loops=loops))} paths of its own, listed in "
+            f"[{child.name}/paths.md]({child.name}/paths.md); the paths above go through "
+            f"`{state}` whichever of them a child run takes."
+            for state, children in table.children.items()
+            for child in {c.name: c for c in children}.values()
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -386,16 +433,23 @@ def run_mermaid(traces: Trace | Iterable[Trace], table: MachineTable = STANDARD)
     taken, visits = _counts(runs)
     entered = Counter(t.entry for t in runs)
     ended = {t.terminal for t in runs if t.terminal is not None}
+    classes: dict[str, list[str]] = {}
+    composites = _mermaid_composites(
+        table, state_label, "    ", frozenset({table.name}), _child_runs(runs), classes
+    )
     lines = [
         "stateDiagram-v2",
         f"    classDef visited fill:{_VISITED_FILL},stroke:{_VISITED_STROKE},stroke-width:2px",
         f"    classDef idle fill:#f9fafb,stroke:{_IDLE},color:#6b7280",
     ]
+    ended_classes = [t for t in table.terminals if t in ended]
+    ended_classes += sorted(
+        {c[len("ended_") :] for c in classes if c.startswith("ended_")} - set(ended_classes)
+    )
     lines += [
         f"    classDef ended_{t} fill:{_ENDED_FILL.get(t, _VISITED_FILL)},"
         f"stroke:{_ENDED_STROKE.get(t, _VISITED_STROKE)},stroke-width:3px"
-        for t in table.terminals
-        if t in ended
+        for t in ended_classes
     ]
     for state in table.states:
         if visits[state]:
@@ -411,6 +465,7 @@ def run_mermaid(traces: Trace | Iterable[Trace], table: MachineTable = STANDARD)
         label = f"{e.trigger} x{count}" if count else e.trigger
         lines.append(f"    {state_label(e.source)} --> {state_label(e.dest)} : {label}")
     lines += [f"    {state_label(t)} --> [*]" for t in table.terminals]
+    lines += composites
     visited = [s for s in table.states if visits[s] and s not in ended]
     idle = [s for s in table.states if not visits[s]]
     if visited:
@@ -418,34 +473,15 @@ def run_mermaid(traces: Trace | Iterable[Trace], table: MachineTable = STANDARD)
     if idle:
         lines.append(f"    class {', '.join(map(state_label, idle))} idle")
     lines += [f"    class {state_label(t)} ended_{t}" for t in table.terminals if t in ended]
+    lines += [f"    class {', '.join(ids)} {name}" for name, ids in classes.items()]
     return "\n".join(lines) + "\n"
 
 
 def run_dot(traces: Trace | Iterable[Trace], table: MachineTable = STANDARD) -> str:
     """The machine in DOT with the path of ``traces`` drawn thick and coloured, counts on edges."""
     runs = _traces(traces)
-    taken, visits = _counts(runs)
-    entered = Counter(t.entry for t in runs)
-    ended = {t.terminal for t in runs if t.terminal is not None}
-    styles: dict[str, dict[str, str]] = {}
-    for state in table.states:
-        label = _dot_html(state_label(state), [f"x{visits[state]}"], bold=False, size=9)
-        if state in ended:
-            styles[state] = {
-                "label": label,
-                "fillcolor": f'"{_ENDED_FILL.get(state, _VISITED_FILL)}"',
-                "color": f'"{_ENDED_STROKE.get(state, _VISITED_STROKE)}"',
-                "penwidth": "2.5",
-            }
-        elif visits[state]:
-            styles[state] = {
-                "label": label,
-                "fillcolor": f'"{_VISITED_FILL}"',
-                "color": f'"{_VISITED_STROKE}"',
-                "penwidth": "2",
-            }
-        else:
-            styles[state] = {"color": f'"{_IDLE}"', "fontcolor": f'"{_IDLE}"'}
+    marks = _RunMarks(runs)
+    styles = {state: _run_dot_style(state, marks) for state in table.states}
     roles = _dot_edge_roles(table)
     names = _entry_names(table)
     lines = _dot_header(table, f"A run on the {table.name} machine")
@@ -454,16 +490,40 @@ def run_dot(traces: Trace | Iterable[Trace], table: MachineTable = STANDARD) -> 
         table,
         {
             situation: _dot_edge_style(
-                situation, entered[state] if names[state][0] == situation else 0
+                situation, marks.entered[state] if names[state][0] == situation else 0
             )
             for situation, state in table.entries.items()
         },
     )
     for e in table.edges:
-        style = _dot_edge_style(e.trigger, taken[(e.source, e.trigger, e.dest)])
+        style = _dot_edge_style(e.trigger, marks.taken[(e.source, e.trigger, e.dest)])
         lines.append(_dot_edge(e, roles[e], style))
+    lines += _dot_clusters(
+        table, state_label, str, "    ", frozenset({table.name}), _child_runs(runs)
+    )
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _run_dot_style(state: str, marks: _RunMarks) -> dict[str, str]:
+    """How a run drawing shows ``state``: filled by outcome, visited with its count, or idle."""
+    visits = marks.visits[state]
+    label = _dot_html(state_label(state), [f"x{visits}"], bold=False, size=9)
+    if state in marks.ended:
+        return {
+            "label": label,
+            "fillcolor": f'"{_ENDED_FILL.get(state, _VISITED_FILL)}"',
+            "color": f'"{_ENDED_STROKE.get(state, _VISITED_STROKE)}"',
+            "penwidth": "2.5",
+        }
+    if visits:
+        return {
+            "label": label,
+            "fillcolor": f'"{_VISITED_FILL}"',
+            "color": f'"{_VISITED_STROKE}"',
+            "penwidth": "2",
+        }
+    return {"color": f'"{_IDLE}"', "fontcolor": f'"{_IDLE}"'}
 
 
 def _dot_edge_style(label: str, count: int) -> str:
@@ -474,6 +534,235 @@ def _dot_edge_style(label: str, count: int) -> str:
         f'label={_dot_id(f"{label} x{count}")}, color="{_VISITED_STROKE}", '
         f'fontcolor="{_VISITED_STROKE}", penwidth={width:g}'
     )
+
+
+# ---------------------------------------------------------------- machines inside machines
+
+
+def _child_runs(traces: Iterable[Trace]) -> dict[str, list[Trace]]:
+    """``{state: [child trace, ...]}``: the child runs the transitions out of each state made."""
+    out: dict[str, list[Trace]] = {}
+    for trace in traces:
+        for t in trace:
+            if t.children:
+                out.setdefault(t.source, []).extend(t.children)
+    return out
+
+
+def _child_machines(
+    table: MachineTable, state: str, runs: Sequence[Trace], seen: frozenset[str]
+) -> list[tuple[MachineTable, list[Trace]]]:
+    """The child machines drawn inside ``state``, once each by name, with their runs.
+
+    The declared ones (:attr:`MachineTable.children`) first, then any other
+    declared machine a run's child trace names (a subagent's). A machine already
+    drawn around this one (``seen``) is drawn again inside it only for the runs it
+    made there (an agent's subagent on the same machine): those end, a table does not.
+    """
+    found: dict[str, MachineTable] = {}
+    for child in table.children.get(state, ()):
+        found.setdefault(child.name, child)
+    for trace in runs:
+        if trace.machine not in found:
+            try:
+                found[trace.machine] = machine_named(trace.machine, trace.machine_version)
+            except UnknownMachineError:
+                continue
+    drawn = []
+    for name, child in found.items():
+        mine = [t for t in runs if t.machine == name]
+        if mine or name not in seen:
+            drawn.append((child, mine))
+    return drawn
+
+
+def _child_id(parent_id: str, child: MachineTable) -> str:
+    """The drawing id of ``child`` inside the state drawn as ``parent_id``.
+
+    A top-level state's id has no ``_`` (:func:`~agentfsm.paths.state_label`), and a
+    state draws each child machine once, so ``Researching_Research_Searching`` names
+    one state of one drawing, however deep.
+    """
+    return f"{parent_id}_{state_label(child.name)}"
+
+
+def _ids_under(prefix: str) -> Callable[[str], str]:
+    """The drawing ids of a child machine's states, under its :func:`_child_id`."""
+    return lambda state: f"{prefix}_{state_label(state)}"
+
+
+class _RunMarks:
+    """Counts of one machine's runs, and the class each drawn state gets (run drawings)."""
+
+    def __init__(self, runs: Sequence[Trace]) -> None:
+        self.taken, self.visits = _counts(runs)
+        self.entered = Counter(t.entry for t in runs)
+        self.ended = {t.terminal for t in runs if t.terminal is not None}
+
+    def mermaid_class(self, state: str) -> str:
+        if state in self.ended:
+            return f"ended_{state}"
+        return "visited" if self.visits[state] else "idle"
+
+
+def _mermaid_composites(
+    table: MachineTable,
+    ids: Callable[[str], str],
+    indent: str,
+    seen: frozenset[str],
+    runs: Mapping[str, Sequence[Trace]] | None,
+    classes: dict[str, list[str]],
+) -> list[str]:
+    """``state Parent { ... }`` for each state of ``table`` that runs child machines.
+
+    ``runs`` (run drawings) holds each state's child traces, counted on the
+    child's states and edges; ``classes`` gathers the class of every child state.
+    """
+    lines: list[str] = []
+    for state in table.working:
+        children = _child_machines(table, state, (runs or {}).get(state, ()), seen)
+        if not children:
+            continue
+        lines.append(f"{indent}state {ids(state)} {{")
+        for child, child_runs in children:
+            inner = indent + "    "
+            prefix = _child_id(ids(state), child)
+            if len(children) > 1:
+                lines.append(f"{inner}state {prefix} {{")
+                inner += "    "
+            lines.append(f"{inner}%% {state} runs the {child.name} machine")
+            lines += _mermaid_child(
+                child,
+                prefix,
+                inner,
+                seen | {child.name},
+                child_runs if runs is not None else None,
+                classes,
+            )
+            if len(children) > 1:
+                lines.append(f"{indent}    }}")
+        lines.append(f"{indent}}}")
+    return lines
+
+
+def _mermaid_child(
+    child: MachineTable,
+    prefix: str,
+    indent: str,
+    seen: frozenset[str],
+    runs: Sequence[Trace] | None,
+    classes: dict[str, list[str]],
+) -> list[str]:
+    """The states and edges of ``child`` inside a composite, its ids prefixed by ``prefix``."""
+    ids = _ids_under(prefix)
+    marks = _RunMarks(runs) if runs is not None else None
+    lines = []
+    for state in child.states:
+        label = state_label(state)
+        if marks is not None:
+            if marks.visits[state]:
+                label += f" x{marks.visits[state]}"
+            classes.setdefault(marks.mermaid_class(state), []).append(ids(state))
+        elif state in child.terminals:
+            classes.setdefault("terminal", []).append(ids(state))
+        lines.append(f'{indent}state "{label}" as {ids(state)}')
+    names = _entry_names(child)
+    for situation, state in child.entries.items():
+        label = _mermaid_text(situation)
+        if marks is not None and marks.entered[state] and names[state][0] == situation:
+            label += f" x{marks.entered[state]}"
+        lines.append(f"{indent}[*] --> {ids(state)} : {label}")
+    for e in _drawing_order(child):
+        count = marks.taken[(e.source, e.trigger, e.dest)] if marks is not None else 0
+        label = f"{e.trigger} x{count}" if count else e.trigger
+        lines.append(f"{indent}{ids(e.source)} --> {ids(e.dest)} : {label}")
+    lines += [f"{indent}{ids(t)} --> [*]" for t in child.terminals]
+    nested = _child_runs(runs) if runs is not None else None
+    lines += _mermaid_composites(child, ids, indent, seen, nested, classes)
+    return lines
+
+
+def _dot_clusters(
+    table: MachineTable,
+    ids: Callable[[str], str],
+    node: Callable[[str], str],
+    indent: str,
+    seen: frozenset[str],
+    runs: Mapping[str, Sequence[Trace]] | None,
+) -> list[str]:
+    """A ``cluster`` around each state of ``table`` that runs child machines: the
+    state's own node, then one cluster per child machine with its states and edges."""
+    lines: list[str] = []
+    for state in table.working:
+        children = _child_machines(table, state, (runs or {}).get(state, ()), seen)
+        if not children:
+            continue
+        names = _and(child.name for child, _ in children)
+        lines += [
+            f"{indent}subgraph {_dot_id('cluster_' + ids(state))} {{",
+            f"{indent}    label={_dot_id(f'{state} runs {names}')}; labeljust=l; fontsize=11;",
+            f'{indent}    style="rounded,dashed"; color="{_TERMINAL_STROKE}";',
+            f"{indent}    {_dot_id(node(state))};",
+        ]
+        for child, child_runs in children:
+            prefix = _child_id(ids(state), child)
+            lines += _dot_child(
+                child,
+                prefix,
+                indent + "    ",
+                seen | {child.name},
+                child_runs if runs is not None else None,
+            )
+        lines.append(f"{indent}}}")
+    return lines
+
+
+def _dot_child(
+    child: MachineTable,
+    prefix: str,
+    indent: str,
+    seen: frozenset[str],
+    runs: Sequence[Trace] | None,
+) -> list[str]:
+    """``child`` as a cluster of its own, its node ids prefixed by ``prefix``."""
+    ids = _ids_under(prefix)
+    marks = _RunMarks(runs) if runs is not None else None
+    start = _dot_id(prefix + "_start")
+    lines = [
+        f"{indent}subgraph {_dot_id('cluster_' + prefix)} {{",
+        f"{indent}    label={_dot_id(f'the {child.name} machine')}; style=rounded; "
+        f'color="{_IDLE}"; fontsize=10;',
+        f'{indent}    {start} [shape=circle, style=filled, fillcolor="#111827", label="", '
+        "width=0.15];",
+    ]
+    for state in child.states:
+        attrs_: dict[str, str] = {"label": _dot_id(state_label(state))}
+        if state in child.terminals:
+            attrs_.update(
+                peripheries="2", fillcolor=f'"{_TERMINAL_FILL}"', color=f'"{_TERMINAL_STROKE}"'
+            )
+        if marks is not None:
+            attrs_.update(_run_dot_style(state, marks))
+        body = ", ".join(f"{k}={v}" for k, v in attrs_.items())
+        lines.append(f"{indent}    {_dot_id(ids(state))} [{body}];")
+    names = _entry_names(child)
+    for situation, state in child.entries.items():
+        if marks is None:
+            style = f"label={_dot_id(situation)}, style=bold"
+        else:
+            first = names[state][0] == situation
+            style = _dot_edge_style(situation, marks.entered[state] if first else 0)
+        lines.append(f"{indent}    {start} -> {_dot_id(ids(state))} [{style}];")
+    for e in _drawing_order(child):
+        if marks is None:
+            style = f"label={_dot_id(e.trigger)}"
+        else:
+            style = _dot_edge_style(e.trigger, marks.taken[(e.source, e.trigger, e.dest)])
+        lines.append(f"{indent}    {_dot_id(ids(e.source))} -> {_dot_id(ids(e.dest))} [{style}];")
+    nested = _child_runs(runs) if runs is not None else None
+    lines += _dot_clusters(child, ids, ids, indent + "    ", seen, nested)
+    lines.append(f"{indent}}}")
+    return lines
 
 
 # ---------------------------------------------------------------- traces as text
@@ -522,7 +811,38 @@ def trace_markdown(trace: Trace) -> str:
             f"| {i} | `{t.source}` | `{t.trigger}` | `{t.dest}` | {t.elapsed * 1000:.1f} "
             f"| {_cell(describe_detail(t))} |"
         )
+    for i, t in enumerate(trace, 1):
+        if t.children:
+            lines += ["", f"Step {i} (`{t.source}` --`{t.trigger}`--> `{t.dest}`) ran:", ""]
+            lines += _child_listing(t.children, "")
     return "\n".join(lines) + "\n"
+
+
+def _path_text(trace: Trace) -> str:
+    """A child run's path in short, on its own machine when that is declared here."""
+    try:
+        table = machine_named(trace.machine, trace.machine_version)
+    except UnknownMachineError:
+        return trace.path
+    return compress_path(trace.states, table)
+
+
+def _child_listing(children: Sequence[Trace], indent: str) -> list[str]:
+    """Child runs as a nested Markdown list: each run, then its moves (and their children)."""
+    lines = []
+    for child in children:
+        lines.append(
+            f"{indent}- the `{child.machine}` machine: entered at `{child.entry}`; path "
+            f"`{_path_text(child)}`; ended `{child.terminal or 'not yet'}`"
+        )
+        for t in child:
+            said = describe_detail(t)
+            lines.append(
+                f"{indent}    - `{t.source}` --`{t.trigger}`--> `{t.dest}` "
+                f"({t.elapsed * 1000:.1f} ms)" + (f": {_cell(said)}" if said else "")
+            )
+            lines += _child_listing(t.children, indent + "        ")
+    return lines
 
 
 def run_markdown(

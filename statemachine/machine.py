@@ -613,6 +613,7 @@ def _check(table: MachineTable) -> None:
     _check_states(table, fail)
     _check_edges(table, fail)
     _check_graph(table, fail)
+    _check_children(table, fail)
 
 
 _Fail: TypeAlias = Callable[[str], MachineDefinitionError]
@@ -722,6 +723,34 @@ def _check_graph(table: MachineTable, fail: _Fail) -> None:
                     f"state {state!r} has no edge on {kind.__name__}; a run takes it from "
                     f"any state when {cause} ({_no_default(table, state, kind)})"
                 )
+
+
+def _check_children(table: MachineTable, fail: _Fail) -> None:
+    """Refuse a machine that runs itself: one whose child machines, however deep, include
+    a machine of its own name (its run would start its own run inside, without end, and
+    its drawing would hold itself)."""
+    cycle = _cycle_through(table, table.name, set())
+    if cycle is not None:
+        chain = " -> ".join(f"{name} ({state})" for name, state in cycle)
+        raise fail(
+            f"it contains itself: {chain} -> {table.name}; a machine cannot run a machine "
+            "of its own name as a child, however deep"
+        )
+
+
+def _cycle_through(table: MachineTable, name: str, seen: set[int]) -> list[tuple[str, str]] | None:
+    """``[(machine, state), ...]`` from ``table`` down to a child machine called ``name``,
+    each machine with the state that runs the next; None when there is no such path."""
+    seen.add(id(table))
+    for state, children in table.children.items():
+        for child in children:
+            if child.name == name:
+                return [(table.name, state)]
+            if id(child) not in seen:
+                deeper = _cycle_through(child, name, seen)
+                if deeper is not None:
+                    return [(table.name, state), *deeper]
+    return None
 
 
 def _no_default(table: MachineTable, state: str, kind: type[PipelineResult]) -> str:

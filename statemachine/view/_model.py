@@ -3,8 +3,11 @@
 Each message is written once (a table, equal messages counted as one: a resume
 loaded from a file or a store has copies) and each step names the messages of
 its chain by runs of indices, so a long run's page grows with its messages,
-not with steps times messages. Every value is plain JSON (strings, numbers, lists,
-objects): the page's script puts strings on the page as text, never as markup.
+not with steps times messages. A step that ran child machines carries their runs
+(``children``: each with its machine, path, terminal and own steps, nested as deep
+as they ran), their messages in the same table. Every value is plain JSON (strings,
+numbers, lists, objects): the page's script puts strings on the page as text, never
+as markup.
 """
 
 from __future__ import annotations
@@ -218,6 +221,33 @@ def _version(trace: Trace | None, table: MachineTable) -> str:
     return f"v{version} ({fingerprint})"
 
 
+def _child(trace: Trace, known: _MessageTable) -> dict[str, Any]:
+    """A child run a step made (a child machine's, a subagent's): its machine, path and
+    end, and its own steps, each with the child runs it made in turn."""
+    steps = []
+    for t in trace:
+        step: dict[str, Any] = {
+            "source": t.source,
+            "trigger": t.trigger,
+            "dest": t.dest,
+            "elapsed": t.elapsed,
+            "detail": _plain(dict(t.detail)) if t.detail else None,
+            "messages": known.runs(t.chain.messages),
+        }
+        if t.children:
+            step["children"] = [_child(child, known) for child in t.children]
+        steps.append(step)
+    return {
+        "machine": trace.machine,
+        "version": trace.machine_version,
+        "entry": trace.entry,
+        "path": trace.states,
+        "terminal": trace.terminal,
+        "elapsed": sum(t.elapsed for t in trace),
+        "steps": steps,
+    }
+
+
 def page_data(
     traces: Sequence[Trace],
     table: MachineTable,
@@ -268,6 +298,8 @@ def page_data(
                     "messages": known.runs(t.chain.messages),
                 }
             )
+            if t.children:
+                steps[-1]["children"] = [_child(child, known) for child in t.children]
             at += t.elapsed
         if trace.transitions and trace.terminal in table.terminals:
             last = number == len(traces) - 1

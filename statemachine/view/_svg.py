@@ -141,9 +141,20 @@ def machine_svg(
                 f'width="{_NODE_W - 6}" height="{_NODE_H - 6}" rx="7"/>'
             )
         name = state_label(state) + (f" x{count}" if count else "")
+        text = f'<text x="{x:.0f}" y="{y + 4.5:.0f}" text-anchor="middle">{_esc(name)}</text>'
+        children = table.children.get(state)
+        if children:
+            # A state whose work is a child machine: named under the state's own name.
+            classes.append("composite")
+            runs = "runs " + ", ".join(dict.fromkeys(c.name for c in children))
+            text = (
+                f"<title>{_esc(f'{state} {runs}')}</title>"
+                f'<text x="{x:.0f}" y="{y:.0f}" text-anchor="middle">{_esc(name)}</text>'
+                f'<text class="runs" x="{x:.0f}" y="{y + 11:.0f}" text-anchor="middle">'
+                f"{_esc(runs)}</text>"
+            )
         out.append(
-            f'<g class="{_esc(" ".join(classes))}" id="state-{_esc(state)}">{shape}'
-            f'<text x="{x:.0f}" y="{y + 4.5:.0f}" text-anchor="middle">{_esc(name)}</text></g>'
+            f'<g class="{_esc(" ".join(classes))}" id="state-{_esc(state)}">{shape}{text}</g>'
         )
     out.append("</svg>")
     return "\n".join(out)

@@ -111,6 +111,7 @@
       row.dataset.step = String(i);
       const what = el("span", "what");
       what.append(s.source + " ", el("span", "trigger", s.trigger), " → " + s.dest);
+      if (s.children) what.append(el("span", "tag kids", plural(s.children.length, "child run")));
       const bar = el("span", "bar");
       const fill = el("span");
       fill.style.width = Math.max(0.5, (100 * s.elapsed) / longest).toFixed(1) + "%";
@@ -223,6 +224,7 @@
     if (s.detail) {
       panel.append(el("h3", "", "what the step did"), kv(describe(s.detail)));
     }
+    if (s.children) panel.append(childRuns(s.children));
     const fresh = shown.filter((k) => !before.has(k));
     const updates = fresh.flatMap((k) => messages[k].results.filter((r) => r.updates !== null));
     if (updates.length || s.state) {
@@ -235,11 +237,16 @@
       panel.append(el("h3", "", "usage"));
       for (const k of used) panel.append(kv(Object.entries(messages[k].usage).map(([a, b]) => [a, String(b)])));
     }
-    panel.append(el("h3", "", "conversation: " + shown.length + " messages, " + fresh.length + " new"));
+    conversation(panel, shown, before);
+  }
+
+  function conversation(box, shown, before) {
+    const fresh = shown.filter((k) => !before.has(k));
+    box.append(el("h3", "", "conversation: " + shown.length + " messages, " + fresh.length + " new"));
     // The newest first: what this step added is what a reader came for; a long past folds.
     const newest = shown.slice().reverse();
     const open = Math.max(fresh.length, 6);
-    for (const k of newest.slice(0, open)) panel.append(messageCard(messages[k], !before.has(k)));
+    for (const k of newest.slice(0, open)) box.append(messageCard(messages[k], !before.has(k)));
     if (newest.length > open) {
       const more = el("details", "earlier");
       more.append(el("summary", "", "earlier messages (" + (newest.length - open) + ")"));
@@ -249,8 +256,68 @@
         more.dataset.built = "1";
         for (const k of newest.slice(open)) more.append(messageCard(messages[k], false));
       });
-      panel.append(more);
+      box.append(more);
     }
+  }
+
+  // ------------------------------------------------------------ child runs
+  // A step that ran child machines lists their runs; each opens in place to its own
+  // steps, and each of those to what it did and the child runs it made in turn.
+  function plural(n, word) {
+    return n + " " + word + (n === 1 ? "" : "s");
+  }
+  function childRuns(children) {
+    const box = el("div", "children");
+    box.append(el("h3", "", plural(children.length, "child run")));
+    for (const child of children) box.append(childRun(child));
+    return box;
+  }
+  function childRun(child) {
+    const run = el("details", "child");
+    run.dataset.machine = child.machine;
+    const summary = el("summary");
+    const ended = child.terminal === null ? "not ended" : child.terminal;
+    summary.append(
+      el("span", "name", child.machine),
+      el("span", "badge " + (child.terminal || ""), ended),
+      el("span", "sub", plural(child.steps.length, "step") + " · " + ms(child.elapsed)),
+    );
+    run.append(summary, el("div", "path", child.path.join(" → ")));
+    // Built when opened: a step with many child runs shows at once.
+    run.addEventListener("toggle", () => {
+      if (!run.open || run.dataset.built) return;
+      run.dataset.built = "1";
+      const list = el("ol", "child-steps");
+      child.steps.forEach((step, k) => {
+        const before = new Set(k > 0 ? indices(child.steps[k - 1].messages) : []);
+        list.append(childStep(step, k, before));
+      });
+      run.append(list);
+    });
+    return run;
+  }
+  function childStep(step, k, before) {
+    const item = el("li");
+    const head = el("button", "child-step");
+    head.type = "button";
+    head.setAttribute("aria-expanded", "false");
+    head.append(el("span", "n", k + 1), step.source + " ", el("span", "trigger", step.trigger),
+      " → " + step.dest, el("span", "ms", ms(step.elapsed)));
+    if (step.children) head.append(el("span", "tag", plural(step.children.length, "child run")));
+    const body = el("div", "child-body");
+    body.hidden = true;
+    head.addEventListener("click", () => {
+      if (!body.dataset.built) {
+        body.dataset.built = "1";
+        if (step.detail) body.append(el("h3", "", "what the step did"), kv(describe(step.detail)));
+        if (step.children) body.append(childRuns(step.children));
+        conversation(body, indices(step.messages), before);
+      }
+      body.hidden = !body.hidden;
+      head.setAttribute("aria-expanded", String(!body.hidden));
+    });
+    item.append(head, body);
+    return item;
   }
 
   // ------------------------------------------------------------ selecting
