@@ -64,6 +64,8 @@ def _row(run: Mapping[str, Any]) -> str:
     summary = run["problem"] or run["summary"] or ""
     return (
         f'<tr class="{_e(run["status"])}" data-run="{_e(run["run_id"])}">'
+        f'<td class="pick"><input type="checkbox" form="compare-runs" name="run" '
+        f'value="{_e(run["run_id"])}" aria-label="pick {_e(run["run_id"])} to compare"></td>'
         f'<td><a href="{_e(link)}">{_e(run["run_id"])}</a></td>'
         f'<td><span class="badge {_e(run["status"])}">{_e(run["status"])}</span></td>'
         f"<td>{_e(run['machine'] or '?')}</td>"
@@ -84,7 +86,7 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
     statuses = ["interrupted", "paused", "running", "ok", "error"]
     counts = listing["statuses"]
     rows = "\n".join(_row(r) for r in listing["runs"]) or (
-        '<tr><td colspan="10" class="empty">No runs match.</td></tr>'
+        '<tr><td colspan="11" class="empty">No runs match.</td></tr>'
     )
 
     def page_link(number: int, text: str) -> str:
@@ -121,13 +123,16 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
 </form>
 <div class="scroll">
 <table id="runs">
-<thead><tr><th>run</th><th>status</th><th>machine</th><th>state</th><th>started</th>
+<thead><tr><th></th><th>run</th><th>status</th><th>machine</th><th>state</th><th>started</th>
 <th>duration</th><th>steps</th><th>model calls</th><th>tokens</th><th>summary</th></tr></thead>
 <tbody>
 {rows}
 </tbody>
 </table>
 </div>
+<form id="compare-runs" method="get" action="/compare">
+  <button type="submit">Compare the two picked runs</button>
+</form>
 <nav id="pager">{listing["total"]} shown · {" · ".join(pager)}</nav>
 </body>
 </html>
