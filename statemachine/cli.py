@@ -44,7 +44,7 @@ from ._printable import printable, shown
 from ._runs_cli import UsageError
 from ._state import AgentState
 from .agent import Agent, AgentRun
-from .errors import ChainError, MachineChangedError
+from .errors import AgentfsmError, ChainError, MachineChangedError
 from .machine import UnknownMachineError, machine_named
 from .modes.standard import STANDARD
 from .results import Failed
@@ -410,6 +410,9 @@ def _view_page(args: argparse.Namespace, run: str) -> tuple[str, str]:
         page = view.traces_page(traces, title=source.name, table=table)
         return page, source.with_suffix(".trace.html").name
     db = args.db or _runs_cli.default_db()
+    if _runs_cli._is_durable(db):
+        return _durable_page(db, run), f"{_file_name(run)}.html"
+    db = _runs_cli._sqlite_path(db)
     store = _store(db)
     with store:
         try:
@@ -433,6 +436,26 @@ def _view_page(args: argparse.Namespace, run: str) -> tuple[str, str]:
             raise UsageError(str(exc)) from None
         raise UsageError(f"run {run} is nested too deeply to show") from None
     return page, f"{_file_name(run)}.html"
+
+
+def _durable_page(db: str, run_id: str) -> str:
+    """The page of a run of a durable engine's (DBOS) database, read as ``runs show``
+    reads it; any failure, the database's own included, as one line."""
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from .durable._cli_view import view_page
+    except ImportError as exc:
+        raise UsageError(f"{db} is a durable database: {exc}") from None
+    try:
+        return view_page(db, run_id)
+    except UnknownMachineError as exc:
+        raise UsageError(f"{exc} (--machines MODULE imports it)") from None
+    except (AgentfsmError, ValueError, RecursionError) as exc:
+        raise UsageError(" ".join(str(exc).split()) or type(exc).__name__) from None
+    except (SQLAlchemyError, OSError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [repr(exc)]
+        raise UsageError(f"{db}: the database cannot be used: {reason[0]}") from None
 
 
 def _file_name(run_id: str) -> str:
