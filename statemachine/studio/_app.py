@@ -310,14 +310,10 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
 
     async def decide(request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        refused = _refused(request, studio.csrf, "a decision")
-        if refused is not None:
-            return refused
-        try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse({"error": "the body is not JSON"}, 400)
-        decisions = body.get("decisions") if isinstance(body, Mapping) else None
+        body = await _action(request, studio.csrf, "a decision")
+        if isinstance(body, Response):
+            return body
+        decisions = body.get("decisions")
         if not isinstance(decisions, list) or not all(isinstance(d, Mapping) for d in decisions):
             return JSONResponse({"error": "send {'decisions': [one object per request]}"}, 400)
         if not all(isinstance(d.get("digest"), str) for d in decisions):
@@ -339,14 +335,10 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
 
     async def fork(request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        refused = _refused(request, studio.csrf, "a fork")
-        if refused is not None:
-            return refused
-        try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse({"error": "the body is not JSON"}, 400)
-        step = body.get("step") if isinstance(body, Mapping) else None
+        body = await _action(request, studio.csrf, "a fork")
+        if isinstance(body, Response):
+            return body
+        step = body.get("step")
         if isinstance(step, bool) or not isinstance(step, int):
             return JSONResponse({"error": "send {'step': the step's number on the page}"}, 400)
         try:
@@ -427,15 +419,20 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
     return app
 
 
-def _refused(request: Request, csrf: str, what: str) -> Response | None:
-    """Why an action is refused: no CSRF token, or another site's page sent it."""
+async def _action(request: Request, csrf: str, what: str) -> Mapping[str, Any] | Response:
+    """An action's JSON object, or why it is refused: no CSRF token, another site's page
+    sent it, or its body is not a JSON object."""
     sent = request.headers.get(CSRF_HEADER, "")
     if not hmac.compare_digest(sent, csrf):
         return JSONResponse({"error": "missing or wrong CSRF token"}, 403)
     origin = request.headers.get("origin")
     if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
         return JSONResponse({"error": f"{what} comes from the studio's own page"}, 403)
-    return None
+    try:
+        body = await request.json()
+    except ValueError:
+        return JSONResponse({"error": "the body is not JSON"}, 400)
+    return body if isinstance(body, Mapping) else {}
 
 
 def _forkable(saved: SavedRun, table: MachineTable) -> list[int]:

@@ -20,7 +20,7 @@ from .._compare import Comparison, Row, Step
 from ..machine import MachineTable
 from ..store import SavedRun
 from ..view._svg import machine_svg
-from ._pages import _asset, policy
+from ._pages import _asset, document
 
 __all__ = ["compare_form", "compare_page"]
 
@@ -129,23 +129,6 @@ def _row(comparison: Comparison, row: Row) -> str:
     )
 
 
-def _document(title: str, style: str, body: str) -> str:
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{_e(policy(style))}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{_e(title)} · agentfsm studio</title>
-<style>{style}</style>
-</head>
-<body class="compare">
-{body}
-</body>
-</html>
-"""
-
-
 def compare_form(run_ids: Sequence[str], chosen: Mapping[str, str], problem: str = "") -> str:
     """The page that asks which two runs to compare (``problem``: why it asks again)."""
     options = "".join(f'<option value="{_e(r)}"></option>' for r in run_ids)
@@ -161,7 +144,7 @@ def compare_form(run_ids: Sequence[str], chosen: Mapping[str, str], problem: str
   <datalist id="run-ids">{options}</datalist>
   <button type="submit">Compare</button>
 </form>"""
-    return _document("compare", _asset("studio.css"), body)
+    return document("compare", _asset("studio.css"), body, body_class="compare")
 
 
 def compare_page(
@@ -200,4 +183,4 @@ def compare_page(
 <p class="sub legend">= the same step · ~ the same edge, another conversation ·
 ≠ another edge, or a step only one run took</p>"""
     title = f"compare {comparison.a.run_id} and {comparison.b.run_id}"
-    return _document(title, style, body)
+    return document(title, style, body, body_class="compare")

@@ -15,7 +15,7 @@ from importlib.resources import files
 from typing import Any
 from urllib.parse import quote, urlencode
 
-__all__ = ["index_page", "policy"]
+__all__ = ["document", "index_page", "policy"]
 
 
 def _asset(name: str) -> str:
@@ -59,6 +59,25 @@ def _select(name: str, label: str, options: list[str], chosen: str) -> str:
     return f'<label>{_e(label)} <select name="{name}">{"".join(items)}</select></label>'
 
 
+def document(title: str, style: str, body: str, *, body_class: str = "") -> str:
+    """A studio page written on the server: ``body`` under its own style and policy."""
+    classes = f' class="{_e(body_class)}"' if body_class else ""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{_e(policy(style))}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)} · agentfsm studio</title>
+<style>{style}</style>
+</head>
+<body{classes}>
+{body}
+</body>
+</html>
+"""
+
+
 def _row(run: Mapping[str, Any]) -> str:
     link = "/runs/" + quote(str(run["run_id"]), safe="")
     summary = run["problem"] or run["summary"] or ""
@@ -99,17 +118,7 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
     if listing["page"] < listing["pages"]:
         pager.append(page_link(listing["page"] + 1, "older →"))
     tally = " · ".join(f"{_e(s)} {counts[s]}" for s in statuses if counts.get(s))
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{_e(policy(style))}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>runs · agentfsm studio</title>
-<style>{style}</style>
-</head>
-<body>
-<header>
+    body = f"""<header>
   <h1>agentfsm studio</h1>
   <div class="sub">{_e(store)} · {listing["all"]} runs · {tally}</div>
 </header>
@@ -133,7 +142,5 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
 <form id="compare-runs" method="get" action="/compare">
   <button type="submit">Compare the two picked runs</button>
 </form>
-<nav id="pager">{listing["total"]} shown · {" · ".join(pager)}</nav>
-</body>
-</html>
-"""
+<nav id="pager">{listing["total"]} shown · {" · ".join(pager)}</nav>"""
+    return document("runs", style, body)
