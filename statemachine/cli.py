@@ -634,7 +634,8 @@ def _parser() -> _Parser:
         "view",
         help="write a run as one HTML page: diagram, timeline, conversation",
         description="Write one self-contained HTML file (no network needed to open it) for a "
-        "saved run (RUN_ID, from the store) or a trace file (TRACE.json): the machine with the "
+        "saved run (RUN_ID, from the store, or from a durable engine's database when --db names "
+        "one) or a trace file (TRACE.json): the machine with the "
         "run's path and edge counts, a timeline of transitions with timings, and for each "
         "transition the conversation as it stood, tool calls and results, state updates, "
         "usage, the pause reason or error. Step with the arrow keys.",

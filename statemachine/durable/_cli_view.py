@@ -37,20 +37,20 @@ def show_run(
     return record, result, waiting
 
 
-class NotEndedError(ValueError):
+class _NotEndedError(ValueError):
     """A durable run that has not ended: its worker holds its path until it does."""
 
 
 def view_page(db: str | os.PathLike[str], run_id: str) -> str:
     """The run page (:mod:`agentfsm.view`) of a durable run that ended, as ``agentfsm view``
-    writes a saved run's; :class:`NotEndedError` for one still queued, running or waiting."""
+    writes a saved run's; ValueError for one still queued, running or waiting."""
     from .. import view
 
     with quiet_engine():
         record, result, waiting = show_run(db, run_id)
     if result is None:
         what = "waits for decisions" if waiting is not None else f"is {record.status}"
-        raise NotEndedError(
+        raise _NotEndedError(
             f"run {run_id} {what}: a durable run's path is recorded when it ends; "
             f"'agentfsm runs show {run_id} --db {db}' says where it stands"
         )
