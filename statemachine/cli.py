@@ -272,7 +272,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _say_how_to_go_on(store: SQLiteStore, run_id: str, db: str) -> None:
-    """On stderr: the command that goes on with a run stopped by Ctrl-C (its last
+    """On stderr: the command that goes on with a demo run stopped by Ctrl-C (its last
     checkpoint is in the store), the store named in full so it works from any folder."""
     try:
         saved = load_run(store, run_id, strict=False)
@@ -546,7 +546,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             result = asyncio.run(watch(run, console, title=title, show_summary=False))
         except KeyboardInterrupt:
-            _say_how_to_go_on(store, run_id, db)
+            # Its model and tools are the command's own, not an --agent to resume with.
+            where = shlex.quote(os.path.abspath(db))
+            print(
+                printable(
+                    f"run {run_id} stopped; see it with: agentfsm view {run_id} --db {where}"
+                ),
+                file=sys.stderr,
+            )
             raise
     failed = isinstance(result, Failed)
     # A failure is said once, on stderr, not in the summary too.
