@@ -155,3 +155,29 @@ def test_fork_and_compare_from_the_command_line(tmp_path: pathlib.Path) -> None:
     assert "they part at step 18" in lines[2]
     assert any(line.startswith("> ~    18  propagating") for line in lines)
     assert sum(line.startswith("  =") for line in lines) == 17
+
+
+def test_runs_that_take_other_edges_part_where_they_do(tmp_path: pathlib.Path) -> None:
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        tools = Agent(
+            ScriptedModel([call_tool("add", {"a": 1, "b": 2}), Message.assistant("3")]), [add]
+        )
+        start_run(tools, AgentState.of("add"), store, run_id="tools").run_sync()
+        direct = Agent(ScriptedModel([Message.assistant("3")]), [add])
+        start_run(direct, AgentState.of("add"), store, run_id="direct").run_sync()
+        comparison = compare_runs(
+            load_run(store, "tools", strict=False), load_run(store, "direct", strict=False)
+        )
+    assert comparison.parted == 2  # the same model call, another answer...
+    assert comparison.rows[1].likeness == "conversation"
+    assert comparison.rows[6].likeness == "edge"  # ...so one loops where the other is done
+    assert comparison.as_json()["rows"][6] == {
+        "number": 7,
+        "a": "deciding --loop--> expanding",
+        "b": "deciding --done--> ok",
+        "likeness": "edge",
+    }
+    assert comparison.rows[-1].likeness == "missing" and comparison.rows[-1].b is None
+    text = comparison.lines()
+    assert text[2].startswith("they part at step 2: both take calling --called-->")
+    assert "≠     7  deciding --loop--> expanding" in text[10]
