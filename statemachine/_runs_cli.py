@@ -1,4 +1,5 @@
-"""``agentfsm runs list|show|resume``: the saved runs of a store, from the command line.
+"""``agentfsm runs list|show|resume|fork|compare``: the saved runs of a store, from the
+command line.
 
 ``resume`` needs the agent the run was made with (its model and tools are code,
 not data): the demo agent by default, or any ``--agent module:attribute`` that
@@ -44,6 +45,7 @@ from .store import (
     SavedRun,
     SQLiteStore,
     StoreError,
+    fork_run,
     load_run,
 )
 from .trace import Transition
@@ -112,7 +114,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     runs.set_defaults(handler=handle)
     commands = runs.add_subparsers(
-        dest="runs_command", metavar="{list,show,resume,export,migrate,replay}"
+        dest="runs_command", metavar="{list,show,resume,fork,compare,export,migrate,replay}"
     )
     commands.required = True
     commands.add_parser("list", parents=[common], help="every saved run, newest first")
@@ -138,6 +140,27 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="JSON",
         help='for an interrupted run: the decisions, e.g. \'[{"type": "approve"}]\'',
     )
+    fork = commands.add_parser(
+        "fork",
+        parents=[common],
+        help="a new run that goes on from one step of a saved run",
+        description="Save a new run whose past is RUN_ID's up to STEP (numbered as the run "
+        "page numbers steps: 1 is the first transition). It rests where that step went; "
+        "'agentfsm runs resume NEW_ID' goes on from there. A step into a terminal (ok, "
+        "error, paused, interrupted) cannot be forked from.",
+    )
+    fork.add_argument("run_id", metavar="RUN_ID")
+    fork.add_argument("step", metavar="STEP", type=int)
+    fork.add_argument("--id", dest="new_id", metavar="NEW_ID", help="the new run's id")
+    add_machines_option(fork)
+    compare = commands.add_parser(
+        "compare",
+        parents=[common],
+        help="two runs' paths side by side, and where they part",
+    )
+    compare.add_argument("run_a", metavar="RUN_A")
+    compare.add_argument("run_b", metavar="RUN_B")
+    add_machines_option(compare)
     export = commands.add_parser(
         "export", parents=[common], help="a saved run as a cassette and a regression test"
     )
@@ -164,6 +187,13 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     db = args.db or default_db()
     if _is_durable(db):
+        if args.runs_command in ("fork", "compare"):
+            _say(
+                sys.stderr,
+                f"agentfsm runs: {args.runs_command} reads an agentfsm store; "
+                f"{db} is a durable engine's database",
+            )
+            return 2
         return _durable_runs(args, db, out)
     db = _sqlite_path(db)
     try:
@@ -176,9 +206,17 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
             return _show(db, args.run_id, args.json, out)
         if args.runs_command == "export":
             return _export(db, args.run_id, args.cassette, args.test, args.agent, out)
+        if args.runs_command in ("fork", "compare"):
+            from ._machines_option import import_machines
+
+            import_machines(args.machines)
+            if args.runs_command == "fork":
+                return _fork(db, args.run_id, args.step, args.new_id, out)
+            return _compare(db, args.run_a, args.run_b, out)
         return _resume(db, args.run_id, args.agent, args.decisions, out)
     except (
         UsageError,
+        ValueError,
         RunNotFoundError,
         ResumeError,
         RunExistsError,
@@ -216,6 +254,35 @@ def _export(
     if test is not None and agent is not None:
         Path(test).write_text(regression_test(saved.trace, cassette, agent=agent), "utf-8")
         _say(out, f"wrote {test}: it replays {cassette} and asserts the path {saved.trace.path}")
+    return 0
+
+
+def _fork(db: str, run_id: str, step: int, new_id: str | None, out: TextIO) -> int:
+    """Save the fork, then say where it rests and how to go on."""
+    store = open_store(db, read_only=False)
+    try:
+        fork_id = fork_run(store, run_id, step, new_id=new_id)
+        saved = load_run(store, fork_id, strict=False)
+    finally:
+        store.close()
+    _say(out, f"run {fork_id}: forked from {run_id} at step {step}, at {saved.state}")
+    _say(out, f"go on with: agentfsm runs resume {shlex.quote(fork_id)}{db_flag(db)}")
+    return 0
+
+
+def _compare(db: str, run_a: str, run_b: str, out: TextIO) -> int:
+    """Both runs' paths, step by step, and the first step where they part."""
+    from ._compare import compare_runs
+
+    store = open_store(db)
+    try:
+        comparison = compare_runs(
+            load_run(store, run_a, strict=False), load_run(store, run_b, strict=False)
+        )
+    finally:
+        store.close()
+    for line in comparison.lines():
+        _say(out, line)
     return 0
 
 

@@ -25,6 +25,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import sqlite3
 import sys
 import time
@@ -43,7 +44,7 @@ from ._printable import printable, shown
 from ._runs_cli import UsageError
 from ._state import AgentState
 from .agent import Agent, AgentRun
-from .errors import ChainError, MachineChangedError
+from .errors import AgentfsmError, ChainError, MachineChangedError
 from .machine import UnknownMachineError, machine_named
 from .modes.standard import STANDARD
 from .results import Failed
@@ -249,7 +250,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     console = Console()
     # The answer streams into the live view; it is not printed again.
     with store:
-        traces, state = _demo_runs(demo_agent(folder=out), store, base.name, decision, console)
+        try:
+            traces, state = _demo_runs(demo_agent(folder=out), store, base.name, decision, console)
+        except KeyboardInterrupt:
+            _say_how_to_go_on(store, base.name, db)
+            raise
     markdown = base.with_name(base.name + ".md")
     trace_json = base.with_name(base.name + ".json")
     markdown.write_text(diagrams.run_markdown(traces, title="agentfsm demo"), encoding="utf-8")
@@ -264,6 +269,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         print(printable(_runs_cli.resume_hint(base.name, state.interrupt_data, db)))
         return 0
     return 0 if state.status == "ok" else 1
+
+
+def _say_how_to_go_on(store: SQLiteStore, run_id: str, db: str) -> None:
+    """On stderr: the command that goes on with a demo run stopped by Ctrl-C (its last
+    checkpoint is in the store), the store named in full so it works from any folder."""
+    try:
+        saved = load_run(store, run_id, strict=False)
+    except Exception:  # nothing saved yet (or unreadable): there is nothing to go on with
+        return
+    where = os.path.abspath(db)
+    state = saved.agent_state
+    if saved.status == "interrupted" and state is not None:
+        line = f"run {run_id} " + _runs_cli.resume_hint(run_id, state.interrupt_data, where)
+    elif saved.status in ("running", "paused"):
+        line = (
+            f"run {run_id} is saved at {saved.state}; go on with: agentfsm runs resume "
+            f"{shlex.quote(run_id)}{_runs_cli.db_flag(where)}"
+        )
+    else:
+        return
+    print(printable(line), file=sys.stderr)
 
 
 def _store(db: str, *, create: bool = False) -> SQLiteStore:
@@ -384,6 +410,9 @@ def _view_page(args: argparse.Namespace, run: str) -> tuple[str, str]:
         page = view.traces_page(traces, title=source.name, table=table)
         return page, source.with_suffix(".trace.html").name
     db = args.db or _runs_cli.default_db()
+    if _runs_cli._is_durable(db):
+        return _durable_page(db, run), f"{_file_name(run)}.html"
+    db = _runs_cli._sqlite_path(db)
     store = _store(db)
     with store:
         try:
@@ -407,6 +436,26 @@ def _view_page(args: argparse.Namespace, run: str) -> tuple[str, str]:
             raise UsageError(str(exc)) from None
         raise UsageError(f"run {run} is nested too deeply to show") from None
     return page, f"{_file_name(run)}.html"
+
+
+def _durable_page(db: str, run_id: str) -> str:
+    """The page of a run of a durable engine's (DBOS) database, read as ``runs show``
+    reads it; any failure, the database's own included, as one line."""
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from .durable._cli_view import view_page
+    except ImportError as exc:
+        raise UsageError(f"{db} is a durable database: {exc}") from None
+    try:
+        return view_page(db, run_id)
+    except UnknownMachineError as exc:
+        raise UsageError(f"{exc} (--machines MODULE imports it)") from None
+    except (AgentfsmError, ValueError, RecursionError) as exc:
+        raise UsageError(" ".join(str(exc).split()) or type(exc).__name__) from None
+    except (SQLAlchemyError, OSError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [repr(exc)]
+        raise UsageError(f"{db}: the database cannot be used: {reason[0]}") from None
 
 
 def _file_name(run_id: str) -> str:
@@ -486,17 +535,39 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(printable(f"agentfsm run: error: {_error_text(exc)}"), file=sys.stderr)
         return 1
     console = Console()
-    run = calculator_agent(model, max_runs=args.max_runs).start(AgentState.of(args.prompt))
-    result = asyncio.run(watch(run, console, title=f"{args.provider}: {name}", show_summary=False))
+    db = args.db or _runs_cli.default_db()
+    with _store(db, create=True) as store:
+        taken = {r.run_id for r in store.runs()}
+        base = pathlib.Path(f"agentfsm-run-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_id = _unique(base, (), taken).name
+        agent = calculator_agent(model, max_runs=args.max_runs)
+        run = start_run(agent, AgentState.of(args.prompt), store, run_id=run_id)
+        title = f"{args.provider}: {name}"
+        try:
+            result = asyncio.run(watch(run, console, title=title, show_summary=False))
+        except KeyboardInterrupt:
+            # Its model and tools are the command's own, not an --agent to resume with.
+            where = shlex.quote(os.path.abspath(db))
+            print(
+                printable(
+                    f"run {run_id} stopped; see it with: agentfsm view {run_id} --db {where}"
+                ),
+                file=sys.stderr,
+            )
+            raise
     failed = isinstance(result, Failed)
     # A failure is said once, on stderr, not in the summary too.
     console.print(summary(run.trace, None if failed else result, table=run.table))
+    flag = _runs_cli.db_flag(db)
+    saved = f"saved: run {run_id} in {db}; see it with: agentfsm view {run_id}{flag}"
     if isinstance(result, Failed):
         print(printable(f"agentfsm run: error: {_error_text(result.error)}"), file=sys.stderr)
+        print(printable(saved))
         return 1
     state = run.agent_state
     if state.messages and state.messages[-1].role == "assistant" and not args.stream:
         console.print(Panel(shown(state.messages[-1].text), title="answer", title_align="left"))
+    print(printable(saved))
     return 0 if state.status == "ok" else 1
 
 
@@ -570,7 +641,8 @@ def _parser() -> _Parser:
         "view",
         help="write a run as one HTML page: diagram, timeline, conversation",
         description="Write one self-contained HTML file (no network needed to open it) for a "
-        "saved run (RUN_ID, from the store) or a trace file (TRACE.json): the machine with the "
+        "saved run (RUN_ID, from the store, or from a durable engine's database when --db names "
+        "one) or a trace file (TRACE.json): the machine with the "
         "run's path and edge counts, a timeline of transitions with timings, and for each "
         "transition the conversation as it stood, tool calls and results, state updates, "
         "usage, the pause reason or error. Step with the arrow keys.",
@@ -637,7 +709,8 @@ def _parser() -> _Parser:
         help="run a small agent (arithmetic, the time) on a real model",
         description="Run a small agent with safe tools (add, multiply, current_time) on a "
         "provider's model, with a live view. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY "
-        "for the providers' own hosts, and from AGENTFSM_API_KEY for a --base-url.",
+        "for the providers' own hosts, and from AGENTFSM_API_KEY for a --base-url. The run is "
+        "saved to the store (--db), so 'agentfsm runs' and 'agentfsm view' work on it.",
     )
     run.add_argument("--provider", required=True, choices=["openai", "anthropic", "scripted"])
     run.add_argument(
@@ -651,6 +724,7 @@ def _parser() -> _Parser:
         "--max-runs", type=_positive, default=10, metavar="N", help="model calls at most (10)"
     )
     run.add_argument("prompt", metavar="PROMPT", help="what to ask")
+    _runs_cli.add_db_option(run)
     run.set_defaults(handler=_cmd_run)
     _runs_cli.add_parser(commands)
     _worker_cli.add_parser(commands)

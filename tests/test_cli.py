@@ -200,16 +200,27 @@ def test_diagrams_writes_every_file(tmp_path: pathlib.Path) -> None:
     assert ("machine.svg" in names) == (shutil.which("dot") is not None)
 
 
-def test_run_with_the_scripted_provider() -> None:
-    result = agentfsm("run", "--provider", "scripted", "--model", "echo", "what is 2+3?")
+def test_run_with_the_scripted_provider(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "runs.db"
+    args = ("run", "--provider", "scripted", "--model", "echo", "what is 2+3?", "--db", str(db))
+    result = agentfsm(*args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "You said: what is 2+3?" in result.stdout
     assert "ended" in result.stdout
+    # Saved like the demo's run: the store has it, and the page of it can be written.
+    run_id = _run_id(result.stdout)
+    assert run_id.startswith("agentfsm-run-")
+    assert f"see it with: agentfsm view {run_id} --db {db}" in result.stdout
+    shown = agentfsm("runs", "show", run_id, "--db", str(db), cwd=tmp_path)
+    assert shown.returncode == 0 and f"run {run_id}: ok at ok" in shown.stdout
+    again = agentfsm(*args, cwd=tmp_path)
+    assert again.returncode == 0 and _run_id(again.stdout) != run_id  # never overwritten
 
 
-def test_run_with_the_scripted_provider_needs_no_model() -> None:
-    result = agentfsm("run", "--provider", "scripted", "what is 2+3?")
+def test_run_with_the_scripted_provider_needs_no_model(tmp_path: pathlib.Path) -> None:
+    result = agentfsm("run", "--provider", "scripted", "what is 2+3?", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    assert (tmp_path / "agentfsm.db").exists()  # the default store, in the current folder
     assert "You said: what is 2+3?" in result.stdout
     assert "scripted: echo" in result.stdout
 
@@ -497,6 +508,11 @@ def test_one_ctrl_c_at_the_approval_prompt_stops_the_demo(tmp_path: pathlib.Path
         assert process.stderr is not None
         err = process.stderr.read()
         assert b"agentfsm demo: interrupted" in err and b"Traceback" not in err, err
+        # The run waits in the store: the exact command that answers it, store named in full.
+        db = shlex.quote(str(tmp_path / "agentfsm.db"))
+        hint = re.search(rb"agentfsm runs resume (\S+) --db (\S+) --decisions", err)
+        assert hint is not None and hint.group(2).decode() == db, err
+        assert b"waiting for a decision on write_file" in err
     finally:
         if process.poll() is None:
             process.kill()

@@ -219,5 +219,6 @@ def test_a_long_run_loads_and_steps_quickly(
         return out.sort((a, b) => a - b);"""
     )
     assert browser.execute_script("return document.body.dataset.step") == "1386"
-    # Generous bounds for a shared machine; about 0.8 s and 5 ms on an idle one.
-    assert loaded < 4 and times[10] < 50, (loaded, times)
+    # Loose bounds, far above what it takes (about 0.8 s and 5 ms on an idle machine): they
+    # catch a page that rebuilds every step per key press, not a slow shared machine.
+    assert loaded < 30 and times[10] < 500, (loaded, times)

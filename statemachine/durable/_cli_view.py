@@ -1,7 +1,7 @@
-"""Durable runs as ``agentfsm runs list|show|resume`` show them.
+"""Durable runs as ``agentfsm runs list|show|resume`` and ``agentfsm view`` show them.
 
-The ``runs`` command calls :func:`handle` when its ``--db`` names a DBOS
-database instead of an agentfsm store; it reads through
+The ``runs`` command calls :func:`handle`, and ``view`` :func:`view_page`, when its
+``--db`` names a DBOS database instead of an agentfsm store; they read through
 :func:`~agentfsm.durable.list_runs` and the :class:`~agentfsm.durable.Engine`,
 as any other reader does.
 """
@@ -16,11 +16,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from .._printable import message_line, printable
+from ..machine import machine_named
+from ..results import Failed, Interrupted, Ok, Paused, Terminal
 from ..serialization import dump_trace
 from ._engine import Engine, RunRecord, RunResult, list_runs
 from ._log import quiet_engine
 
-__all__ = ["handle", "show_run"]
+__all__ = ["handle", "show_run", "view_page"]
 
 
 def show_run(
@@ -32,6 +34,51 @@ def show_run(
         result = engine.result(run_id, wait=False)
         waiting = engine.waiting(run_id) if record.status == "waiting" else None
     return record, result, waiting
+
+
+class _NotEndedError(ValueError):
+    """A durable run that has not ended: its worker holds its path until it does."""
+
+
+def view_page(db: str | os.PathLike[str], run_id: str) -> str:
+    """The run page (:mod:`agentfsm.view`) of a durable run that ended, as ``agentfsm view``
+    writes a saved run's; ValueError for one still queued, running or waiting."""
+    from .. import view
+
+    with quiet_engine():
+        record, result, waiting = show_run(db, run_id)
+    if result is None:
+        what = "waits for decisions" if waiting is not None else f"is {record.status}"
+        raise _NotEndedError(
+            f"run {run_id} {what}: a durable run's path is recorded when it ends; "
+            f"'agentfsm runs show {run_id} --db {db}' says where it stands"
+        )
+    traces = result.traces
+    return view.page(
+        traces,
+        title=f"run {run_id}",
+        table=machine_named(traces[-1].machine),
+        run_id=run_id,
+        result=_terminal(result),
+    )
+
+
+def _terminal(result: RunResult) -> Terminal | None:
+    """The last segment's end as the page shows it, from the state the run kept."""
+    last = result.traces[-1].transitions if result.traces else ()
+    if not last:
+        return None
+    chain = last[-1].chain
+    state = result.state
+    if state.status == "ok":
+        return Ok(chain, state.tool_result)
+    if state.status == "interrupted" and state.interrupt_data is not None:
+        return Interrupted(chain, state.interrupt_data)
+    if state.status == "error" and state.error is not None:
+        return Failed(chain, state.error)
+    if state.status == "paused":
+        return Paused(chain, state.pause_reason)
+    return None
 
 
 def _say(out: TextIO, text: str) -> None:

@@ -96,6 +96,7 @@ from .base import (
     RunNotFoundError,
     RunStatus,
     Store,
+    StoredRun,
     StoreWrite,
 )
 
@@ -107,6 +108,7 @@ __all__ = [
     "SavedRun",
     "checkpoint",
     "execute_options",
+    "fork_run",
     "load_run",
     "migrate_run",
     "restore_run",
@@ -143,6 +145,9 @@ class SavedRun:
     #: The store's head of the run when it was read: a resume claims the run only
     #: if it is still there (:attr:`StoredRun.head <agentfsm.store.StoredRun.head>`).
     head: str | None = attrs.field(default=None, repr=False, eq=False)
+    #: The run this one was forked from and the step it was forked at
+    #: (:func:`fork_run`), or None for a run started afresh.
+    forked_from: tuple[str, int] | None = None
 
     @property
     def trace(self) -> Trace:
@@ -200,31 +205,19 @@ def load_run(
             [parse_json(c) for c in stored.contexts],
             binder,
         )
-        traces: list[Trace] = []
-        header: Mapping[str, Any] = {}
-        first: LLMChain | None = None
-        for header_text, transitions in zip(stored.headers, stored.transitions, strict=True):
-            header = parse_json(header_text)
-            check_format(header)
-            first = unpacker.chain(header["chain"])
-            traces.append(
-                Trace(
-                    entry=str(header["entry"]),
-                    transitions=[unpacker.transition(parse_json(t)) for t in transitions],
-                    machine=str(header["machine"]),
-                    **_identity(header),
-                )
-            )
-        if not traces or first is None:
+        headers, firsts, traces = _segments(stored, unpacker)
+        if not traces:
             raise FormatError(f"Run {run_id!r} has no segment: the store is damaged")
+        header, first = headers[-1], firsts[-1]
         result: Terminal | None = None
         if stored.result is not None:
             decoded = unpacker.result(parse_json(stored.result))
             if not isinstance(decoded, Ok | Paused | Interrupted | Failed):
                 raise FormatError(f"Run {run_id!r} has a result that is not terminal")
             result = decoded
-        table = recorded_table(traces, [parse_json(h) for h in stored.headers])
+        table = recorded_table(traces, headers)
         check_traces(traces, table, ended=result is not None)
+        forked_from = _fork_point(headers[0])
         agent_state = None
         if result is not None:
             _check_logged(run_id, result, traces[-1])
@@ -255,7 +248,43 @@ def load_run(
         messages=tuple(unpacker.messages),
         contexts=tuple(unpacker.contexts),
         head=stored.head,
+        forked_from=forked_from,
     )
+
+
+def _segments(
+    stored: StoredRun, unpacker: Unpacker
+) -> tuple[list[Mapping[str, Any]], list[LLMChain], list[Trace]]:
+    """A stored run's segments decoded: each one's header, first chain and trace."""
+    headers: list[Mapping[str, Any]] = []
+    firsts: list[LLMChain] = []
+    traces: list[Trace] = []
+    for header_text, transitions in zip(stored.headers, stored.transitions, strict=True):
+        header = parse_json(header_text)
+        check_format(header)
+        headers.append(header)
+        firsts.append(unpacker.chain(header["chain"]))
+        traces.append(
+            Trace(
+                entry=str(header["entry"]),
+                transitions=[unpacker.transition(parse_json(t)) for t in transitions],
+                machine=str(header["machine"]),
+                **_identity(header),
+            )
+        )
+    return headers, firsts, traces
+
+
+def _fork_point(header: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The parent a forked run's first header names, checked (a header is data)."""
+    point = header.get("forked_from")
+    if point is None:
+        return None
+    run_id = point.get("run_id") if isinstance(point, Mapping) else None
+    step = point.get("step") if isinstance(point, Mapping) else None
+    if not isinstance(run_id, str) or type(step) is not int or step < 1:
+        raise FormatError(f"A run's fork point {point!r} is not (run id, step)")
+    return run_id, step
 
 
 def _edited(run_id: str, what: str) -> FormatError:
@@ -855,6 +884,122 @@ def _migration_trace(saved: SavedRun, decision: ResumeDecision) -> Trace:
         machine_fingerprint=table.fingerprint,
         migrated_from=saved.state,
     )
+
+
+# ---------------------------------------------------------------- forks
+
+
+def fork_run(store: Store, run_id: str, at_step: int, *, new_id: str | None = None) -> str:
+    """Save a new run whose past is run ``run_id``'s up to its step ``at_step``; its id.
+
+    Steps are numbered as the run page numbers them: 1 is the run's first transition,
+    counted over every segment. The new run (``new_id``, a fresh id by default; a taken
+    one is refused with :class:`RunExistsError`) keeps the segments before that step's
+    and that segment up to the step: it rests where the step went, with the chain the
+    step left, and names its parent (:attr:`SavedRun.forked_from`). The prefix is
+    checked to be a path of the machine the run names.
+
+    A fork rests at a working state, where a resume goes on: a step into a terminal
+    (ok, error, paused, interrupted) ended its segment with a result the new run would
+    not have, so it cannot be forked from (fork at the step before it; ValueError). The
+    new run is saved running and unclaimed: :meth:`Agent.resume_run
+    <agentfsm.Agent.resume_run>` goes on from there, asking again for any approval a
+    gated call would need. The parent is only read.
+    """
+    stored = store.read(run_id)
+    try:
+        unpacker = Unpacker(
+            [parse_json(m) for m in stored.messages],
+            [parse_json(c) for c in stored.contexts],
+            Binder(None, (), (), False),
+        )
+        headers, firsts, traces = _segments(stored, unpacker)
+    except (FormatError, UnknownToolError, UnknownMachineError):
+        raise
+    except Exception as exc:
+        raise FormatError(f"Run {run_id!r} cannot be read: {type(exc).__name__}: {exc}") from exc
+    total = sum(len(t) for t in traces)
+    if isinstance(at_step, bool) or not isinstance(at_step, int) or not 1 <= at_step <= total:
+        raise ValueError(
+            f"Run {run_id!r} has steps 1 to {total}; there is no step {at_step!r} to fork at"
+        )
+    before = 0
+    number = 0
+    for number, trace in enumerate(traces):  # noqa: B007  (the segment that holds the step)
+        if at_step <= before + len(trace):
+            break
+        before += len(trace)
+    cut = traces[number]
+    kept = [
+        *traces[:number],
+        attrs.evolve(cut, transitions=list(cut.transitions[: at_step - before])),
+    ]
+    table = recorded_table(kept, headers[: number + 1])
+    step = kept[-1].transitions[-1]
+    if step.dest in table.terminals:
+        raise ValueError(
+            f"Step {at_step} of run {run_id!r} ({step.source} --{step.trigger}--> {step.dest}) "
+            f"ends a segment at {step.dest}: a fork rests at a working state; fork at step "
+            f"{at_step - 1} or earlier"
+            + (f", or at step {at_step + 1} or later" if at_step < total else "")
+        )
+    check_traces(kept, table, ended=False)
+    fork_id = new_id or uuid.uuid4().hex
+    owner = _new_owner()
+    _write_fork(store, fork_id, owner, kept, headers, firsts, (run_id, at_step))
+    release = getattr(store, "release", None)
+    if release is not None:  # nothing runs it: a resume may take it at once
+        with contextlib.suppress(Exception):  # the lease lapses by itself anyway
+            release(fork_id, owner, running=True)
+    return fork_id
+
+
+def _write_fork(
+    store: Store,
+    fork_id: str,
+    owner: str,
+    traces: Sequence[Trace],
+    headers: Sequence[Mapping[str, Any]],
+    firsts: Sequence[LLMChain],
+    parent: tuple[str, int],
+) -> None:
+    """The fork's segments, one write each, packed afresh (the parent's later messages are
+    not the fork's); a fork left half written is deleted."""
+    packer = Packer()
+    steps = 0
+    written = False
+    try:
+        for number, trace in enumerate(traces):
+            marks = (len(packer.messages), len(packer.contexts))
+            header = {**headers[number], "chain": packer.chain(firsts[number])}
+            if number == 0:
+                header["forked_from"] = {"run_id": parent[0], "step": parent[1]}
+            transitions = [(seq, packer.transition_text(t)) for seq, t in enumerate(trace)]
+            steps += len(trace)
+            store.write(
+                fork_id,
+                StoreWrite(
+                    segment=number,
+                    state=trace.terminal or trace.entry,
+                    status="running",
+                    steps=steps,
+                    header=compact_json(header),
+                    messages=list(enumerate(packer.message_texts(marks[0]), marks[0])),
+                    contexts=list(enumerate(packer.context_texts(marks[1]), marks[1])),
+                    transitions=transitions,
+                    summary=f"forked from {parent[0]} at step {parent[1]}",
+                    owner=owner,
+                    create=number == 0,
+                    claim=number == 0,
+                ),
+            )
+            written = True
+    except BaseException:
+        delete = getattr(store, "delete", None)
+        if delete is not None and written:
+            with contextlib.suppress(Exception):
+                delete(fork_id)
+        raise
 
 
 def _new_owner() -> str:

@@ -33,23 +33,27 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
+from .._compare import compare_runs
 from .._runs_cli import DEFAULT_AGENT, UsageError, _check_resumable, load_agent
 from ..agent import Agent
 from ..errors import AgentfsmError
-from ..machine import UnknownMachineError, machine_named
+from ..machine import MachineTable, UnknownMachineError, machine_named
 from ..serialization import FormatError, UnknownToolError
 from ..store import (
     ResumeError,
+    RunExistsError,
     RunInUseError,
     RunNotFoundError,
     SavedRun,
     SQLiteStore,
     StoreError,
+    fork_run,
     load_run,
     restore_run,
 )
 from ..view import page_data, render_page
 from ._catalog import Catalog
+from ._compare_page import compare_form, compare_page
 from ._pages import index_page
 
 __all__ = ["COOKIE", "CSRF_HEADER", "create_app"]
@@ -233,6 +237,10 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
             "decide": f"/api/runs/{_quote(run_id)}/decide",
             "csrf": studio.csrf,
             "requests": _requests(saved),
+            "fork": f"/api/runs/{_quote(run_id)}/fork",
+            "forkable": _forkable(saved, table),
+            "forked_from": _parent(saved),
+            "compare": "/compare?a=" + _quote(run_id),
         }
         page = render_page(
             data,
@@ -302,17 +310,10 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
 
     async def decide(request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        sent = request.headers.get(CSRF_HEADER, "")
-        if not hmac.compare_digest(sent, studio.csrf):
-            return JSONResponse({"error": "missing or wrong CSRF token"}, 403)
-        origin = request.headers.get("origin")
-        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-            return JSONResponse({"error": "a decision comes from the studio's own page"}, 403)
-        try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse({"error": "the body is not JSON"}, 400)
-        decisions = body.get("decisions") if isinstance(body, Mapping) else None
+        body = await _action(request, studio.csrf, "a decision")
+        if isinstance(body, Response):
+            return body
+        decisions = body.get("decisions")
         if not isinstance(decisions, list) or not all(isinstance(d, Mapping) for d in decisions):
             return JSONResponse({"error": "send {'decisions': [one object per request]}"}, 400)
         if not all(isinstance(d.get("digest"), str) for d in decisions):
@@ -332,6 +333,63 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
         task.add_done_callback(functools.partial(_finished, studio, run_id))
         return JSONResponse({"run_id": run_id, "resumed": True}, 202)
 
+    async def fork(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        body = await _action(request, studio.csrf, "a fork")
+        if isinstance(body, Response):
+            return body
+        step = body.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            return JSONResponse({"error": "send {'step': the step's number on the page}"}, 400)
+        try:
+            fork_id = await asyncio.to_thread(fork_run, studio.writer(), run_id, step)
+        except RunNotFoundError as exc:
+            return JSONResponse({"error": _one_line(exc)}, 404)
+        except RunExistsError as exc:
+            return JSONResponse({"error": _one_line(exc)}, 409)
+        except (*_UNREADABLE, RecursionError) as exc:
+            return JSONResponse({"error": _one_line(exc)}, 422)
+        except (ValueError, AgentfsmError) as exc:
+            return JSONResponse({"error": _one_line(exc)}, 400)
+        return JSONResponse({"run_id": fork_id, "url": "/runs/" + _quote(fork_id)}, 201)
+
+    def _comparison(a: str, b: str) -> tuple[int, str]:
+        try:
+            sides = (studio.load(a), studio.load(b))
+            tables = (machine_named(sides[0].trace.machine), machine_named(sides[1].trace.machine))
+        except RunNotFoundError as exc:
+            return 404, _one_line(exc)
+        except (*_UNREADABLE, RecursionError) as exc:
+            return 422, _one_line(exc)
+        return 200, compare_page(compare_runs(*sides), sides, tables)
+
+    async def compare(request: Request) -> Response:
+        picked = [r for r in request.query_params.getlist("run") if r]
+        a = request.query_params.get("a") or (picked[0] if picked else "")
+        b = request.query_params.get("b") or (picked[1] if len(picked) > 1 else "")
+        if not a or not b or len(picked) > 2:
+            rows = await asyncio.to_thread(studio.catalog.rows, detailed=False)
+            problem = "pick two runs to compare" if picked or len(request.query_params) else ""
+            chosen = {"a": a, "b": b}
+            return HTMLResponse(compare_form([r.run_id for r in rows], chosen, problem))
+        status, text = await asyncio.to_thread(_comparison, a, b)
+        if status != 200:
+            page = compare_form([], {"a": a, "b": b}, text)
+            return HTMLResponse(page, status)
+        return HTMLResponse(text)
+
+    async def compare_json(request: Request) -> Response:
+        a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
+        if not a or not b:
+            return JSONResponse({"error": "name the two runs: ?a=RUN&b=RUN"}, 400)
+        try:
+            sides = await asyncio.to_thread(lambda: (studio.load(a), studio.load(b)))
+        except RunNotFoundError as exc:
+            return JSONResponse({"error": _one_line(exc)}, 404)
+        except (*_UNREADABLE, RecursionError) as exc:
+            return JSONResponse({"error": _one_line(exc)}, 422)
+        return JSONResponse(compare_runs(*sides).as_json())
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         try:
@@ -343,10 +401,13 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
 
     routes = [
         Route("/", index),
+        Route("/compare", compare),
+        Route("/api/compare", compare_json),
         Route("/api/runs", runs_json),
         Route("/runs/{run_id:path}", run_page),
         Route("/api/runs/{run_id:path}/events", events),
         Route("/api/runs/{run_id:path}/decide", decide, methods=["POST"]),
+        Route("/api/runs/{run_id:path}/fork", fork, methods=["POST"]),
         Route("/api/runs/{run_id:path}", run_json),
     ]
     app = Starlette(
@@ -356,6 +417,35 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
     )
     app.state.studio = studio
     return app
+
+
+async def _action(request: Request, csrf: str, what: str) -> Mapping[str, Any] | Response:
+    """An action's JSON object, or why it is refused: no CSRF token, another site's page
+    sent it, or its body is not a JSON object."""
+    sent = request.headers.get(CSRF_HEADER, "")
+    if not hmac.compare_digest(sent, csrf):
+        return JSONResponse({"error": "missing or wrong CSRF token"}, 403)
+    origin = request.headers.get("origin")
+    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+        return JSONResponse({"error": f"{what} comes from the studio's own page"}, 403)
+    try:
+        body = await request.json()
+    except ValueError:
+        return JSONResponse({"error": "the body is not JSON"}, 400)
+    return body if isinstance(body, Mapping) else {}
+
+
+def _forkable(saved: SavedRun, table: MachineTable) -> list[int]:
+    """The page's numbers of the steps a fork may start from: those into a working state."""
+    dests = [t.dest for trace in saved.traces for t in trace]
+    return [n for n, dest in enumerate(dests, 1) if dest not in table.terminals]
+
+
+def _parent(saved: SavedRun) -> dict[str, Any] | None:
+    if saved.forked_from is None:
+        return None
+    run_id, step = saved.forked_from
+    return {"run_id": run_id, "step": step, "url": f"/runs/{_quote(run_id)}#step-{step}"}
 
 
 async def _resume(studio: _Studio, run_id: str, decisions: Sequence[Mapping[str, Any]]) -> Any:

@@ -1,16 +1,21 @@
 """The runs of a store as the studio lists them: one row per run, filtered, searched, paged.
 
-A row is built by loading the run once and kept until the run changes (its newest
-checkpoint moves), so an index of many finished runs reads each of them once. Each
-step's wall-clock time and a run's head are read straight from the SQLite log, which
-keeps the time of every checkpoint.
+A row is built by loading the run once (checked as every load is) and kept until the
+run changes (its newest checkpoint moves), so an index of many finished runs reads
+each of them once. A large store is filtered and searched without loading its runs:
+what a filter needs of a run (its machine, its tools, the text of its messages) is
+read straight from its checkpoints in the SQLite log, in one pass for the whole store
+and again only for a run that moved; the rows shown are loaded and checked. Each
+step's wall-clock time and a run's head are read from the log too, which keeps the
+time of every checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -132,6 +137,114 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
     )
 
 
+@attrs.frozen
+class _Facts:
+    """What the filters need of a run, read from its checkpoints: kept until it moves."""
+
+    key: tuple[float, float, int]
+    machine: str | None
+    tools: frozenset[str]
+    #: Every message's text and the run's id, lower-cased.
+    text: str
+
+
+def _key(info: RunInfo) -> tuple[float, float, int]:
+    return (info.created, info.updated, info.steps)
+
+
+def _content_text(content: object) -> str:
+    """A message's content as :func:`agentfsm.messages.content_text` reads it, from JSON."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p["content"]
+            for p in content
+            if isinstance(p, Mapping)
+            and p.get("type", "text") == "text"
+            and isinstance(p.get("content"), str)
+        )
+    return ""
+
+
+class _Reader:
+    """One run's facts gathered from its checkpoint documents (untrusted text: anything
+    that is not what a store writes is left out; loading the run says what is wrong)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.texts = [run_id]
+        self.tools: set[str] = set()
+        self.machine: str | None = None
+
+    def add(self, doc_text: object) -> None:
+        """One checkpoint's document, parsed here."""
+        try:
+            doc = json.loads(doc_text) if isinstance(doc_text, str) else None
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(doc, dict):
+            return
+        header = doc.get("header")
+        if isinstance(header, str):
+            try:
+                machine = json.loads(header).get("machine")
+            except (ValueError, RecursionError, AttributeError):
+                machine = None
+            self.machine = machine if isinstance(machine, str) else self.machine
+        self._pairs(doc.get("messages"))
+
+    def add_parts(self, messages: object, machine: object) -> None:
+        """One checkpoint's messages (JSON text) and machine, as SQLite took them out."""
+        if isinstance(machine, str):
+            self.machine = machine
+        if isinstance(messages, str):
+            try:
+                self._pairs(json.loads(messages))
+            except (ValueError, RecursionError):
+                return
+
+    def _pairs(self, pairs: object) -> None:
+        for pair in pairs if isinstance(pairs, list) else ():
+            if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], str):
+                self._message(pair[1])
+
+    def _message(self, text: str) -> None:
+        try:
+            message = json.loads(text)
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(message, dict):
+            return
+        self.texts.append(_content_text(message.get("content")))
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else ():
+            if isinstance(call, Mapping) and isinstance(call.get("name"), str):
+                self.tools.add(call["name"])
+        results = message.get("tool_results")
+        for result in results if isinstance(results, list) else ():
+            if isinstance(result, Mapping):
+                self.texts.append(_content_text(result.get("content")))
+
+    def facts(self, info: RunInfo) -> _Facts:
+        return _Facts(
+            key=_key(info),
+            machine=self.machine,
+            tools=frozenset(self.tools),
+            text="\n".join(self.texts).lower(),
+        )
+
+
+#: Runs that moved past this many are read in one pass over the log, not one by one.
+_ONE_PASS: Final = 64
+
+# What a filter needs of a checkpoint document; a document that is not JSON gives none.
+_MESSAGES: Final = "CASE WHEN json_valid(doc) THEN json_extract(doc, '$.messages') END"
+_MACHINE: Final = (
+    "CASE WHEN json_valid(doc) AND json_valid(json_extract(doc, '$.header')) "
+    "THEN json_extract(json_extract(doc, '$.header'), '$.machine') END"
+)
+
+
 class Catalog:
     """The runs of the store at ``path``, read-only."""
 
@@ -140,6 +253,7 @@ class Catalog:
         self.store = SQLiteStore(path, read_only=True)
         self._rows: dict[str, tuple[tuple[float, int], Row]] = {}
         self._infos: dict[str, RunInfo] = {}
+        self._facts: dict[str, _Facts] = {}
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -150,14 +264,14 @@ class Catalog:
         con.execute("PRAGMA query_only = ON")
         return con
 
-    def rows(self, *, detailed: bool = True) -> list[Row]:
+    def rows(self, *, detailed: bool = True, infos: Sequence[RunInfo] | None = None) -> list[Row]:
         """Every run, waiting ones first, then the most recently changed.
 
         Without ``detailed``, a run not read yet is listed from the store's listing
         alone (no machine, counts or text): a large store's first page needs only its
-        own runs read.
+        own runs read. ``infos`` is the store's listing when it was just read.
         """
-        infos = self.store.runs()
+        infos = self.store.runs() if infos is None else infos
         out = []
         with self._lock:
             seen = set()
@@ -214,29 +328,38 @@ class Catalog:
         the page needs (every run for a machine, tool or text filter), and its machine
         and tool choices are those of the runs read so far.
         """
-        needs_all = bool(machine or tool or query.strip())
-        rows = self.rows(detailed=False)
-        if needs_all or len(rows) <= EAGER:
-            rows = self.rows()
+        needle = query.strip().lower()
+        infos = self.store.runs()
+        eager = len(infos) <= EAGER
+        rows = self.rows(detailed=eager, infos=infos)
         counts: dict[str, int] = {}
         for r in rows:
             counts[r.status] = counts.get(r.status, 0) + 1
-        needle = query.strip().lower()
-        picked = [
-            r
-            for r in rows
-            if (not status or r.status == status)
-            and (not machine or r.machine == machine)
-            and (not tool or tool in r.tools)
-            and (not needle or needle in r.text)
-        ]
+        picked = [r for r in rows if not status or r.status == status]
+        if machine or tool or needle:
+            if eager:
+                known = {r.run_id: (r.machine, r.tools, r.text) for r in rows}
+            else:
+                facts = self._facts_of(infos)
+                known = {k: (f.machine, tuple(f.tools), f.text) for k, f in facts.items()}
+            none: tuple[str | None, tuple[str, ...], str] = (None, (), "")
+            picked = [
+                r
+                for r in picked
+                if (not machine or known.get(r.run_id, none)[0] == machine)
+                and (not tool or tool in known.get(r.run_id, none)[1])
+                and (not needle or needle in known.get(r.run_id, none)[2])
+            ]
         pages = max(1, -(-len(picked) // PAGE_SIZE))
         page = min(max(1, page), pages)
         shown = self._detail(picked[(page - 1) * PAGE_SIZE : page * PAGE_SIZE])
         with self._lock:
             read = [row for _, row in self._rows.values()]
-        machines = sorted({r.machine for r in read if r.machine})
-        tools = sorted({t for r in read for t in r.tools})
+            seen = list(self._facts.values())
+        machines = sorted(
+            {r.machine for r in read if r.machine} | {f.machine for f in seen if f.machine}
+        )
+        tools = sorted({t for r in read for t in r.tools} | {t for f in seen for t in f.tools})
         return {
             "runs": [r.as_json() for r in shown],
             "total": len(picked),
@@ -247,6 +370,81 @@ class Catalog:
             "machines": machines,
             "tools": tools,
         }
+
+    def _facts_of(self, infos: Sequence[RunInfo]) -> dict[str, _Facts]:
+        """Every run's facts, those of runs that moved (or are new) read again."""
+        with self._lock:
+            live = {info.run_id for info in infos}
+            for gone in set(self._facts) - live:
+                del self._facts[gone]
+            stale = [
+                info
+                for info in infos
+                if (known := self._facts.get(info.run_id)) is None or known.key != _key(info)
+            ]
+        if stale:
+            fresh = self._read_facts(stale)
+            with self._lock:
+                self._facts.update(fresh)
+        with self._lock:
+            return dict(self._facts)
+
+    def _read_facts(self, infos: Sequence[RunInfo]) -> dict[str, _Facts]:
+        """The facts of ``infos``' runs, from their checkpoints (loaded, in a store made
+        before the log)."""
+        con = self._connect()
+        try:
+            tables = {
+                n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            if "log" not in tables or "segments" in tables:
+                return {info.run_id: self._loaded_facts(info) for info in infos}
+            readers = {info.run_id: _Reader(info.run_id) for info in infos}
+            try:
+                for run_id, messages, machine in self._parts(con, infos):
+                    reader = readers.get(run_id) if isinstance(run_id, str) else None
+                    if reader is not None:
+                        reader.add_parts(messages, machine)
+            except sqlite3.OperationalError:  # an SQLite without JSON: parsed here
+                readers = {info.run_id: _Reader(info.run_id) for info in infos}
+                for run_id, doc in self._docs(con, infos):
+                    reader = readers.get(run_id) if isinstance(run_id, str) else None
+                    if reader is not None:
+                        reader.add(doc)
+        except sqlite3.DatabaseError:  # loading the runs says what is wrong, one by one
+            return {info.run_id: self._loaded_facts(info) for info in infos}
+        finally:
+            con.close()
+        return {info.run_id: readers[info.run_id].facts(info) for info in infos}
+
+    @staticmethod
+    def _parts(
+        con: sqlite3.Connection, infos: Sequence[RunInfo]
+    ) -> Iterable[tuple[object, object, object]]:
+        """Each checkpoint's messages and machine, taken out of its document by SQLite
+        (the transitions and the machine's table, most of a document, stay unparsed)."""
+        select = f"SELECT run_id, {_MESSAGES}, {_MACHINE} FROM log"
+        if len(infos) > _ONE_PASS:
+            yield from con.execute(f"{select} ORDER BY rowid")
+            return
+        for info in infos:
+            yield from con.execute(f"{select} WHERE run_id = ? ORDER BY rowid", (info.run_id,))
+
+    @staticmethod
+    def _docs(con: sqlite3.Connection, infos: Sequence[RunInfo]) -> Iterable[tuple[object, object]]:
+        """Each checkpoint's whole document."""
+        if len(infos) > _ONE_PASS:
+            yield from con.execute("SELECT run_id, doc FROM log ORDER BY rowid")
+            return
+        for info in infos:
+            query = "SELECT run_id, doc FROM log WHERE run_id = ? ORDER BY rowid"
+            yield from con.execute(query, (info.run_id,))
+
+    def _loaded_facts(self, info: RunInfo) -> _Facts:
+        row = self._load(info)
+        return _Facts(
+            key=_key(info), machine=row.machine, tools=frozenset(row.tools), text=row.text
+        )
 
     def head(self, run_id: str) -> str | None:
         """The run's newest checkpoint and status, cheaply: it changes when the run moves."""

@@ -15,7 +15,7 @@ from importlib.resources import files
 from typing import Any
 from urllib.parse import quote, urlencode
 
-__all__ = ["index_page", "policy"]
+__all__ = ["document", "index_page", "policy"]
 
 
 def _asset(name: str) -> str:
@@ -59,11 +59,32 @@ def _select(name: str, label: str, options: list[str], chosen: str) -> str:
     return f'<label>{_e(label)} <select name="{name}">{"".join(items)}</select></label>'
 
 
+def document(title: str, style: str, body: str, *, body_class: str = "") -> str:
+    """A studio page written on the server: ``body`` under its own style and policy."""
+    classes = f' class="{_e(body_class)}"' if body_class else ""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{_e(policy(style))}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{_e(title)} · agentfsm studio</title>
+<style>{style}</style>
+</head>
+<body{classes}>
+{body}
+</body>
+</html>
+"""
+
+
 def _row(run: Mapping[str, Any]) -> str:
     link = "/runs/" + quote(str(run["run_id"]), safe="")
     summary = run["problem"] or run["summary"] or ""
     return (
         f'<tr class="{_e(run["status"])}" data-run="{_e(run["run_id"])}">'
+        f'<td class="pick"><input type="checkbox" form="compare-runs" name="run" '
+        f'value="{_e(run["run_id"])}" aria-label="pick {_e(run["run_id"])} to compare"></td>'
         f'<td><a href="{_e(link)}">{_e(run["run_id"])}</a></td>'
         f'<td><span class="badge {_e(run["status"])}">{_e(run["status"])}</span></td>'
         f"<td>{_e(run['machine'] or '?')}</td>"
@@ -84,7 +105,7 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
     statuses = ["interrupted", "paused", "running", "ok", "error"]
     counts = listing["statuses"]
     rows = "\n".join(_row(r) for r in listing["runs"]) or (
-        '<tr><td colspan="10" class="empty">No runs match.</td></tr>'
+        '<tr><td colspan="11" class="empty">No runs match.</td></tr>'
     )
 
     def page_link(number: int, text: str) -> str:
@@ -97,17 +118,7 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
     if listing["page"] < listing["pages"]:
         pager.append(page_link(listing["page"] + 1, "older →"))
     tally = " · ".join(f"{_e(s)} {counts[s]}" for s in statuses if counts.get(s))
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{_e(policy(style))}">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>runs · agentfsm studio</title>
-<style>{style}</style>
-</head>
-<body>
-<header>
+    body = f"""<header>
   <h1>agentfsm studio</h1>
   <div class="sub">{_e(store)} · {listing["all"]} runs · {tally}</div>
 </header>
@@ -121,14 +132,15 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
 </form>
 <div class="scroll">
 <table id="runs">
-<thead><tr><th>run</th><th>status</th><th>machine</th><th>state</th><th>started</th>
+<thead><tr><th></th><th>run</th><th>status</th><th>machine</th><th>state</th><th>started</th>
 <th>duration</th><th>steps</th><th>model calls</th><th>tokens</th><th>summary</th></tr></thead>
 <tbody>
 {rows}
 </tbody>
 </table>
 </div>
-<nav id="pager">{listing["total"]} shown · {" · ".join(pager)}</nav>
-</body>
-</html>
-"""
+<form id="compare-runs" method="get" action="/compare">
+  <button type="submit">Compare the two picked runs</button>
+</form>
+<nav id="pager">{listing["total"]} shown · {" · ".join(pager)}</nav>"""
+    return document("runs", style, body)

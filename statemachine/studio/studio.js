@@ -17,6 +17,71 @@
   back.href = "/";
   facts.prepend(back);
 
+  // ------------------------------------------------------------ forks and comparing
+  if (studio.forked_from) {
+    const parent = el("span", "forked", "forked from ");
+    parent.id = "forked-from";
+    const link = el("a", "", studio.forked_from.run_id);
+    link.href = studio.forked_from.url;
+    parent.append(link, " at step " + studio.forked_from.step);
+    const also = el("a", "", "compare");
+    also.href = "/compare?a=" + encodeURIComponent(studio.forked_from.run_id) +
+      "&b=" + encodeURIComponent(studio.run_id);
+    parent.append(" · ", also);
+    facts.append(parent);
+  }
+  const compare = el("a", "compare", "compare with…");
+  compare.id = "compare-link";
+  compare.href = studio.compare;
+  facts.append(compare);
+
+  const forkable = new Set(studio.forkable || []);
+  const forkBox = el("div", "fork");
+  const forkButton = el("button", "fork", "Fork from here");
+  forkButton.type = "button";
+  forkButton.id = "fork";
+  const forkSaid = el("span", "said");
+  forkSaid.id = "fork-said";
+  forkBox.append(forkButton, " ", forkSaid);
+  facts.after(forkBox);
+  function chosenStep() {
+    return Number(document.body.dataset.step || -1) + 1;  // the page's number: 1 is the first
+  }
+  function showFork() {
+    const step = chosenStep();
+    forkButton.disabled = !forkable.has(step);
+    forkButton.textContent = "Fork from here (step " + step + ")";
+    forkButton.title = forkable.has(step)
+      ? "a new run whose past is this run's up to step " + step + "; resume it to go on"
+      : "a step into a terminal ends its segment: fork from the step before it";
+  }
+  new MutationObserver(showFork).observe(document.body, { attributes: true, attributeFilter: ["data-step"] });
+  showFork();
+  forkButton.addEventListener("click", () => {
+    const step = chosenStep();
+    forkButton.disabled = true;
+    forkSaid.textContent = "forking…";
+    fetch(studio.fork, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": studio.csrf },
+      body: JSON.stringify({ step: step }),
+      credentials: "same-origin",
+    })
+      .then((response) => response.json().then((body) => [response.ok, body]))
+      .then(([ok, body]) => {
+        if (ok) {
+          location.assign(body.url);
+          return;
+        }
+        forkSaid.textContent = "refused: " + body.error;
+        showFork();
+      })
+      .catch((error) => {
+        forkSaid.textContent = "failed: " + error;
+        showFork();
+      });
+  });
+
   // ------------------------------------------------------------ live
   if (studio.live) {
     const live = el("span", "live", "● live");

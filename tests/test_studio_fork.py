@@ -1,0 +1,160 @@
+"""The studio's fork and compare, over HTTP and in headless Chromium as a user drives them.
+
+A fork is an action (a POST with the page's CSRF token); comparing is a page that reads.
+"""
+
+from __future__ import annotations
+
+import html
+import pathlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
+
+from agentfsm._demo import demo_agent
+from agentfsm.store import SQLiteStore, fork_run, load_run
+from agentfsm.studio import CSRF_HEADER, create_app
+from tests.test_studio import HOSTILE, addon_data, approval_agent, make_store, serving
+from tests.test_studio_browser import _severe, _shot, _steps, _wait
+from tests.test_view import browser  # noqa: F401  (the fixture)
+
+
+@pytest.fixture
+def studio(tmp_path: pathlib.Path) -> Iterator[tuple[str, pathlib.Path]]:
+    db = make_store(tmp_path)
+    with serving(create_app(str(db), agent=approval_agent(tmp_path, resumed=True))) as base:
+        yield base, db
+
+
+def _fork(base: str, run_id: str, step: object, **headers: str) -> httpx.Response:
+    page = httpx.get(f"{base}/runs/{run_id}").text
+    data = addon_data(page)
+    sent = {CSRF_HEADER: data["csrf"], **headers}
+    return httpx.post(base + data["fork"], json={"step": step}, headers=sent)
+
+
+def test_fork_over_http_needs_the_page_token_and_a_working_step(
+    studio: tuple[str, pathlib.Path],
+) -> None:
+    base, db = studio
+    data = addon_data(httpx.get(f"{base}/runs/finished").text)
+    assert data["forkable"] == [n for n in range(1, 28) if n not in (17, 27)]
+    assert data["forked_from"] is None
+    no_token = httpx.post(base + data["fork"], json={"step": 3})
+    assert no_token.status_code == 403
+    elsewhere = _fork(base, "finished", 3, origin="http://evil.example")
+    assert elsewhere.status_code == 403
+    assert _fork(base, "finished", 17).status_code == 400
+    assert _fork(base, "finished", "3").status_code == 400
+    gone = httpx.post(
+        f"{base}/api/runs/nope/fork", json={"step": 3}, headers={CSRF_HEADER: data["csrf"]}
+    )
+    assert gone.status_code == 404
+    made = _fork(base, "finished", 16)
+    assert made.status_code == 201, made.text
+    fork_id = made.json()["run_id"]
+    assert made.json()["url"] == f"/runs/{fork_id}"
+    child = addon_data(httpx.get(base + made.json()["url"]).text)
+    assert child["forked_from"] == {
+        "run_id": "finished",
+        "step": 16,
+        "url": "/runs/finished#step-16",
+    }
+    with SQLiteStore(db, read_only=True) as store:
+        assert load_run(store, fork_id, strict=False).forked_from == ("finished", 16)
+
+
+def test_compare_over_http(studio: tuple[str, pathlib.Path]) -> None:
+    base, db = studio
+    with SQLiteStore(db) as store:
+        fork_run(store, "finished", 5, new_id="early")
+    page = httpx.get(f"{base}/compare", params={"a": "finished", "b": "early"})
+    assert page.status_code == 200
+    assert "they part at step 6: B ends there, A goes on" in page.text
+    assert '<tr class="missing parted" id="parted" data-step="6"' in page.text
+    assert "<script" not in page.text
+    assert page.text.count("<svg") == 2 and 'id="a-machine"' in page.text
+    assert 'id="machine"' not in page.text  # each drawing's ids are its own
+    same = httpx.get(f"{base}/compare", params=[("run", "finished"), ("run", "finished")])
+    assert "the two runs take the same path" in same.text
+    data = httpx.get(f"{base}/api/compare", params={"a": "finished", "b": "early"}).json()
+    assert data["parted"] == 6 and data["b"]["forked_from"] == ["finished", 5]
+    hostile = httpx.get(f"{base}/compare", params={"a": HOSTILE, "b": "finished"})
+    assert hostile.status_code == 200 and "<script>window" not in hostile.text
+    missing = httpx.get(f"{base}/compare", params={"a": "nope", "b": "finished"})
+    assert missing.status_code == 404 and "No run 'nope'" in html.unescape(missing.text)
+    form = httpx.get(f"{base}/compare", params={"a": "finished"})
+    assert form.status_code == 200 and 'name="b"' in form.text
+    assert re.search(r'<option value="early">', form.text)
+
+
+def test_fork_a_run_from_a_transition_in_the_browser(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    studio: tuple[str, pathlib.Path],
+    tmp_path: pathlib.Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, db = studio
+    browser.get_log("browser")
+    browser.get(base + "/runs/finished")
+    _wait(lambda: _steps(browser) == 27, what="the timeline")
+    button = browser.find_element(By.ID, "fork")
+    assert button.get_attribute("disabled")  # the last step ends the run: no fork there
+    browser.find_element(By.CSS_SELECTOR, "#steps li[data-step='15']").click()
+    _wait(lambda: button.text == "Fork from here (step 16)", what="the button to follow")
+    assert not button.get_attribute("disabled")
+    button.click()
+    _wait(lambda: "/runs/finished" not in browser.current_url, what="the new run's page")
+    fork_id = browser.current_url.split("/runs/")[1].split("#")[0]
+    parent = _wait(lambda: browser.find_elements(By.ID, "forked-from"), what="the parent")[0]
+    assert parent.text.startswith("forked from finished at step 16")
+    assert _steps(browser) == 16
+    with SQLiteStore(db, read_only=True) as store:
+        fork = load_run(store, fork_id, strict=False)
+    assert fork.forked_from == ("finished", 16) and fork.state == "interrupt_check"
+    parent.find_element(By.LINK_TEXT, "finished").click()
+    _wait(lambda: browser.current_url.endswith("/runs/finished#step-16"), what="the parent")
+    _wait(lambda: browser.execute_script("return document.body.dataset.step") == "15", what="16")
+    assert _severe(browser) == []
+
+
+def test_compare_two_runs_picked_on_the_index(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    studio: tuple[str, pathlib.Path],
+    tmp_path: pathlib.Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base, db = studio
+    agent = demo_agent(delay=0, stream=False, folder=tmp_path)
+    with SQLiteStore(db) as store:
+        fork_run(store, "finished", 16, new_id="rejected")
+        agent.resume_run_sync("rejected", store)  # asks for the approval again
+        agent.resume_run_sync("rejected", store, [{"type": "reject"}])
+    browser.get_log("browser")
+    browser.get(base + "/")
+    for run_id in ("finished", "rejected"):
+        row = browser.find_element(By.CSS_SELECTOR, f"#runs tr[data-run='{run_id}']")
+        row.find_element(By.CSS_SELECTOR, "input[type=checkbox]").click()
+    browser.find_element(By.CSS_SELECTOR, "#compare-runs button").click()
+    _wait(lambda: "/compare?" in browser.current_url, what="the compare page")
+    parts = browser.find_element(By.ID, "parts").text
+    assert parts.startswith("they part at step 18"), parts
+    parted = browser.find_element(By.ID, "parted")
+    assert parted.get_attribute("data-step") == "18"
+    cells = parted.find_elements(By.TAG_NAME, "td")
+    assert cells[1].text == "~"  # the same edge; the rejection's result in the conversation
+    # The index lists the newer run first: it is A.
+    assert "forked from finished at step 16" in browser.find_element(By.ID, "side-a").text
+    assert "forked" not in browser.find_element(By.ID, "side-b").text
+    _shot(browser, "studio-compare", tmp_path)
+    # From a step of the comparison to that step of a run.
+    cells[2].find_element(By.TAG_NAME, "a").click()
+    _wait(lambda: browser.current_url.endswith("/runs/rejected#step-18"), what="the step")
+    assert _severe(browser) == []

@@ -1,0 +1,109 @@
+"""The studio's index over a large store: filters and searches read the checkpoints' text,
+not every run loaded, and find what loading would; the rows shown are loaded and checked.
+
+(How long it takes is measured by benchmarks/studio_index.py, by hand.)
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
+
+from agentfsm import Agent, AgentState, Message
+from agentfsm.providers import ScriptedModel, call_tool
+from agentfsm.store import SQLiteStore, start_run
+from agentfsm.studio import _catalog
+from tests.support import add
+from tests.test_studio import make_store
+
+
+@pytest.fixture
+def large(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    """The studio's test store, treated as a large one, with a few more runs."""
+    db = make_store(tmp_path)
+    with SQLiteStore(db) as store:
+        for i in range(5):
+            model = ScriptedModel(
+                [call_tool("add", {"a": i, "b": 1}), Message.assistant(f"Ünïcode answer {i}")]
+            )
+            agent = Agent(model, [add])
+            start_run(agent, AgentState.of(f"sum {i}"), store, run_id=f"sum-{i}").run_sync()
+    monkeypatch.setattr(_catalog, "EAGER", 1)
+    yield db
+
+
+def _page(catalog: _catalog.Catalog, **filters: Any) -> list[str]:
+    return sorted(r["run_id"] for r in catalog.page(**filters)["runs"])
+
+
+def test_a_large_store_is_filtered_as_a_small_one_is(
+    large: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queries = [
+        {"query": "finite-state"},  # a tool's result
+        {"query": "ÜNÏCODE ANSWER 3"},  # any case
+        {"query": "sum-"},  # the run id
+        {"query": "window.pwned"},
+        {"tool": "add"},
+        {"tool": "write_file", "status": "interrupted"},
+        {"machine": "standard", "query": "summary.md"},
+        {"query": "nothing like it"},
+    ]
+    catalog = _catalog.Catalog(str(large))
+    loads = 0
+    real = _catalog.load_run
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal loads
+        loads += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_catalog, "load_run", counted)
+    try:
+        found = [_page(catalog, **q) for q in queries]
+        # Only the rows shown are loaded (here every match, the pages being short).
+        assert loads <= sum(len(f) for f in found)
+        assert "write_file" in catalog.page()["tools"] and "add" in catalog.page()["tools"]
+    finally:
+        catalog.close()
+    monkeypatch.setattr(_catalog, "EAGER", 10_000)
+    eager = _catalog.Catalog(str(large))
+    try:
+        assert found == [_page(eager, **q) for q in queries]
+    finally:
+        eager.close()
+    assert found[0] == ["finished"] and found[1] == ["sum-3"] and len(found[4]) == 5
+
+
+def test_a_run_that_moved_is_searched_as_it_is_now(large: pathlib.Path) -> None:
+    catalog = _catalog.Catalog(str(large))
+    try:
+        assert _page(catalog, query="a later answer") == []
+        with SQLiteStore(large) as store:
+            model = ScriptedModel([Message.assistant("a later answer")])
+            start_run(Agent(model, []), AgentState.of("late"), store, run_id="late").run_sync()
+            store.delete("sum-0")
+        assert _page(catalog, query="a later answer") == ["late"]
+        assert "sum-0" not in _page(catalog, query="sum-")
+    finally:
+        catalog.close()
+
+
+def test_a_damaged_run_is_found_and_shown_with_what_is_wrong(large: pathlib.Path) -> None:
+    con = sqlite3.connect(large)
+    con.execute("UPDATE log SET doc = replace(doc, 'expanding', 'nowhere') WHERE run_id = 'sum-2'")
+    con.execute("INSERT INTO log SELECT run_id, 0, 1, 'x', 1.0, 'not json' FROM runs LIMIT 1")
+    con.commit()
+    con.close()
+    catalog = _catalog.Catalog(str(large))
+    try:
+        (row,) = catalog.page(query="ünïcode answer 2")["runs"]
+        assert row["run_id"] == "sum-2" and row["problem"]  # loaded, and refused
+    finally:
+        catalog.close()
