@@ -7,6 +7,7 @@ shared machine; the move is recorded as a :class:`~agentfsm.trace.Transition`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import (
     AsyncIterator,
@@ -32,9 +33,18 @@ from .results import Continue, Failed, Paused, PipelineResult, Terminal
 from .steps import Step, normalize_pause
 from .trace import Trace, Transition, total_usage
 
-__all__ = ["Run"]
+__all__ = ["Run", "current_run"]
 
 _T = TypeVar("_T")
+
+#: The run whose state's work is in flight in this context: a step that starts a child
+#: run (:func:`agentfsm.run_machine`, a subagent) nests the child's trace under it.
+_RUNNING: contextvars.ContextVar[Run | None] = contextvars.ContextVar("agentfsm_run", default=None)
+
+
+def current_run() -> Run | None:
+    """The run whose step is running here (inside its awaited work), if any."""
+    return _RUNNING.get()
 
 
 class _Cursor:
@@ -137,6 +147,7 @@ class Run:
         self._usage = Usage()  # of the transitions counted so far
         self._counted = 0
         self._ended = 0.0  # when the last step ended (``time.perf_counter()``)
+        self._children: list[Trace] | None = None  # child runs the next transition carries
         self._machine.add_model(self._cursor, initial=entry)
         attached = current_global_hooks()
         if hooks:
@@ -204,6 +215,15 @@ class Run:
         """Make the next step pause the run with ``reason`` instead of doing its work."""
         self._requested_pause = reason
 
+    def adopt(self, child: Trace) -> None:
+        """Nest ``child`` (a child run's trace) under the transition this run takes next:
+        the one whose work started the child, or, for a child resumed before this run
+        started, its first. Children keep the order they were adopted in."""
+        if self._children is None:
+            self._children = [child]
+        else:
+            self._children.append(child)
+
     # ------------------------------------------------------------ stepping
 
     async def step(self) -> Transition:
@@ -242,6 +262,7 @@ class Run:
     async def _awaited(
         self, source: str, chain: LLMChain, started: float, pending: Awaitable[Outcome]
     ) -> Transition:
+        running = _RUNNING.set(self)
         try:
             outcome = await pending
         except asyncio.CancelledError:
@@ -252,6 +273,8 @@ class Run:
             return self._finish(
                 source, chain, started, (_crashed(source, chain, exc), None), worked=False
             )
+        finally:
+            _RUNNING.reset(running)
         return self._finish(source, chain, started, outcome, worked=True)
 
     def _count_tokens(self, result: PipelineResult) -> tuple[PipelineResult, dict[str, int] | None]:
@@ -334,6 +357,9 @@ class Run:
                 describe=_describer(describe, chain, worked_out, usage),
                 usage=usage,
             )
+        if self._children is not None:
+            transition.with_children(self._children)
+            self._children = None
         self._ended = ended
         self.trace.transitions.append(transition)
         self.chain = result.chain
