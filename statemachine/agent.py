@@ -340,8 +340,8 @@ class Agent:
 
             resumed = await resume_subagents(self, state, answer)
             if resumed is not None:
-                answered, children = resumed
-                return attrs.evolve(answered, status="new", interrupt_data=None), children
+                ready, children = resumed
+                return attrs.evolve(ready, status="new", interrupt_data=None), children
         for middleware in self.middleware:
             hook = getattr(middleware, "handle_resume", None)
             answered = None if hook is None else await hook(self, state, answer)

@@ -326,8 +326,8 @@ class Run:
         result, detail = outcome
         worked_out = result
         usage = None
-        if result.chain.last_message is not chain.last_message:  # a reply, maybe
-            result, usage = self._count_tokens(result)
+        if result.chain.last_message is not chain.last_message and self._children is None:
+            result, usage = self._count_tokens(result)  # a reply, maybe; a child's is its own
         way_out = self._exits[source].get(result.__class__)
         if way_out is None:
             raise IllegalTransitionError(

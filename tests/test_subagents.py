@@ -1,0 +1,377 @@
+"""Machines inside machines: run_machine steps and SubAgent tools run child runs whose
+traces nest under the parent's transition, whose usage sums into the parent's, and whose
+terminal picks the parent's way on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import pytest
+
+from agentfsm import (
+    STANDARD,
+    Agent,
+    AgentState,
+    ChainError,
+    Continue,
+    Edge,
+    Failed,
+    HumanInTheLoop,
+    Interrupted,
+    LLMChain,
+    MachineTable,
+    Message,
+    Ok,
+    Paused,
+    PipelineResult,
+    Run,
+    SubAgent,
+    run_machine,
+    tool,
+)
+from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
+from agentfsm.subagents import MAX_DEPTH
+from agentfsm.testing import assert_path
+
+
+def _with_usage(reply: Message, tokens: int) -> Message:
+    usage = {"input_tokens": tokens, "output_tokens": 0}
+    return attrs.evolve(reply, metadata={**reply.metadata, "usage": usage})
+
+
+# ---------------------------------------------------------------- a child machine by a step
+
+
+def _note(text: str) -> Any:
+    def step(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
+        assert isinstance(result, Continue)
+        return Continue(result.chain.add_message(Message.assistant(text)))
+
+    step.__qualname__ = f"note_{text}"
+    return step
+
+
+def _decide(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
+    """Ends the child as the parent's chain asks: ``custom_context["child_ends"]``."""
+    assert isinstance(result, Continue)
+    chain = result.chain
+    match chain.custom_context.get("child_ends", "ok"):
+        case "interrupted":
+            return Interrupted(chain, {"type": "question", "question": "Which one?"})
+        case "paused":
+            return Paused(chain, "waiting for a file")
+        case "failed":
+            return Failed(chain, ChainError("bad_draft", "the draft does not parse"))
+    return Ok(chain)
+
+
+CHILD = MachineTable(
+    name="drafting_child",
+    steps={"drafting": (_note("draft"),), "checking": (_decide,)},
+    terminals=("ok", "paused", "interrupted", "error"),
+    entries={"fresh": "drafting"},
+    edges=(
+        Edge("drafting", "checking", on=Continue, trigger="drafted", why="a draft is written"),
+        Edge("checking", "ok", on=Ok, trigger="passed", why="the draft passes"),
+        Edge("checking", "interrupted", on=Interrupted, trigger="asked", why="a question"),
+    ),
+)
+
+
+def _finish(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
+    return Ok(result.chain) if isinstance(result, Continue) else result
+
+
+PARENT = MachineTable(
+    name="delegating_parent",
+    steps={
+        "preparing": (_note("plan"),),
+        "delegating": (run_machine(CHILD, name="drafter"),),
+        "finishing": (_note("done"), _finish),
+    },
+    terminals=("ok", "paused", "interrupted", "error"),
+    entries={"fresh": "preparing"},
+    edges=(
+        Edge("preparing", "delegating", on=Continue, trigger="prepared", why="a plan"),
+        Edge("delegating", "finishing", on=Continue, trigger="delegated", why="the child ended ok"),
+        Edge("delegating", "interrupted", on=Interrupted, trigger="asked", why="the child asks"),
+        Edge("finishing", "ok", on=Ok, trigger="finished", why="all done"),
+    ),
+)
+
+
+def _chain(ends: str = "ok") -> LLMChain:
+    return LLMChain(
+        ScriptedModel([]), messages=(Message.user("go"),), custom_context={"child_ends": ends}
+    )
+
+
+def test_the_table_names_its_child_machine() -> None:
+    assert PARENT.children == {"delegating": (CHILD,)}
+
+
+async def test_an_ok_child_continues_the_parent_and_nests_under_its_transition() -> None:
+    run = Run(PARENT, _chain(), "preparing")
+    result = await run.run()
+    assert isinstance(result, Ok)
+    assert_path(run, "preparing delegating finishing ok")
+    delegated = run.trace.where("delegating")[0]
+    (child,) = delegated.children
+    assert child.machine == "drafting_child"
+    assert_path(child, "drafting checking ok")
+    assert [t.children for t in run.trace if t is not delegated] == [()] * 2
+    assert [m.text for m in result.chain.messages] == ["go", "plan", "draft", "done"]
+
+
+async def test_a_child_request_interrupts_the_parent_naming_the_child() -> None:
+    run = Run(PARENT, _chain("interrupted"), "preparing")
+    result = await run.run()
+    assert isinstance(result, Interrupted)
+    assert_path(run, "preparing delegating interrupted")
+    assert result.data == {"type": "question", "question": "Which one?", "child_path": ["drafter"]}
+    assert_path(run.trace.transitions[-1].children[0], "drafting checking interrupted")
+
+
+async def test_a_paused_child_pauses_the_parent_with_its_reason() -> None:
+    run = Run(PARENT, _chain("paused"), "preparing")
+    assert isinstance(await run.run(), Paused)
+    assert_path(run, "preparing delegating paused")
+    assert run.pause_reason == "waiting for a file"
+
+
+async def test_a_failed_child_fails_the_parent_with_an_error_naming_it() -> None:
+    run = Run(PARENT, _chain("failed"), "preparing")
+    result = await run.run()
+    assert isinstance(result, Failed)
+    assert_path(run, "preparing delegating error")
+    error = result.error
+    assert error.type == "bad_draft"
+    assert "'drafter' (drafting_child) failed in 'checking'" in error.message
+    assert error.details == {"child": "drafter", "child_state": "checking"}
+
+
+async def test_a_standard_child_counts_its_tokens_and_calls_in_the_parent() -> None:
+    model = ScriptedModel([_with_usage(say("child answer"), 30)])
+    parent = STANDARD.insert(
+        "consulting",
+        (run_machine(STANDARD, name="consultant"),),
+        after="until_check",
+        name="consulting_standard",
+    )
+    run = Run(parent, LLMChain(model, messages=(Message.user("hi"),)), "expanding")
+    model.script = [_with_usage(say("parent answer"), 10), _with_usage(say("child"), 30)]
+    result = await run.run()
+    assert isinstance(result, Ok)
+    consulted = run.trace.where("consulting")[0]
+    assert consulted.usage is None  # the step's own: it called no model
+    assert run.trace.usage.input_tokens == 40  # the child's tokens count in the parent's
+    assert result.chain.custom_context["mode_state"]["run_count"] == 2
+    assert_path(
+        consulted.children[0],
+        "expanding calling interrupt_check executing propagating until_check deciding ok",
+    )
+
+
+def test_run_machine_refuses_what_is_not_a_machine() -> None:
+    with pytest.raises(TypeError, match="runs a MachineTable"):
+        run_machine("standard")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no working state 'ok'"):
+        run_machine(CHILD, entry="ok")
+
+
+# ---------------------------------------------------------------- subagents
+
+
+@tool
+def look_up(topic: str) -> str:
+    """Look a topic up."""
+    return f"notes on {topic}"
+
+
+published: list[str] = []
+
+
+@tool
+def publish(text: str) -> str:
+    """Publish a text."""
+    published.append(text)
+    return f"published {text!r}"
+
+
+def _agents(delay: float = 0.0) -> tuple[Agent, Agent, Agent]:
+    researcher = Agent(
+        ScriptedModel([call_tool("look_up", topic="bees"), say("Bees dance.")], delay=delay),
+        [look_up],
+    )
+    writer = Agent(
+        ScriptedModel([call_tool("publish", text="Bees dance."), say("Published.")], delay=delay),
+        [publish],
+        middleware=[HumanInTheLoop({"publish": True})],
+    )
+    coordinator = Agent(
+        ScriptedModel(
+            [
+                call_tools(
+                    ("researcher", {"task": "Find out about bees"}),
+                    ("writer", {"task": "Publish: Bees dance."}),
+                ),
+                say("Researched and published."),
+            ]
+        ),
+        [
+            SubAgent("researcher", "Finds things out", researcher),
+            SubAgent("writer", "Publishes texts", writer),
+        ],
+    )
+    return coordinator, researcher, writer
+
+
+async def test_a_subagent_answers_its_task_and_nests_under_executing() -> None:
+    researcher = Agent(
+        ScriptedModel([call_tool("look_up", topic="bees"), say("Bees dance.")]), [look_up]
+    )
+    model = ScriptedModel([call_tool("researcher", task="Find out about bees"), say("Done.")])
+    coordinator = Agent(model, [SubAgent("researcher", "Finds things out", researcher)])
+    run = coordinator.start(AgentState.of("Tell me about bees"))
+    await run.run()
+    assert run.agent_state.status == "ok"
+    assert model.requests[1].messages[-1].tool_results[0].text == "Bees dance."
+    assert_path(
+        run, "(expanding calling interrupt_check executing propagating until_check deciding)+ ok"
+    )
+    (child,) = run.trace.where("executing")[0].children
+    assert_path(
+        child,
+        "expanding calling interrupt_check executing propagating until_check "
+        "deciding expanding calling interrupt_check executing propagating until_check "
+        "deciding ok",
+    )
+    assert child.transitions[0].chain.messages[0].text == "Find out about bees"
+
+
+async def test_subagents_of_one_batch_run_at_once() -> None:
+    running: list[str] = []
+    peak = [0]
+
+    def slow(name: str) -> Agent:
+        async def answer(messages: Sequence[Message]) -> Message:
+            running.append(name)
+            peak[0] = max(peak[0], len(running))
+            await asyncio.sleep(0.05)
+            running.remove(name)
+            return say(f"{name} done")
+
+        return Agent(ScriptedModel(answer))
+
+    model = ScriptedModel([call_tools(("a", {"task": "x"}), ("b", {"task": "y"})), say("ok")])
+    parent = Agent(model, [SubAgent("a", "A", slow("a")), SubAgent("b", "B", slow("b"))])
+    run = parent.start(AgentState.of("go"))
+    await run.run()
+    assert peak[0] == 2
+    children = run.trace.where("executing")[0].children
+    assert [c.transitions[0].chain.messages[0].text for c in children] == ["x", "y"]
+
+
+async def test_a_subagents_approval_interrupts_the_parent_and_resumes_the_child() -> None:
+    published.clear()
+    coordinator, _, _ = _agents()
+    run = coordinator.start(AgentState.of("Bees, please"))
+    await run.run()
+    state = run.agent_state
+    assert state.status == "interrupted"
+    data = state.interrupt_data
+    assert data is not None
+    assert data["type"] == "subagent" and data["subagent"] == "writer"
+    assert [r["tool_name"] for r in data["action_requests"]] == ["publish"]
+    assert_path(run, "expanding calling interrupt_check executing propagating interrupted")
+    researcher, writer = run.trace.where("executing")[0].children
+    assert_path(
+        researcher,
+        "(expanding calling interrupt_check executing propagating until_check deciding)+ ok",
+    )
+    assert_path(writer, "expanding calling interrupt_check interrupted")
+    assert published == []
+
+    resumed = await coordinator.start_resume(state, [{"type": "approve"}])
+    await resumed.run()
+    assert published == ["Bees dance."]
+    assert resumed.agent_state.status == "ok"
+    assert resumed.agent_state.messages[-1].text == "Researched and published."
+    assert_path(
+        resumed,
+        "propagating until_check deciding expanding calling interrupt_check "
+        "executing propagating until_check deciding ok",
+    )
+    (child,) = resumed.trace.transitions[0].children
+    assert_path(
+        child,
+        "propagating until_check deciding expanding calling interrupt_check "
+        "executing propagating until_check deciding ok",
+    )
+
+
+async def test_a_decision_for_another_request_is_refused_and_runs_nothing() -> None:
+    published.clear()
+    coordinator, _, _ = _agents()
+    state = await coordinator.execute(AgentState.of("Bees, please"))
+    with pytest.raises(ValueError, match="another action request"):
+        await coordinator.resume(state, [{"type": "approve", "digest": "sha256:0"}])
+    assert published == []
+
+
+async def test_a_subagent_that_never_ends_is_stopped_by_the_parents_budget() -> None:
+    endless = Agent(ScriptedModel(lambda messages: call_tool("look_up", topic="more")), [look_up])
+    model = ScriptedModel([call_tool("digger", task="dig"), say("gave up")])
+    parent = Agent(model, [SubAgent("digger", "Digs", endless)], max_runs=4)
+    run = parent.start(AgentState.of("go"))
+    await run.run()
+    (child,) = run.trace.where("executing")[0].children
+    assert child.terminal == "error"
+    assert len(child.where("calling")) == 3  # the parent's 4 less its own call
+    result = model.requests[1].messages[-1].tool_results[0]
+    assert result.is_error and "digger subagent failed" in result.text
+
+
+async def test_a_subagents_tokens_count_in_the_parents_usage() -> None:
+    child = Agent(ScriptedModel([_with_usage(say("child"), 25)]))
+    model = ScriptedModel([_with_usage(call_tool("kid", task="t"), 10), _with_usage(say("p"), 5)])
+    parent = Agent(model, [SubAgent("kid", "Kid", child)])
+    state = await parent.execute(AgentState.of("go"))
+    assert state.usage.input_tokens == 40
+
+
+def test_a_subagent_that_runs_its_own_agent_is_refused() -> None:
+    inner = Agent(ScriptedModel([]))
+    outer = Agent(ScriptedModel([]), [SubAgent("inner", "Inner", inner)])
+    with pytest.raises(ValueError, match="outer -> inner runs the agent it is given to"):
+        inner.tools = [SubAgent("outer", "Outer", outer)]
+    with pytest.raises(ValueError, match="self runs the agent"):
+        outer.tools = [*outer.tools, SubAgent("self", "Me", outer)]
+
+
+async def test_depth_is_bounded_at_run_time() -> None:
+    def nested(depth: int) -> Agent:
+        if depth == 0:
+            return Agent(ScriptedModel([say("bottom")]))
+        return Agent(
+            ScriptedModel(
+                lambda m: (
+                    call_tool("down", task="t")
+                    if m[-1].role == "user"
+                    else say(m[-1].tool_results[0].text)
+                )
+            ),
+            [SubAgent("down", "Down", nested(depth - 1))],
+        )
+
+    state = await nested(MAX_DEPTH + 1).execute(AgentState.of("go"))
+    assert state.status == "ok"
+    assert "would nest runs" in state.messages[-1].text
+
+
+def test_subagent_refuses_what_is_not_an_agent() -> None:
+    with pytest.raises(TypeError, match="not Agent"):
+        SubAgent("x", "X", object())  # type: ignore[arg-type]
