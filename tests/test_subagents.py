@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -29,10 +30,13 @@ from agentfsm import (
     PipelineResult,
     Run,
     SubAgent,
+    Trace,
     run_machine,
     tool,
 )
+from agentfsm.middleware import request_digest
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
+from agentfsm.store import Checkpointer, ResumeError, SQLiteStore, load_run, start_run
 from agentfsm.subagents import MAX_DEPTH
 from agentfsm.testing import assert_path
 
@@ -375,3 +379,68 @@ async def test_depth_is_bounded_at_run_time() -> None:
 def test_subagent_refuses_what_is_not_an_agent() -> None:
     with pytest.raises(TypeError, match="not Agent"):
         SubAgent("x", "X", object())  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- saved trees
+
+
+async def test_a_trace_with_children_round_trips_through_json() -> None:
+    from agentfsm.serialization import dumps, loads
+
+    run = Run(PARENT, _chain(), "preparing")
+    await run.run()
+    loaded = loads(dumps(run.trace), Trace)
+    (child,) = loaded.where("delegating")[0].children
+    assert child.path == "drafting checking ok"
+    assert child.machine_fingerprint == CHILD.fingerprint
+    assert [m.text for m in child.transitions[-1].chain.messages] == ["go", "plan", "draft"]
+
+
+async def test_a_saved_parent_resumes_its_waiting_subagent_from_the_store(tmp_path: Path) -> None:
+    published.clear()
+    coordinator, _, _ = _agents()
+    store = SQLiteStore(tmp_path / "runs.db")
+    run = start_run(coordinator, AgentState.of("Bees, please"), store)
+    await run.run()
+    run_id = Checkpointer.of(run).run_id
+    saved = load_run(store, run_id, strict=False)
+    assert saved.status == "interrupted"
+    researcher, writer = saved.trace.where("executing")[0].children
+    assert writer.path == "expanding calling interrupt_check interrupted"
+    assert researcher.terminal == "ok"
+
+    with pytest.raises(ValueError, match="another action request"):
+        await coordinator.resume_run(run_id, store, [{"type": "approve", "digest": "sha256:0"}])
+    assert published == []
+
+    request = saved.result.data["action_requests"][0]  # type: ignore[union-attr]
+    decision = {"type": "approve", "digest": request_digest(request)}
+    state = await coordinator.resume_run(run_id, store, [decision])
+    assert state.status == "ok" and published == ["Bees dance."]
+    again = load_run(store, run_id, strict=False)
+    assert len(again.traces) == 2
+    (resumed,) = again.traces[1].transitions[0].children
+    assert resumed.terminal == "ok"
+    with pytest.raises(ResumeError):
+        await coordinator.resume_run(run_id, store, [decision])
+
+
+async def test_a_nested_subagent_request_resumes_the_innermost_run() -> None:
+    published.clear()
+    _, _, writer = _agents()
+    editor = Agent(
+        ScriptedModel([call_tool("writer", task="Publish: Bees dance."), say("Edited.")]),
+        [SubAgent("writer", "Publishes", writer)],
+    )
+    chief = Agent(
+        ScriptedModel([call_tool("editor", task="Get it out"), say("Out.")]),
+        [SubAgent("editor", "Edits", editor)],
+    )
+    state = await chief.execute(AgentState.of("Bees"))
+    assert state.status == "interrupted"
+    data = state.interrupt_data or {}
+    assert data["subagent"] == "editor" and data["request"]["subagent"] == "writer"
+    assert [r["tool_name"] for r in data["action_requests"]] == ["publish"]
+    state = await chief.resume(state, [{"type": "approve"}])
+    assert state.status == "ok" and state.messages[-1].text == "Out."
+    assert published == ["Bees dance."]
