@@ -444,3 +444,34 @@ async def test_a_nested_subagent_request_resumes_the_innermost_run() -> None:
     state = await chief.resume(state, [{"type": "approve"}])
     assert state.status == "ok" and state.messages[-1].text == "Out."
     assert published == ["Bees dance."]
+
+
+# ---------------------------------------------------------------- asserting a child's path
+
+
+async def test_assert_path_addresses_the_children_of_a_state() -> None:
+    run = Run(PARENT, _chain(), "preparing")
+    await run.run()
+    assert_path(
+        run, "preparing delegating finishing ok", children={"delegating": "drafting (checking) ok"}
+    )
+    assert_path(
+        run,
+        "preparing delegating finishing ok",
+        children={"delegating": ["drafting checking ok"], "preparing": []},
+    )
+    with pytest.raises(
+        AssertionError,
+        match=r"child 0 of 'delegating' \(drafting_child\): the run took another path",
+    ):
+        assert_path(
+            run, "preparing delegating finishing ok", children={"delegating": "drafting ok"}
+        )
+    with pytest.raises(AssertionError, match=r"'delegating' ran 1 child run\(s\), not 2"):
+        assert_path(
+            run,
+            "preparing delegating finishing ok",
+            children={"delegating": ["drafting checking ok"] * 2},
+        )
+    with pytest.raises(ValueError, match="'nowhere' is not a state"):
+        assert_path(run, "preparing delegating finishing ok", children={"nowhere": "ok"})
