@@ -5,8 +5,11 @@ terminal picks the parent's way on."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import attrs
@@ -475,3 +478,52 @@ async def test_assert_path_addresses_the_children_of_a_state() -> None:
         )
     with pytest.raises(ValueError, match="'nowhere' is not a state"):
         assert_path(run, "preparing delegating finishing ok", children={"nowhere": "ok"})
+
+
+# ---------------------------------------------------------------- the example
+
+
+def _research_team() -> ModuleType:
+    name = "agentfsm_example_research_team"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "examples" / "research_team.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
+
+
+async def test_the_research_team_example_runs_its_tree() -> None:
+    team = _research_team()
+    team.published.clear()
+    (first, second), children, state = await team.run_team()
+    assert state.status == "ok" and len(team.published) == 1
+    assert_path(
+        first,
+        f"{LOOP} expanding calling interrupt_check executing propagating interrupted",
+        children={
+            "executing": [f"{LOOP} {LOOP} ok", "expanding calling interrupt_check interrupted"]
+        },
+    )
+    assert_path(
+        second,
+        f"propagating until_check deciding {LOOP} ok",
+        children={"propagating": f"propagating until_check deciding {LOOP} ok"},
+    )
+    assert [len(traces) for traces in children.values()] == [1, 2]
+
+
+def test_the_research_team_diagrams_are_committed_and_current() -> None:
+    team = _research_team()
+    folder = Path(__file__).resolve().parent.parent / "examples" / "research_team"
+    for name, text in team.drawn(svg=False).items():
+        committed = (folder / name).read_text(encoding="utf-8")
+        assert committed == text, (
+            f"examples/research_team/{name} is stale; run the example with --diagrams"
+        )
+    assert (folder / "machine.svg").is_file()
