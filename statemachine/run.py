@@ -20,6 +20,7 @@ from collections.abc import (
 )
 from typing import Any, TypeVar
 
+import attrs
 from transitions import MachineError
 
 from ._sync import SyncBridge
@@ -30,7 +31,7 @@ from .machine import Detail, MachineTable, Outcome
 from .messages import Usage
 from .options import Options
 from .results import Continue, Failed, Paused, PipelineResult, Terminal
-from .steps import Step, normalize_pause
+from .steps import Step, get_run_count, normalize_pause
 from .trace import Trace, Transition, total_usage
 
 __all__ = ["Run", "current_run"]
@@ -85,6 +86,18 @@ def _crashed(source: str, chain: LLMChain, exc: Exception) -> Failed:
             retryable=False,
         ),
     )
+
+
+def _counting(result: PipelineResult, children: Sequence[Trace]) -> PipelineResult:
+    """``result`` with its child runs' model calls counted in its chain's ``run_count``:
+    ``max_runs`` bounds a run and the runs it started together."""
+    calls = sum(get_run_count(c.transitions[-1].chain) for c in children if c.transitions)
+    if not calls:
+        return result
+    chain = result.chain
+    mode_state = chain.custom_context.get("mode_state") or {}
+    counted = {**mode_state, "run_count": get_run_count(chain) + calls}
+    return attrs.evolve(result, chain=chain.update_custom_context({"mode_state": counted}))
 
 
 class Run:
@@ -324,6 +337,8 @@ class Run:
         ended = time.perf_counter()
         self._busy = False
         result, detail = outcome
+        if self._children is not None:
+            result = _counting(result, self._children)
         worked_out = result
         usage = None
         if result.chain.last_message is not chain.last_message and self._children is None:

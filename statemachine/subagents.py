@@ -112,9 +112,10 @@ def _named(error: ChainError, name: str, table: MachineTable, state: str) -> Cha
     )
 
 
-def _child_chain(merged: LLMChain, parent: LLMChain, child: LLMChain) -> LLMChain:
-    """``merged`` counting the parent's model calls and the child's: the tree's ``max_runs``."""
-    calls = get_run_count(parent) + get_run_count(child)
+def _parent_count(merged: LLMChain, parent: LLMChain) -> LLMChain:
+    """``merged`` with the parent's own ``run_count`` (the child's chain has the child's);
+    the parent's run adds its children's calls to it when the step ends."""
+    calls = get_run_count(parent)
     mode_state = merged.custom_context.get("mode_state") or {}
     if mode_state.get("run_count") == calls:
         return merged
@@ -172,7 +173,7 @@ class _MachineStep:
         finally:
             _DEPTH.reset(depth)
         merged = end.chain if self.merge is None else self.merge(parent_chain, end.chain)
-        merged = _child_chain(merged, parent_chain, end.chain)
+        merged = _parent_count(merged, parent_chain)
         match end:
             case Ok():
                 return Continue(merged)

@@ -14,6 +14,8 @@ from typing import Any
 
 import attrs
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agentfsm import (
     STANDARD,
@@ -338,8 +340,15 @@ async def test_a_subagent_that_never_ends_is_stopped_by_the_parents_budget() -> 
     (child,) = run.trace.where("executing")[0].children
     assert child.terminal == "error"
     assert len(child.where("calling")) == 3  # the parent's 4 less its own call
-    result = model.requests[1].messages[-1].tool_results[0]
+    state = run.agent_state
+    assert len(model.requests) == 1  # the tree spent the parent's 4 model calls
+    assert state.status == "error" and state.error is not None
+    assert state.error.type == "exceeded_max_runs"
+    result = state.messages[-1].tool_results[0]
     assert result.is_error and "digger subagent failed" in result.text
+    assert_path(
+        run, "expanding calling interrupt_check executing propagating until_check deciding error"
+    )
 
 
 async def test_a_subagents_tokens_count_in_the_parents_usage() -> None:
@@ -527,3 +536,63 @@ def test_the_research_team_diagrams_are_committed_and_current() -> None:
             f"examples/research_team/{name} is stale; run the example with --diagrams"
         )
     assert (folder / "machine.svg").is_file()
+
+
+# ---------------------------------------------------------------- a tree of runs, any shape
+
+#: A member of a tree: its turns ("look" calls a tool, an int calls that subagent), whether it
+#: goes on asking for tools forever once they are done, and its subagents.
+_Member = tuple[list[Any], bool, list[Any]]
+
+_members = st.recursive(
+    st.tuples(st.lists(st.just("look"), max_size=2), st.booleans(), st.just([])),
+    lambda inner: st.lists(inner, min_size=1, max_size=2).flatmap(
+        lambda kids: st.tuples(
+            st.lists(st.sampled_from(["look", *range(len(kids))]), max_size=4),
+            st.booleans(),
+            st.just(kids),
+        )
+    ),
+    max_leaves=5,
+)
+
+
+def _member(spec: _Member) -> Agent:
+    turns, endless, kids = spec
+
+    def reply(messages: Sequence[Message]) -> Message:
+        done = sum(m.role == "tool" for m in messages)
+        if done < len(turns):
+            turn = turns[done]
+            return (
+                call_tool("look_up", topic="x")
+                if turn == "look"
+                else call_tool(f"kid{turn}", task="t")
+            )
+        return call_tool("look_up", topic="more") if endless else say("done")
+
+    tools = [look_up, *(SubAgent(f"kid{i}", "A kid", _member(k)) for i, k in enumerate(kids))]
+    return Agent(ScriptedModel(reply), tools)
+
+
+def _calls(trace: Trace) -> int:
+    own = len(trace.where("calling"))
+    return own + sum(_calls(c) for t in trace for c in t.children)
+
+
+def _one_terminal(trace: Trace) -> bool:
+    terminals = set(STANDARD.terminals)
+    return (
+        [s in terminals for s in trace.states].count(True) == 1
+        and (trace.terminal in terminals)
+        and all(_one_terminal(c) for t in trace for c in t.children)
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=_members, max_runs=st.integers(min_value=1, max_value=12))
+def test_a_tree_of_runs_ends_once_within_its_max_runs(spec: _Member, max_runs: int) -> None:
+    run = _member(spec).start(AgentState.of("go"), max_runs=max_runs)
+    result = run.run_sync()
+    assert result is not None and _one_terminal(run.trace)
+    assert _calls(run.trace) <= max_runs
