@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, Message, SubAgent, Trace, tool
-from agentfsm.diagram_files import diagram_files
+from agentfsm.diagram_files import diagram_files, write_files
 from agentfsm.diagrams import run_mermaid
 from agentfsm.middleware import request_digest
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
@@ -96,17 +96,20 @@ def show(trace: Trace, indent: str = "") -> None:
             show(child, indent + "    ")
 
 
-async def run_team() -> tuple[list[Trace], dict[str, list[Trace]], AgentState]:
+async def run_team(
+    *, verbose: bool = False
+) -> tuple[list[Trace], dict[str, list[Trace]], AgentState]:
     """The coordinator's segments (to the approval and after it), each subagent's, and
-    the final state."""
+    the final state; ``verbose`` shows the approval request."""
     coordinator = team()
     run = coordinator.start(AgentState.of("Tell me about honeybees, and publish a note."))
     await run.run()
     state = run.agent_state
     assert state.status == "interrupted" and state.interrupt_data is not None
     (request,) = state.interrupt_data["action_requests"]
-    print(f"{state.interrupt_data['subagent']} asks to {request['tool_name']}:")
-    print(f"  {request['arguments']}")
+    if verbose:
+        print(f"{state.interrupt_data['subagent']} asks to {request['tool_name']}:")
+        print(f"  {request['arguments']}")
     decision = {"type": "approve", "digest": request_digest(request)}
     resumed = await coordinator.start_resume(state, [decision])
     await resumed.run()
@@ -126,7 +129,7 @@ def _tools_used(trace: Trace) -> set[str]:
 
 
 async def main() -> None:
-    segments, _, state = await run_team()
+    segments, _, state = await run_team(verbose=True)
     for segment in segments:
         show(segment)
     print(f"{state.status}: {state.messages[-1].text}")
@@ -146,17 +149,14 @@ def drawn(*, svg: bool = True) -> dict[str, str]:
 
 
 def write_diagrams(out: Path = HERE) -> list[str]:
-    out.mkdir(exist_ok=True)
-    files = drawn()
-    for name, text in files.items():
-        (out / name).write_text(text, encoding="utf-8")
-    return sorted(files)
+    """Write the drawings that changed; their names."""
+    return [path.name for path in write_files(out, drawn())]
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--diagrams", action="store_true", help="redraw examples/research_team/")
     if parser.parse_args().diagrams:
-        print("wrote", ", ".join(write_diagrams()), "in", HERE)
+        print("wrote", ", ".join(write_diagrams()) or "nothing: all current", "in", HERE)
     else:
         asyncio.run(main())
