@@ -110,6 +110,9 @@ class Run:
     ``await run.run()`` steps to the end and returns the result. ``run.trace``
     is the path so far, ``run.chain`` the chain as the last step left it.
     ``hooks`` observe it (see :mod:`agentfsm.hooks`): the global ones first, then these.
+    A step that starts child runs (:func:`agentfsm.run_machine`, a subagent) nests their
+    traces under its transition (:meth:`adopt`, :func:`current_run`), and the run counts
+    their model calls and tokens as its own.
     """
 
     def __init__(

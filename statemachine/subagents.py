@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from ._invariants import check_decisions_fit
 from ._state import AgentState
 from .chain import LLMChain
 from .errors import ChainError
 from .machine import MachineTable
 from .messages import ToolResult
+from .middleware.human_in_the_loop import HumanInTheLoop, check_decisions
 from .options import Options
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
 from .run import Run, current_run
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_DEPTH",
     "SUBAGENT",
+    "MachineStep",
     "SubAgent",
     "check_subagents",
     "resume_subagents",
@@ -122,8 +125,9 @@ def _parent_count(merged: LLMChain, parent: LLMChain) -> LLMChain:
     return merged.update_custom_context({"mode_state": {**mode_state, "run_count": calls}})
 
 
-class _MachineStep:
-    """The step :func:`run_machine` returns; ``machine`` names the child for the table."""
+class MachineStep:
+    """The step :func:`run_machine` returns: ``step(result, opts)`` like any step, with
+    ``machine`` (the child table, which :attr:`MachineTable.children` reads) and ``name``."""
 
     def __init__(
         self,
@@ -196,7 +200,7 @@ def run_machine(
     prepare: Callable[[LLMChain], LLMChain] | None = None,
     merge: Callable[[LLMChain, LLMChain], LLMChain] | None = None,
     options: Mapping[str, Any] | None = None,
-) -> _MachineStep:
+) -> MachineStep:
     """A step that runs ``table`` as a child machine on the parent's chain, to its end.
 
     The child starts at ``entry`` (default: the state of the table's first entry) on
@@ -219,7 +223,7 @@ def run_machine(
             f"working states: {list(table.working)}"
         )
     table.options.of(options)  # refused now, not when the parent runs
-    return _MachineStep(
+    return MachineStep(
         table,
         name=name or table.name,
         entry=start,
@@ -273,9 +277,7 @@ class SubAgent(Tool):
     agent: Agent = attrs.field(kw_only=True, eq=False, repr=False)
 
     def __init__(self, name: str, description: str, agent: Agent) -> None:
-        from .agent import Agent
-
-        if not isinstance(agent, Agent):
+        if not all(callable(getattr(agent, m, None)) for m in ("start", "start_resume")):
             raise TypeError(f"SubAgent {name!r}: the agent is {type(agent).__name__}, not Agent")
 
         async def task(task: str, context: ToolContext) -> str | ToolOutput:
@@ -390,23 +392,12 @@ async def resume_subagents(
                 "in the order of the interrupt's 'interrupts'"
             )
         answers = list(answer)
-    tools = {t.name: t for t in agent.tools if isinstance(t, SubAgent)}
+    waiting = [_waiting(agent, i, given) for i, given in zip(interrupts, answers, strict=True)]
     children: list[Trace] = []
-    for interrupt, given in zip(interrupts, answers, strict=True):
-        name = str(interrupt.get("subagent"))
-        tool = tools.get(name)
-        if tool is None:
-            raise ValueError(
-                f"The run waits on the subagent {name!r}, which this agent does not have "
-                f"(its subagents: {sorted(tools)})"
-            )
-        waiting = _unpacked(interrupt.get("state"), name)
-        if waiting.status != "interrupted" or waiting.interrupt_data != interrupt.get("request"):
-            raise ValueError(
-                f"The {name} subagent's saved state is not the one its request came from; "
-                "nothing was run"
-            )
-        child = await tool.agent.start_resume(waiting, given)
+    for interrupt, (name, child_agent, child_state), given in zip(
+        interrupts, waiting, answers, strict=True
+    ):
+        child = await child_agent.start_resume(child_state, given)
         depth = _DEPTH.set(_DEPTH.get() + 1)
         try:
             await child.run()
@@ -417,6 +408,44 @@ async def resume_subagents(
         call_id = str(interrupt.get("tool_call_id"))
         state = state.replace_tool_result(_result(call_id, name, outcome))
     return state, tuple(children)
+
+
+def _waiting(
+    agent: Agent, interrupt: Mapping[str, Any], answer: Any
+) -> tuple[str, Agent, AgentState]:
+    """The subagent ``interrupt`` waits on, its agent and its saved state, once ``answer``
+    is checked against its request (ValueError before any child runs anything)."""
+    name = str(interrupt.get("subagent"))
+    tools = {t.name: t for t in agent.tools if isinstance(t, SubAgent)}
+    tool = tools.get(name)
+    if tool is None:
+        raise ValueError(
+            f"The run waits on the subagent {name!r}, which this agent does not have "
+            f"(its subagents: {sorted(tools)})"
+        )
+    state = _unpacked(interrupt.get("state"), name)
+    data = state.interrupt_data
+    if state.status != "interrupted" or not data or data != interrupt.get("request"):
+        raise ValueError(
+            f"The {name} subagent's saved state is not the one its request came from; "
+            "nothing was run"
+        )
+    _check_answer(tool.agent, state, data, answer)
+    return name, tool.agent, state
+
+
+def _check_answer(agent: Agent, state: AgentState, data: Mapping[str, Any], answer: Any) -> None:
+    """Refuse an approval answer that does not fit the child's request as it stands."""
+    check_decisions_fit(state.messages, data, agent.middleware)
+    if "hitl_tool_call_ids" in data:
+        for middleware in agent.middleware:
+            if isinstance(middleware, HumanInTheLoop):
+                check_decisions(data, answer, middleware.configs)
+                return
+        return
+    inner = _subagent_interrupts(data)
+    if inner is not None and len(inner) == 1:
+        _waiting(agent, inner[0], answer)
 
 
 def _result(call_id: str, name: str, outcome: str | ToolOutput) -> ToolResult:

@@ -596,3 +596,38 @@ def test_a_tree_of_runs_ends_once_within_its_max_runs(spec: _Member, max_runs: i
     result = run.run_sync()
     assert result is not None and _one_terminal(run.trace)
     assert _calls(run.trace) <= max_runs
+
+
+async def test_two_waiting_subagents_take_one_answer_each() -> None:
+    published.clear()
+
+    def gated_writer(text: str) -> Agent:
+        return Agent(
+            ScriptedModel([call_tool("publish", text=text), say(f"{text} is out.")]),
+            [publish],
+            middleware=[HumanInTheLoop({"publish": True})],
+        )
+
+    model = ScriptedModel(
+        [call_tools(("a", {"task": "one"}), ("b", {"task": "two"})), say("Both handled.")]
+    )
+    lead = Agent(
+        model,
+        [
+            SubAgent("a", "Writes A", gated_writer("A")),
+            SubAgent("b", "Writes B", gated_writer("B")),
+        ],
+    )
+    state = await lead.execute(AgentState.of("go"))
+    data = state.interrupt_data or {}
+    assert data["type"] == "multiple_interrupts"
+    assert [i["subagent"] for i in data["interrupts"]] == ["a", "b"]
+    with pytest.raises(ValueError, match="2 subagents wait: answer with a list of one answer"):
+        await lead.resume(state, [{"type": "approve"}])
+    with pytest.raises(ValueError, match=r"Decision count \(0\) does not match"):
+        await lead.resume(state, [[{"type": "approve"}], []])  # b's is checked before a runs
+    assert published == []
+    state = await lead.resume(state, [[{"type": "approve"}], [{"type": "reject"}]])
+    assert state.status == "ok" and published == ["A"]
+    results = [r.text for r in model.requests[-1].messages[-1].tool_results]
+    assert results == ["A is out.", "B is out."]
