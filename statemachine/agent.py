@@ -335,13 +335,20 @@ class Agent:
                 "Cannot process decisions without interrupt context."
             )
         check_decisions_fit(state.messages, data, self.middleware)
-        if any(getattr(t, "agent", None) is not None for t in self.tools):
-            from .subagents import resume_subagents
+        if not any(getattr(t, "agent", None) is not None for t in self.tools):
+            return await self._handled(state, answer, data), ()
+        from .subagents import collecting, resume_subagents
 
-            resumed = await resume_subagents(self, state, answer)
-            if resumed is not None:
-                ready, children = resumed
-                return attrs.evolve(ready, status="new", interrupt_data=None), children
+        resumed = await resume_subagents(self, state, answer)
+        if resumed is not None:
+            ready, children = resumed
+            return attrs.evolve(ready, status="new", interrupt_data=None), children
+        with collecting() as started:  # subagent calls a middleware runs (approved ones)
+            answered = await self._handled(state, answer, data)
+        return answered, tuple(started)
+
+    async def _handled(self, state: AgentState, answer: Any, data: Mapping[str, Any]) -> AgentState:
+        """The state the middleware that owns the interrupt made of ``answer``."""
         for middleware in self.middleware:
             hook = getattr(middleware, "handle_resume", None)
             answered = None if hook is None else await hook(self, state, answer)
@@ -353,7 +360,7 @@ class Agent:
                     f"{type(answered).__name__}; it returns an AgentState, or None when the "
                     "interrupt is not its own"
                 )
-            return attrs.evolve(answered, status="new", interrupt_data=None), ()
+            return attrs.evolve(answered, status="new", interrupt_data=None)
         owners = [type(m).__name__ for m in self.middleware if hasattr(m, "handle_resume")]
         kind = str(data.get("type"))[:60]
         raise ValueError(

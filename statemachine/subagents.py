@@ -18,8 +18,9 @@ waiting child, innermost first, and the parent goes on with its final answer.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -47,6 +48,7 @@ __all__ = [
     "MachineStep",
     "SubAgent",
     "check_subagents",
+    "collecting",
     "resume_subagents",
     "run_machine",
 ]
@@ -58,6 +60,22 @@ MAX_DEPTH: Final = 8
 SUBAGENT: Final = "subagent"
 
 _DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("agentfsm_depth", default=0)
+#: Where subagents started outside any run's step leave their traces (see :func:`collecting`).
+_STARTED: contextvars.ContextVar[list[Trace] | None] = contextvars.ContextVar(
+    "agentfsm_started", default=None
+)
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list[Trace]]:
+    """The traces of the subagents started in the block outside a run's step (approved
+    calls a middleware runs to answer an interrupt), for the run that goes on to adopt."""
+    started: list[Trace] = []
+    token = _STARTED.set(started)
+    try:
+        yield started
+    finally:
+        _STARTED.reset(token)
 
 
 # ---------------------------------------------------------------- the tree's budget
@@ -307,6 +325,10 @@ async def _run_subagent(name: str, agent: Agent, task: str) -> str | ToolOutput:
         return ToolOutput(f"The {name} subagent was not started: {error}", is_error=True)
     if parent is not None:
         parent.adopt(child.trace)
+    else:
+        started = _STARTED.get()
+        if started is not None:
+            started.append(child.trace)
     depth = _DEPTH.set(_DEPTH.get() + 1)
     try:
         await child.run()

@@ -631,3 +631,24 @@ async def test_two_waiting_subagents_take_one_answer_each() -> None:
     assert state.status == "ok" and published == ["A"]
     results = [r.text for r in model.requests[-1].messages[-1].tool_results]
     assert results == ["A is out.", "B is out."]
+
+
+async def test_a_subagent_call_the_parent_gates_nests_under_the_resumed_run() -> None:
+    researcher = Agent(ScriptedModel([say("Bees dance.")]))
+    model = ScriptedModel([call_tool("researcher", task="bees"), say("Told you.")])
+    lead = Agent(
+        model,
+        [SubAgent("researcher", "Finds facts", researcher)],
+        middleware=[HumanInTheLoop({"researcher": True})],
+    )
+    state = await lead.execute(AgentState.of("go"))
+    assert state.status == "interrupted" and state.interrupt_data is not None
+    assert state.interrupt_data["type"] == "hitl"
+    run = await lead.start_resume(state, [{"type": "approve"}])
+    await run.run()
+    assert run.agent_state.status == "ok"
+    (child,) = run.trace.transitions[0].children
+    assert_path(
+        child, "expanding calling interrupt_check executing propagating until_check deciding ok"
+    )
+    assert model.requests[-1].messages[-1].tool_results[0].text == "Bees dance."
