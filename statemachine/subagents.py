@@ -447,7 +447,12 @@ def _waiting(
         )
     state = _unpacked(interrupt.get("state"), name)
     data = state.interrupt_data
-    if state.status != "interrupted" or not data or data != interrupt.get("request"):
+    if (
+        state.status != "interrupted"
+        or not data
+        or data != interrupt.get("request")
+        or interrupt.get("action_requests") != _requests(data)
+    ):
         raise ValueError(
             f"The {name} subagent's saved state is not the one its request came from; "
             "nothing was run"

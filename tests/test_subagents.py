@@ -652,3 +652,15 @@ async def test_a_subagent_call_the_parent_gates_nests_under_the_resumed_run() ->
         child, "expanding calling interrupt_check executing propagating until_check deciding ok"
     )
     assert model.requests[-1].messages[-1].tool_results[0].text == "Bees dance."
+
+
+async def test_an_edited_subagent_request_is_refused_and_runs_nothing() -> None:
+    published.clear()
+    coordinator, _, _ = _agents()
+    state = await coordinator.execute(AgentState.of("Bees, please"))
+    data = dict(state.interrupt_data or {})
+    shown = [{**data["action_requests"][0], "arguments": {"text": "Something else."}}]
+    edited = attrs.evolve(state, interrupt_data={**data, "action_requests": shown})
+    with pytest.raises(ValueError, match="not the one its request came from"):
+        await coordinator.resume(edited, [{"type": "approve"}])
+    assert published == []
