@@ -33,7 +33,7 @@ from .machine import MachineTable
 from .messages import ToolResult
 from .middleware.human_in_the_loop import HumanInTheLoop, check_decisions
 from .options import Options
-from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
+from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
 from .run import Run, current_run
 from .steps import get_run_count
 from .tools import Tool, ToolContext, ToolOutput
@@ -121,6 +121,15 @@ def _too_deep(name: str) -> ChainError | None:
     )
 
 
+async def _run_child(child: Run) -> Terminal:
+    """Run ``child`` to its end one level deeper than the run that started it."""
+    depth = _DEPTH.set(_DEPTH.get() + 1)
+    try:
+        return await child.run()
+    finally:
+        _DEPTH.reset(depth)
+
+
 # ---------------------------------------------------------------- a child machine as a step
 
 
@@ -189,11 +198,7 @@ class MachineStep:
         child = Run(table, chain, self.entry, options)
         if parent is not None:
             parent.adopt(child.trace)
-        depth = _DEPTH.set(_DEPTH.get() + 1)
-        try:
-            end = await child.run()
-        finally:
-            _DEPTH.reset(depth)
+        end = await _run_child(child)
         merged = end.chain if self.merge is None else self.merge(parent_chain, end.chain)
         merged = _parent_count(merged, parent_chain)
         match end:
@@ -329,11 +334,7 @@ async def _run_subagent(name: str, agent: Agent, task: str) -> str | ToolOutput:
         started = _STARTED.get()
         if started is not None:
             started.append(child.trace)
-    depth = _DEPTH.set(_DEPTH.get() + 1)
-    try:
-        await child.run()
-    finally:
-        _DEPTH.reset(depth)
+    await _run_child(child)
     return _outcome(name, child.agent_state)
 
 
@@ -420,11 +421,7 @@ async def resume_subagents(
         interrupts, waiting, answers, strict=True
     ):
         child = await child_agent.start_resume(child_state, given)
-        depth = _DEPTH.set(_DEPTH.get() + 1)
-        try:
-            await child.run()
-        finally:
-            _DEPTH.reset(depth)
+        await _run_child(child)
         children.append(child.trace)
         outcome = _outcome(name, child.agent_state)
         call_id = str(interrupt.get("tool_call_id"))
