@@ -664,3 +664,18 @@ async def test_an_edited_subagent_request_is_refused_and_runs_nothing() -> None:
     with pytest.raises(ValueError, match="not the one its request came from"):
         await coordinator.resume(edited, [{"type": "approve"}])
     assert published == []
+
+
+async def test_a_subagent_spends_the_parents_token_budget() -> None:
+    child_model = ScriptedModel(lambda m: _with_usage(call_tool("look_up", topic="x"), 40))
+    child = Agent(child_model, [look_up])
+    model = ScriptedModel(
+        [_with_usage(call_tool("kid", task="t"), 30), _with_usage(call_tool("kid", task="t"), 5)]
+    )
+    parent = Agent(model, [SubAgent("kid", "Kid", child)], token_budget=100)
+    state = await parent.execute(AgentState.of("go"))
+    # The child starts with 70 tokens left: its second reply (80) is past them.
+    assert len(child_model.requests) == 2
+    assert state.status == "error" and state.error is not None
+    assert state.error.type == "exceeded_token_budget"  # the parent's next reply is past 100
+    assert state.usage.input_tokens == 30 + 80 + 5
