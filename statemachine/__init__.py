@@ -1,8 +1,9 @@
 """agentfsm: an LLM agent's tool-calling loop as an explicit, inspectable state machine.
 
-The agent (``Agent``, ``AgentRun``, ``AgentState``) and the middleware
-(``HumanInTheLoop``, ``Middleware``) are imported when first named, so a chain
-run by its modes does not pay for them.
+The agent (``Agent``, ``AgentRun``, ``AgentState``), the middleware
+(``HumanInTheLoop``, ``Middleware``) and the child runs (``SubAgent``,
+``run_machine``) are imported when first named, so a chain run by its modes does
+not pay for them.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,7 @@ __all__ = [
     "RunHook",
     "StandardOptions",
     "Step",
+    "SubAgent",
     "Terminal",
     "Thinking",
     "Tool",
@@ -69,6 +71,7 @@ __all__ = [
     "Trace",
     "Transition",
     "Usage",
+    "run_machine",
 ]
 
 __version__ = "0.1.0"
@@ -77,6 +80,7 @@ if TYPE_CHECKING:
     from ._state import AgentState
     from .agent import Agent, AgentRun
     from .middleware import HumanInTheLoop, Middleware
+    from .subagents import SubAgent, run_machine
 
 
 def __getattr__(name: str) -> Any:
@@ -91,6 +95,10 @@ def __getattr__(name: str) -> Any:
         from . import middleware
 
         value = getattr(middleware, name)
+    elif name in ("SubAgent", "run_machine"):
+        from . import subagents
+
+        value = getattr(subagents, name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # asked once

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import FormatError, InvariantError
-from .machine import MachineTable
+from .machine import MachineTable, UnknownMachineError, machine_named
 from .messages import Message, ToolCall
 from .middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
 from .steps import pending_calls
@@ -47,7 +47,8 @@ def check_trace(
     ended: bool | None = None,
     previous: tuple[Trace, MachineTable | MachineShape] | None = None,
 ) -> None:
-    """Refuse a trace that is not a path of ``table`` (:class:`FormatError`).
+    """Refuse a trace that is not a path of ``table`` (:class:`FormatError`), nor its
+    child runs' traces paths of theirs (a machine not declared here: its error).
 
     ``ended`` says whether the run has a result: a run with one ends at a
     terminal, a run without one at a working state. A segment that a migration
@@ -85,12 +86,24 @@ def check_trace(
                 "the checkpoint is damaged or was edited."
             )
         state = dest
+        for child in step.children:
+            _check_child(child)
     if ended is not None and (state in table.terminals) != ended:
         raise FormatError(
             f"The saved run stops at {state!r} but "
             + ("has a result" if ended else "has no result")
             + ": the checkpoint is damaged or was edited."
         )
+
+
+def _check_child(child: Trace) -> None:
+    """A child run's saved trace is a path of its own machine (shown, never resumed from:
+    a waiting child goes on from its parent's interrupt)."""
+    try:
+        declared = machine_named(child.machine, child.machine_version)
+    except UnknownMachineError:
+        declared = machine_named(child.machine)
+    check_trace(child, segment_table(child, declared))
 
 
 def check_traces(traces: Sequence[Trace], table: MachineTable, *, ended: bool) -> None:

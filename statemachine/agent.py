@@ -31,6 +31,7 @@ from .options import (
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
 from .tools import Tool
+from .trace import Trace
 
 if TYPE_CHECKING:
     from agentfsm.providers.base import ChatModel
@@ -103,13 +104,27 @@ class Agent:
         machine: MachineTable = STANDARD,
     ) -> None:
         self.model = check_model(model)
-        self.tools = check_tools(tools)
+        self.tools = tools
         self.middleware = check_sequence("middleware", middleware)
         self.system_prompt = check_optional("system_prompt", system_prompt, str)
         self.max_runs = None if max_runs is None else check_max_runs(max_runs)
         self.token_budget = check_token_budget(token_budget)
         self.callbacks = check_callbacks(callbacks)
         self.mode = StandardMode(machine)
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        return self._tools
+
+    @tools.setter
+    def tools(self, tools: Sequence[Tool]) -> None:
+        """Checked when given: a subagent that runs this agent again is refused."""
+        checked = check_tools(tools)
+        if any(getattr(t, "agent", None) is not None for t in checked):
+            from .subagents import check_subagents
+
+            check_subagents(self, checked)
+        self._tools = checked
 
     # ------------------------------------------------------------ running
 
@@ -281,19 +296,32 @@ class Agent:
         not fit, or an interrupt no middleware claims, raise ValueError and
         change nothing. :meth:`start_resume` is the same, stepped by the host.
         """
-        return await self.execute(await self._answer(state, answer, options), **options)
+        state, children = await self._answer(state, answer, options)
+        try:
+            run = self.start(state, **options)
+        except ChainError as error:
+            return attrs.evolve(state, status="error", error=error)
+        for child in children:
+            run.adopt(child)
+        await run.run()
+        return run.agent_state
 
     def resume_sync(self, state: AgentState, answer: Any, **options: Any) -> AgentState:
         return run_sync(self.resume(state, answer, **options), self.model)
 
     async def start_resume(self, state: AgentState, answer: Any, **options: Any) -> AgentRun:
         """:meth:`resume`, returning the run at its entry for the host to step."""
-        return self.start(await self._answer(state, answer, options), **options)
+        state, children = await self._answer(state, answer, options)
+        run = self.start(state, **options)
+        for child in children:
+            run.adopt(child)
+        return run
 
     async def _answer(
         self, state: AgentState, answer: Any, options: Mapping[str, Any]
-    ) -> AgentState:
-        """The state once its interrupt's owner took ``answer``, ready to run."""
+    ) -> tuple[AgentState, tuple[Trace, ...]]:
+        """The state once its interrupt's owner took ``answer``, ready to run, and the
+        traces of the subagents the answer resumed (the run's first transition nests them)."""
         unknown = set(options) - _START_OPTIONS
         if unknown:
             raise TypeError(
@@ -307,6 +335,20 @@ class Agent:
                 "Cannot process decisions without interrupt context."
             )
         check_decisions_fit(state.messages, data, self.middleware)
+        if not any(getattr(t, "agent", None) is not None for t in self.tools):
+            return await self._handled(state, answer, data), ()
+        from .subagents import collecting, resume_subagents
+
+        resumed = await resume_subagents(self, state, answer)
+        if resumed is not None:
+            ready, children = resumed
+            return attrs.evolve(ready, status="new", interrupt_data=None), children
+        with collecting() as started:  # subagent calls a middleware runs (approved ones)
+            answered = await self._handled(state, answer, data)
+        return answered, tuple(started)
+
+    async def _handled(self, state: AgentState, answer: Any, data: Mapping[str, Any]) -> AgentState:
+        """The state the middleware that owns the interrupt made of ``answer``."""
         for middleware in self.middleware:
             hook = getattr(middleware, "handle_resume", None)
             answered = None if hook is None else await hook(self, state, answer)

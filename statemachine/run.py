@@ -7,6 +7,7 @@ shared machine; the move is recorded as a :class:`~agentfsm.trace.Transition`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import (
     AsyncIterator,
@@ -19,6 +20,7 @@ from collections.abc import (
 )
 from typing import Any, TypeVar
 
+import attrs
 from transitions import MachineError
 
 from ._sync import SyncBridge
@@ -29,12 +31,21 @@ from .machine import Detail, MachineTable, Outcome
 from .messages import Usage
 from .options import Options
 from .results import Continue, Failed, Paused, PipelineResult, Terminal
-from .steps import Step, normalize_pause
+from .steps import Step, get_run_count, normalize_pause
 from .trace import Trace, Transition, total_usage
 
-__all__ = ["Run"]
+__all__ = ["Run", "current_run"]
 
 _T = TypeVar("_T")
+
+#: The run whose state's work is in flight in this context: a step that starts a child
+#: run (:func:`agentfsm.run_machine`, a subagent) nests the child's trace under it.
+_RUNNING: contextvars.ContextVar[Run | None] = contextvars.ContextVar("agentfsm_run", default=None)
+
+
+def current_run() -> Run | None:
+    """The run whose step is running here (inside its awaited work), if any."""
+    return _RUNNING.get()
 
 
 class _Cursor:
@@ -77,6 +88,18 @@ def _crashed(source: str, chain: LLMChain, exc: Exception) -> Failed:
     )
 
 
+def _counting(result: PipelineResult, children: Sequence[Trace]) -> PipelineResult:
+    """``result`` with its child runs' model calls counted in its chain's ``run_count``:
+    ``max_runs`` bounds a run and the runs it started together."""
+    calls = sum(get_run_count(c.transitions[-1].chain) for c in children if c.transitions)
+    if not calls:
+        return result
+    chain = result.chain
+    mode_state = chain.custom_context.get("mode_state") or {}
+    counted = {**mode_state, "run_count": get_run_count(chain) + calls}
+    return attrs.evolve(result, chain=chain.update_custom_context({"mode_state": counted}))
+
+
 class Run:
     """One run of a machine over a chain, from the working state ``entry``.
 
@@ -87,6 +110,9 @@ class Run:
     ``await run.run()`` steps to the end and returns the result. ``run.trace``
     is the path so far, ``run.chain`` the chain as the last step left it.
     ``hooks`` observe it (see :mod:`agentfsm.hooks`): the global ones first, then these.
+    A step that starts child runs (:func:`agentfsm.run_machine`, a subagent) nests their
+    traces under its transition (:meth:`adopt`, :func:`current_run`), and the run counts
+    their model calls and tokens as its own.
     """
 
     def __init__(
@@ -137,6 +163,7 @@ class Run:
         self._usage = Usage()  # of the transitions counted so far
         self._counted = 0
         self._ended = 0.0  # when the last step ended (``time.perf_counter()``)
+        self._children: list[Trace] | None = None  # child runs the next transition carries
         self._machine.add_model(self._cursor, initial=entry)
         attached = current_global_hooks()
         if hooks:
@@ -204,6 +231,15 @@ class Run:
         """Make the next step pause the run with ``reason`` instead of doing its work."""
         self._requested_pause = reason
 
+    def adopt(self, child: Trace) -> None:
+        """Nest ``child`` (a child run's trace) under the transition this run takes next:
+        the one whose work started the child, or, for a child resumed before this run
+        started, its first. Children keep the order they were adopted in."""
+        if self._children is None:
+            self._children = [child]
+        else:
+            self._children.append(child)
+
     # ------------------------------------------------------------ stepping
 
     async def step(self) -> Transition:
@@ -242,6 +278,7 @@ class Run:
     async def _awaited(
         self, source: str, chain: LLMChain, started: float, pending: Awaitable[Outcome]
     ) -> Transition:
+        running = _RUNNING.set(self)
         try:
             outcome = await pending
         except asyncio.CancelledError:
@@ -252,6 +289,8 @@ class Run:
             return self._finish(
                 source, chain, started, (_crashed(source, chain, exc), None), worked=False
             )
+        finally:
+            _RUNNING.reset(running)
         return self._finish(source, chain, started, outcome, worked=True)
 
     def _count_tokens(self, result: PipelineResult) -> tuple[PipelineResult, dict[str, int] | None]:
@@ -301,10 +340,12 @@ class Run:
         ended = time.perf_counter()
         self._busy = False
         result, detail = outcome
+        if self._children is not None:
+            result = _counting(result, self._children)
         worked_out = result
         usage = None
-        if result.chain.last_message is not chain.last_message:  # a reply, maybe
-            result, usage = self._count_tokens(result)
+        if result.chain.last_message is not chain.last_message and self._children is None:
+            result, usage = self._count_tokens(result)  # a reply, maybe; a child's is its own
         way_out = self._exits[source].get(result.__class__)
         if way_out is None:
             raise IllegalTransitionError(
@@ -334,6 +375,9 @@ class Run:
                 describe=_describer(describe, chain, worked_out, usage),
                 usage=usage,
             )
+        if self._children is not None:
+            transition.with_children(self._children)
+            self._children = None
         self._ended = ended
         self.trace.transitions.append(transition)
         self.chain = result.chain

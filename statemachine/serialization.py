@@ -398,7 +398,18 @@ class Packer:
             record["elapsed"] = transition.elapsed
         if transition.detail is not None:
             record["detail"] = converter.unstructure(dict(transition.detail))
+        if transition.children:
+            record["children"] = [self.trace(child) for child in transition.children]
         return record
+
+    def trace(self, trace: Trace) -> dict[str, Any]:
+        """A trace's record: its machine, entry and transitions (child runs nested in them)."""
+        return {
+            "machine": trace.machine,
+            **_identity(trace),
+            "entry": trace.entry,
+            "transitions": [self.transition(t) for t in trace.transitions],
+        }
 
     def transition_text(self, transition: Transition) -> str:
         """:meth:`transition` as compact JSON text, the same record, written from parts
@@ -424,6 +435,8 @@ class Packer:
             text += ',"elapsed":' + (repr(elapsed) if plain else compact_json(elapsed))
         if transition.detail is not None:
             text += ',"detail":' + _compact_any(transition.detail)
+        if transition.children:
+            text += ',"children":' + compact_json([self.trace(c) for c in transition.children])
         return text + "}"
 
     def message_docs(self, start: int = 0) -> list[Any]:
@@ -546,7 +559,7 @@ class Unpacker:
     def transition(self, record: Any) -> Transition:
         record = _mapping(record, "a transition")
         detail = record.get("detail")
-        return Transition(
+        transition = Transition(
             str(record["source"]),
             str(record["trigger"]),
             str(record["dest"]),
@@ -554,6 +567,12 @@ class Unpacker:
             float(record.get("elapsed", 0.0)),
             None if detail is None else dict(_mapping(detail, "a detail")),
         )
+        children = record.get("children")
+        if children is not None:
+            if not isinstance(children, list):
+                raise TypeError(f"a transition's children must be a list, got {children!r}")
+            transition.with_children([self.trace(child) for child in children])
+        return transition
 
     def trace(self, value: Any) -> Trace:
         value = _mapping(value, "a trace")
@@ -637,12 +656,7 @@ def dump(obj: Serializable) -> dict[str, Any]:
     if isinstance(obj, LLMChain):
         value = packer.chain(obj)
     elif isinstance(obj, Trace):
-        value = {
-            "machine": obj.machine,
-            **_identity(obj),
-            "entry": obj.entry,
-            "transitions": [packer.transition(t) for t in obj.transitions],
-        }
+        value = packer.trace(obj)
     elif isinstance(obj, Transition):
         value = packer.transition(obj)
     else:

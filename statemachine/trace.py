@@ -67,6 +67,7 @@ class Transition:
             counts = detail.get("usage")
             usage = counts if isinstance(counts, Mapping) else None
         self._usage = usage
+        self._children: tuple[Trace, ...] = ()
 
     @property
     def source(self) -> str:
@@ -104,8 +105,9 @@ class Transition:
     @property
     def children(self) -> tuple[Trace, ...]:
         """The traces of the child machines this step ran (a child machine's run, a
-        subagent's), in the order they started; most steps run none."""
-        return getattr(self, "_children", ())
+        subagent's), in the order they started; most steps run none. Their tokens are
+        not in :attr:`usage` (the step's own call's) but count in :func:`total_usage`."""
+        return self._children
 
     def with_children(self, children: Sequence[Trace]) -> Transition:
         """This move with ``children`` as the child runs it made (set once, when they end)."""
@@ -177,7 +179,8 @@ class Trace:
 
     @property
     def usage(self) -> Usage:
-        """The tokens of the run's model calls, summed (each call's are in its step's detail)."""
+        """The tokens of the run's model calls, its child runs' included (each call's are
+        in its step's detail)."""
         return total_usage(self.transitions)
 
     def where(self, state: str) -> list[Transition]:
@@ -186,10 +189,12 @@ class Trace:
 
 
 def total_usage(transitions: Iterable[Transition]) -> Usage:
-    """The usage the transitions' details record, summed."""
+    """The usage the transitions' details record, summed, with their child runs' usage."""
     total = Usage()
     for transition in transitions:
-        counts = transition.usage
+        counts = transition._usage
         if counts is not None:
             total += Usage.from_dict(counts)
+        for child in transition._children:
+            total += total_usage(child.transitions)
     return total

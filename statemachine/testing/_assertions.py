@@ -3,7 +3,8 @@
 ``assert_path(run, "expanding calling interrupt_check executing propagating
 until_check deciding ok")`` takes a space-separated state list, or a pattern
 with groups and repetition: ``"(expanding calling interrupt_check executing
-propagating until_check deciding)+ ok"`` (``+ * ?`` and ``{n}`` / ``{n,m}``).
+propagating until_check deciding)+ ok"`` (``+ * ?`` and ``{n}`` / ``{n,m}``);
+``children={"executing": "..."}`` checks the paths of the child runs a state ran.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import difflib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache
+from typing import NoReturn, TypeAlias
 
 import attrs
 
@@ -67,13 +69,51 @@ def matches_path(
     return _compile(expected, states).fullmatch(_trace(run_or_trace).path + " ") is not None
 
 
+#: What ``children=`` expects of a state's child runs: one path, or one path each.
+ChildPaths: TypeAlias = str | Sequence[str]
+
+
 def assert_path(
-    run_or_trace: Run | Trace, expected: str, table: MachineTable | None = None
+    run_or_trace: Run | Trace,
+    expected: str,
+    table: MachineTable | None = None,
+    *,
+    children: Mapping[str, ChildPaths] | None = None,
 ) -> None:
-    """Fail with a readable diff unless the run's path matches ``expected``."""
+    """Fail with a readable diff unless the run's path matches ``expected``.
+
+    ``children`` checks the child runs too (:func:`agentfsm.run_machine`, subagents):
+    ``{"executing": "expanding calling ... ok"}`` says the transitions out of
+    ``executing`` ran one child, which took that path; a list gives one path per
+    child, in the order they started. Each path is matched on the child's own machine.
+    """
     trace = _trace(run_or_trace)
-    if matches_path(trace, expected, _table(run_or_trace, table)):
-        return
+    parent = _table(run_or_trace, table)
+    if not matches_path(trace, expected, parent):
+        _took_another(trace, expected)
+    for state, paths in (children or {}).items():
+        if state not in parent.states:
+            raise ValueError(
+                f"children: {state!r} is not a state of the {parent.name} machine; "
+                f"states: {list(parent.states)}"
+            )
+        expected_paths = [paths] if isinstance(paths, str) else list(paths)
+        ran = [child for t in trace.where(state) for child in t.children]
+        if len(ran) != len(expected_paths):
+            raise AssertionError(
+                f"{state!r} ran {len(ran)} child run(s), not {len(expected_paths)}: "
+                f"{[child.path for child in ran]}"
+            )
+        for index, (child, path) in enumerate(zip(ran, expected_paths, strict=True)):
+            try:
+                assert_path(child, path)
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"child {index} of {state!r} ({child.machine}): {exc}"
+                ) from None
+
+
+def _took_another(trace: Trace, expected: str) -> NoReturn:
     lines = [f"the run took another path than {expected!r}", "", "took:"]
     lines += [f"  {i:>3} {t.source} --{t.trigger}--> {t.dest}" for i, t in enumerate(trace)]
     if not re.search(r"[()+*?{]", expected):
