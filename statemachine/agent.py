@@ -84,7 +84,9 @@ class Agent:
     own ``max_runs`` wins); ``token_budget`` bounds the tokens of one execute
     (none by default; past it the run ends in ``exceeded_token_budget``).
     ``machine`` is any machine the standard mode runs: one declared from the
-    standard table, with a state of your own, say.
+    standard table, with a state of your own, say. ``name`` says who the agent is
+    where its runs are shown (OpenTelemetry's ``invoke_agent {name}`` span): a
+    non-empty string, or None.
     """
 
     #: The Run class of this agent's runs (restored runs too).
@@ -101,7 +103,11 @@ class Agent:
         callbacks: Sequence[Callbacks] = (),
         token_budget: int | None = None,
         machine: MachineTable = STANDARD,
+        name: str | None = None,
     ) -> None:
+        self.name = check_optional("name", name, str)
+        if name is not None and not name.strip():
+            raise ValueError("name must be a non-empty string (or None)")
         self.model = check_model(model)
         self.tools = check_tools(tools)
         self.middleware = check_sequence("middleware", middleware)
