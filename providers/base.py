@@ -11,7 +11,15 @@ import attrs
 from agentfsm.messages import Message, MessageDelta, Usage
 from agentfsm.tools import Tool
 
-__all__ = ["CUSTOM_PROVIDER", "ChatModel", "DeltaHandler", "ModelSettings", "Usage", "provider_of"]
+__all__ = [
+    "CUSTOM_PROVIDER",
+    "ChatModel",
+    "DeltaHandler",
+    "ModelSettings",
+    "Usage",
+    "native_output",
+    "provider_of",
+]
 
 #: The provider a model reports when it names none and its name is not ``provider:model``.
 CUSTOM_PROVIDER: Final = "agentfsm.custom"
@@ -98,3 +106,23 @@ def _split_name(name: str) -> tuple[str | None, str]:
     """``(provider, model)`` of a name spelled ``provider:model``; ``(None, name)`` otherwise."""
     named = _PROVIDER_MODEL.fullmatch(name)
     return (named[1], named[2]) if named else (None, name)
+
+
+def native_output(tools: Sequence[Tool]) -> tuple[list[Tool], Mapping[str, Any] | None]:
+    """``tools`` less the run's output tool (:class:`agentfsm.output.OutputTool`, wrapped
+    or not), and that tool's ``output_format``: for a provider that asks for the final
+    answer in its own structured-output form rather than as a tool call."""
+    kept: list[Tool] = []
+    found: Mapping[str, Any] | None = None
+    for tool in tools:
+        inner: Any = tool
+        while getattr(inner, "output_format", None) is None and isinstance(
+            getattr(inner, "wrapped", None), Tool
+        ):
+            inner = inner.wrapped
+        form = getattr(inner, "output_format", None)
+        if found is None and isinstance(form, Mapping):
+            found = form
+        else:
+            kept.append(tool)
+    return kept, found
