@@ -52,7 +52,14 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
         "agentfsm.otel needs the OpenTelemetry API: pip install 'agentfsm[otel]'"
     ) from exc
 
-from agentfsm.providers.base import ChatModel, DeltaHandler, ModelSettings, _split_name, provider_of
+from agentfsm.providers.base import (
+    ChatModel,
+    DeltaHandler,
+    ModelSettings,
+    _split_name,
+    native_output,
+    provider_of,
+)
 from agentfsm.providers.wrapper import WrapperModel
 
 from .errors import ChainError
@@ -411,6 +418,11 @@ def _request_model(model: ChatModel) -> str:
     return own if isinstance(own, str) else _split_name(model.name)[1]
 
 
+def _output_type(tools: Sequence[Tool]) -> dict[str, str]:
+    """``gen_ai.output.type`` of a call that asks for a typed final answer (JSON)."""
+    return {"gen_ai.output.type": "json"} if native_output(tools)[1] is not None else {}
+
+
 def _request_attributes(model: ChatModel) -> dict[str, Any]:
     """What the model's address and settings say of its calls, as the conventions name it."""
     attributes: dict[str, Any] = {}
@@ -479,6 +491,7 @@ class _TracedModel(WrapperModel):
             attributes={
                 **attributes,
                 **self._request,
+                **_output_type(tools),
                 "gen_ai.conversation.id": spans.identify(),
             },
             record_exception=False,

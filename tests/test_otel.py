@@ -817,3 +817,19 @@ async def test_a_model_over_http_names_its_server(telemetry: Telemetry) -> None:
         "server.address": host,
         "server.port": int(port),
     }
+
+
+def test_a_typed_answer_is_asked_for_as_json(telemetry: Telemetry) -> None:
+    model = ScriptedModel([call_tool("final_result", result=42)])
+    state = Agent(model, output_type=int, name="counter").execute_sync(AgentState.of("count"))
+    assert state.output == 42
+    chat = attributes(one(telemetry.named("chat scripted")))
+    assert chat["gen_ai.output.type"] == "json"
+    root = one(telemetry.named("invoke_agent counter"))
+    assert attributes(root)["agentfsm.machine"] == "standard_output"
+    assert [s.name for s in telemetry.children(root)][-2:] == [
+        "agentfsm.deciding",
+        "agentfsm.validating_output",
+    ]
+    tool_span = one(telemetry.named("execute_tool final_result"))
+    assert attributes(tool_span)["gen_ai.tool.name"] == "final_result"
