@@ -203,17 +203,20 @@ class _Telemetry:
         self.tracer = tracer
         self.capture = capture
         self.states = states
-        self.agent_duration = meter.create_histogram(
+        histogram = meter.create_histogram
+        self.agent_duration = histogram(
             "gen_ai.invoke_agent.duration",
             unit="s",
             description="Duration of runs, by terminal.",
             explicit_bucket_boundaries_advisory=_AGENT_BUCKETS,
         )
-        self.tool_executions = meter.create_histogram(
-            "gen_ai.execute_tool.duration",
-            unit="s",
-            description="Duration of tool calls.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        self.model_duration = _seconds(meter, "gen_ai.client.operation.duration", "model calls")
+        self.tool_executions = _seconds(meter, "gen_ai.execute_tool.duration", "tool calls")
+        self.tokens = histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Tokens used by model calls, by token type.",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
         )
         # The names of earlier releases, recorded for one more release.
         self.runs = meter.create_counter(
@@ -221,23 +224,8 @@ class _Telemetry:
             unit="{run}",
             description="Runs that ended, by terminal (deprecated: gen_ai.invoke_agent.duration).",
         )
-        self.model_duration = meter.create_histogram(
-            "gen_ai.client.operation.duration",
-            unit="s",
-            description="Duration of model calls.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
-        )
-        self.tokens = meter.create_histogram(
-            "gen_ai.client.token.usage",
-            unit="{token}",
-            description="Tokens used by model calls, by token type.",
-            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
-        )
-        self.tool_duration = meter.create_histogram(
-            "agentfsm.tool.duration",
-            unit="s",
-            description="Duration of tool calls (deprecated: gen_ai.execute_tool.duration).",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        self.tool_duration = _seconds(
+            meter, "agentfsm.tool.duration", "tool calls (deprecated: gen_ai.execute_tool.duration)"
         )
         self.tool_errors = meter.create_counter(
             "agentfsm.tool.errors",
@@ -248,6 +236,16 @@ class _Telemetry:
     def run_started(self, run: Run) -> None:
         """Trace ``run``: its own hook holds its spans."""
         run.add_hook(_RunSpans(self, run))
+
+
+def _seconds(meter: metrics.Meter, name: str, what: str) -> metrics.Histogram:
+    """A histogram of durations with the conventions' buckets."""
+    return meter.create_histogram(
+        name,
+        unit="s",
+        description=f"Duration of {what}.",
+        explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+    )
 
 
 # ---------------------------------------------------------------- one run

@@ -395,6 +395,12 @@ def test_a_paused_run_restored_from_the_store_links_to_the_run_it_continues(
     assert attributes(restored)["agentfsm.run.id"] == "r1"
     link = one(restored.links)  # type: ignore[arg-type]
     assert (link.context.trace_id, link.context.span_id) == context_of(paused)
+    # both are the saved run's conversation, and so are their model calls
+    assert attributes(paused)["gen_ai.conversation.id"] == "r1"
+    assert attributes(restored)["gen_ai.conversation.id"] == "r1"
+    assert {attributes(c)["gen_ai.conversation.id"] for c in telemetry.named("chat small")} == {
+        "r1"
+    }
 
 
 def test_a_run_resumed_in_another_process_links_to_the_killed_processes_run(
@@ -660,21 +666,6 @@ def test_a_resumed_run_keeps_the_conversation_id(telemetry: Telemetry) -> None:
         s for s in telemetry.named("invoke_agent writer") if s not in (first_span, second_span)
     ]
     assert attributes(one(third))["gen_ai.conversation.id"] != conversation
-
-
-def test_a_run_restored_from_the_store_is_the_saved_runs_conversation(
-    telemetry: Telemetry, tmp_path: Path
-) -> None:
-    store = SQLiteStore(tmp_path / "runs.db")
-    run = start_run(adder(), AgentState.of("add 1 and 2"), store, run_id="r1")
-    run.add_hook(_DrainAfterExecuted())
-    run.run_sync()
-    assert adder().resume_run_sync("r1", SQLiteStore(tmp_path / "runs.db")).status == "ok"
-    paused, restored = sorted(telemetry.named("invoke_agent"), key=lambda s: s.start_time or 0)
-    assert attributes(paused)["gen_ai.conversation.id"] == "r1"
-    assert attributes(restored)["gen_ai.conversation.id"] == "r1"
-    chats = telemetry.named("chat small")
-    assert {attributes(c)["gen_ai.conversation.id"] for c in chats} == {"r1"}
 
 
 class _Configured(WrapperModel):
