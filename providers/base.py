@@ -19,6 +19,7 @@ __all__ = [
     "Usage",
     "native_output",
     "provider_of",
+    "split_model_name",
 ]
 
 #: The provider a model reports when it names none and its name is not ``provider:model``.
@@ -99,10 +100,10 @@ def provider_of(model: ChatModel) -> str:
     own = getattr(model, "provider_name", None)
     if isinstance(own, str) and own:
         return own
-    return _split_name(model.name)[0] or CUSTOM_PROVIDER
+    return split_model_name(model.name)[0] or CUSTOM_PROVIDER
 
 
-def _split_name(name: str) -> tuple[str | None, str]:
+def split_model_name(name: str) -> tuple[str | None, str]:
     """``(provider, model)`` of a name spelled ``provider:model``; ``(None, name)`` otherwise."""
     named = _PROVIDER_MODEL.fullmatch(name)
     return (named[1], named[2]) if named else (None, name)

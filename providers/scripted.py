@@ -21,7 +21,7 @@ from agentfsm.errors import ChainError
 from agentfsm.messages import Message, MessageDelta, Status, ToolCall
 from agentfsm.tools import Tool
 
-from .base import DeltaHandler, _split_name
+from .base import DeltaHandler, split_model_name
 
 __all__ = [
     "SCRIPTED_PROVIDER",
@@ -108,7 +108,7 @@ class ScriptedModel:
     @property
     def provider_name(self) -> str:
         """Who serves the model (``gen_ai.provider.name``)."""
-        return _split_name(self.model_name)[0] or SCRIPTED_PROVIDER
+        return split_model_name(self.model_name)[0] or SCRIPTED_PROVIDER
 
     @property
     def calls(self) -> int:

@@ -56,9 +56,9 @@ from agentfsm.providers.base import (
     ChatModel,
     DeltaHandler,
     ModelSettings,
-    _split_name,
     native_output,
     provider_of,
+    split_model_name,
 )
 from agentfsm.providers.wrapper import WrapperModel
 
@@ -413,7 +413,7 @@ def _run_id(run: Run) -> str:
 def _request_model(model: ChatModel) -> str:
     """The model asked for: its own ``model``, else the model part of its name."""
     own = getattr(model, "model", None)
-    return own if isinstance(own, str) else _split_name(model.name)[1]
+    return own if isinstance(own, str) else split_model_name(model.name)[1]
 
 
 def _output_type(tools: Sequence[Tool]) -> dict[str, str]:

@@ -32,7 +32,14 @@ from .messages import Message, ToolCall, ToolResult
 from .results import Continue, Failed, Ok, PipelineResult
 from .tools import Tool, ToolContext
 
-__all__ = ["FINAL_RESULT", "OutputError", "OutputTool", "check_output", "output_tool_of"]
+__all__ = [
+    "FINAL_RESULT",
+    "OutputError",
+    "OutputTool",
+    "answered_by_tool",
+    "check_output",
+    "output_tool_of",
+]
 
 #: The name of the tool a model gives its final answer to.
 FINAL_RESULT: Final = "final_result"
@@ -119,10 +126,10 @@ class OutputTool(Tool):
         value, problems = structure("output", value, self.output_type)
         return value, [p.removeprefix("parameter ") for p in problems]
 
-    def read(self, chain_messages: Sequence[Message]) -> tuple[Any, list[str], bool]:
+    def read(self, messages: Sequence[Message]) -> tuple[Any, list[str], bool]:
         """The last reply's answer: ``(value, problems, by_tool)``; ``by_tool`` when it
         was a ``final_result`` call (else it is the reply's text, as JSON)."""
-        reply = next((m for m in reversed(chain_messages) if m.role == "assistant"), None)
+        reply = next((m for m in reversed(messages) if m.role == "assistant"), None)
         if reply is None:
             return None, ["there is no answer"], False
         calls = [c for c in reply.tool_calls if c.name == FINAL_RESULT]
