@@ -2,7 +2,7 @@
 
 from ._transport import Limits, RetryPolicy
 from .anthropic import AnthropicChat
-from .base import ChatModel, DeltaHandler, ModelSettings, Usage
+from .base import ChatModel, DeltaHandler, ModelSettings, Usage, provider_of
 from .fallback import FallbackModel
 from .openai import OpenAIChat
 from .openai_responses import OpenAIResponses
@@ -29,5 +29,6 @@ __all__ = [
     "call_tools",
     "create_model",
     "fail",
+    "provider_of",
     "say",
 ]

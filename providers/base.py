@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
 from agentfsm.messages import Message, MessageDelta, Usage
 from agentfsm.tools import Tool
 
-__all__ = ["ChatModel", "DeltaHandler", "ModelSettings", "Usage"]
+__all__ = [
+    "CUSTOM_PROVIDER",
+    "ChatModel",
+    "DeltaHandler",
+    "ModelSettings",
+    "Usage",
+    "native_output",
+    "provider_of",
+    "split_model_name",
+]
+
+#: The provider a model reports when it names none and its name is not ``provider:model``.
+CUSTOM_PROVIDER: Final = "agentfsm.custom"
+_PROVIDER_MODEL: Final = re.compile(r"([a-z][a-z0-9_.-]*):([^:\s]+)")
 
 DeltaHandler = Callable[[MessageDelta], None]
 
@@ -24,6 +38,11 @@ class ChatModel(Protocol):
     when another model (a fallback) may succeed where this one failed. The
     reply's ``metadata`` may carry ``usage`` (see :class:`Usage`) and ``model``
     (who answered). ``on_delta`` receives streamed pieces as they arrive.
+
+    A model may also have a ``provider_name`` (who serves it, as telemetry's
+    ``gen_ai.provider.name`` says), and ``server_address`` / ``server_port`` when
+    it is called over the network; they are optional, so a model written before
+    them still is one: :func:`provider_of` reads the provider of any model.
     """
 
     @property
@@ -73,3 +92,38 @@ class ModelSettings:
     cache_tools: bool = False
     cache_ttl: Literal["5m", "1h"] | None = None
     extra: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+def provider_of(model: ChatModel) -> str:
+    """Who serves ``model``: its ``provider_name``; else the ``provider`` of a name
+    spelled ``provider:model``; else :data:`CUSTOM_PROVIDER`."""
+    own = getattr(model, "provider_name", None)
+    if isinstance(own, str) and own:
+        return own
+    return split_model_name(model.name)[0] or CUSTOM_PROVIDER
+
+
+def split_model_name(name: str) -> tuple[str | None, str]:
+    """``(provider, model)`` of a name spelled ``provider:model``; ``(None, name)`` otherwise."""
+    named = _PROVIDER_MODEL.fullmatch(name)
+    return (named[1], named[2]) if named else (None, name)
+
+
+def native_output(tools: Sequence[Tool]) -> tuple[list[Tool], Mapping[str, Any] | None]:
+    """``tools`` less the run's output tool (:class:`agentfsm.output.OutputTool`, wrapped
+    or not), and that tool's ``output_format``: for a provider that asks for the final
+    answer in its own structured-output form rather than as a tool call."""
+    kept: list[Tool] = []
+    found: Mapping[str, Any] | None = None
+    for tool in tools:
+        inner: Any = tool
+        while getattr(inner, "output_format", None) is None and isinstance(
+            getattr(inner, "wrapped", None), Tool
+        ):
+            inner = inner.wrapped
+        form = getattr(inner, "output_format", None)
+        if found is None and isinstance(form, Mapping):
+            found = form
+        else:
+            kept.append(tool)
+    return kept, found

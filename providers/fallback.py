@@ -10,7 +10,7 @@ from agentfsm.errors import ChainError
 from agentfsm.messages import Message, MessageDelta
 from agentfsm.tools import Tool
 
-from .base import ChatModel, DeltaHandler
+from .base import ChatModel, DeltaHandler, provider_of
 
 __all__ = ["FallbackModel"]
 
@@ -34,6 +34,13 @@ class FallbackModel:
     @property
     def name(self) -> str:
         return "fallback(" + ", ".join(m.name for m in self.models) + ")"
+
+    @property
+    def provider_name(self) -> str:
+        """The models' provider when they share one, else ``agentfsm.fallback``: which
+        of them answers is known only once one has (the reply's ``model``)."""
+        providers = {provider_of(m) for m in self.models}
+        return providers.pop() if len(providers) == 1 else "agentfsm.fallback"
 
     async def aclose(self) -> None:
         """Close every model's connections."""

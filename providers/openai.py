@@ -29,7 +29,7 @@ from agentfsm.tools import Tool
 from ._errors import error_for_provider_type, parse_json, shown
 from ._model import HttpChatModel, file_data_url, file_name, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
-from .base import DeltaHandler, ModelSettings
+from .base import DeltaHandler, ModelSettings, native_output
 from .rules import ModelRules, rules_for
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIChat"]
@@ -130,6 +130,9 @@ class OpenAIChat(HttpChatModel):
         }
         rules = self.rules
         reasoning = rules.reasoning
+        tools, output = native_output(tools)
+        if output is not None:
+            body["response_format"] = {"type": "json_schema", "json_schema": dict(output)}
         if tools:
             body["tools"] = [_wire_tool(t) for t in tools]
             if settings.tool_choice is not None:

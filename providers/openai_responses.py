@@ -31,7 +31,7 @@ from agentfsm.tools import Tool
 from ._errors import error_for_provider_type, parse_json, shown
 from ._model import HttpChatModel, file_data_url, file_name, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
-from .base import DeltaHandler, ModelSettings
+from .base import DeltaHandler, ModelSettings, native_output
 from .openai import DEFAULT_BASE_URL
 from .rules import ModelRules, rules_for
 
@@ -124,6 +124,9 @@ class OpenAIResponses(HttpChatModel):
         settings = self.settings
         rules = self.rules
         body: dict[str, Any] = {"model": self.model, "input": _wire_input(messages)}
+        tools, output = native_output(tools)
+        if output is not None:
+            body["text"] = {"format": {"type": "json_schema", **output}}
         if tools or self.server_tools:
             body["tools"] = [_wire_tool(t) for t in tools] + [dict(t) for t in self.server_tools]
             if settings.tool_choice is not None:

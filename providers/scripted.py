@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import attrs
 
@@ -21,9 +21,21 @@ from agentfsm.errors import ChainError
 from agentfsm.messages import Message, MessageDelta, Status, ToolCall
 from agentfsm.tools import Tool
 
-from .base import DeltaHandler
+from .base import DeltaHandler, split_model_name
 
-__all__ = ["Reply", "ScriptedModel", "ScriptedRequest", "call_tool", "call_tools", "fail", "say"]
+__all__ = [
+    "SCRIPTED_PROVIDER",
+    "Reply",
+    "ScriptedModel",
+    "ScriptedRequest",
+    "call_tool",
+    "call_tools",
+    "fail",
+    "say",
+]
+
+#: The provider of a scripted model whose name names none.
+SCRIPTED_PROVIDER: Final = "agentfsm.scripted"
 
 Reply: TypeAlias = Message | str | BaseException
 Script: TypeAlias = Callable[[Sequence[Message]], Reply | Awaitable[Reply]]
@@ -79,7 +91,8 @@ class ScriptedModel:
     """Answers from ``script`` (a list of replies, or a function of the conversation).
 
     ``stream=True`` sends each reply's text to ``on_delta`` word by word;
-    ``delay`` seconds are awaited before each reply (for demos).
+    ``delay`` seconds are awaited before each reply (for demos). Its provider is
+    the one its name gives (``acme:small`` is ``acme``'s), else ``agentfsm.scripted``.
     """
 
     script: Sequence[Reply] | Script
@@ -91,6 +104,11 @@ class ScriptedModel:
     @property
     def name(self) -> str:
         return self.model_name
+
+    @property
+    def provider_name(self) -> str:
+        """Who serves the model (``gen_ai.provider.name``)."""
+        return split_model_name(self.model_name)[0] or SCRIPTED_PROVIDER
 
     @property
     def calls(self) -> int:

@@ -33,6 +33,9 @@ class AgentState:
     tool_result: ToolResult | None = None
     #: The tokens the last run used, summed over its model calls.
     usage: Usage = attrs.field(factory=Usage)
+    #: The typed final answer of a run that ended ``ok``, for an agent with an
+    #: ``output_type`` (a state loaded from a store holds its plain JSON form).
+    output: Any = None
 
     @classmethod
     def of(cls, prompt: str, **state: Any) -> AgentState:

@@ -17,7 +17,7 @@ from .errors import ChainError
 from .hooks import Hook
 from .machine import MachineTable
 from .messages import Message, Usage
-from .modes.standard import STANDARD, StandardMode
+from .modes.standard import STANDARD, STANDARD_OUTPUT, StandardMode
 from .options import (
     StandardOptions,
     check_callbacks,
@@ -28,6 +28,7 @@ from .options import (
     check_token_budget,
     check_tools,
 )
+from .output import FINAL_RESULT, OutputTool, output_tool_of
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
 from .tools import Tool
@@ -73,6 +74,12 @@ class AgentRun(Run):
             self._agent_state = self.agent._finish(self.result, self.trace.usage, self.pause_reason)
         return self._agent_state
 
+    @property
+    def output(self) -> Any:
+        """The typed final answer of a run that ended ``ok`` (its agent's ``output_type``);
+        None otherwise."""
+        return self.agent_state.output
+
     def _settle(self, result: Terminal) -> Terminal:
         """A failed run fires ``on_error`` once, as ``LLMChain.run`` does."""
         return fire_on_error(result) if isinstance(result, Failed) else result
@@ -85,7 +92,18 @@ class Agent:
     own ``max_runs`` wins); ``token_budget`` bounds the tokens of one execute
     (none by default; past it the run ends in ``exceeded_token_budget``).
     ``machine`` is any machine the standard mode runs: one declared from the
-    standard table, with a state of your own, say.
+    standard table, with a state of your own, say. ``name`` says who the agent is
+    where its runs are shown (OpenTelemetry's ``invoke_agent {name}`` span): a
+    non-empty string, or None.
+
+    ``output_type`` (an attrs class, a dataclass, a TypedDict, an enum, or a JSON
+    type) makes the run's final answer a value of that type, checked:
+    :mod:`agentfsm.output`. The agent then runs the
+    :data:`~agentfsm.modes.standard.STANDARD_OUTPUT` machine (or ``machine``, which
+    must have its ``validating_output`` state), its tools end with the
+    ``final_result`` tool, and a run that ends ``ok`` holds the value in
+    ``AgentState.output``. A bad answer goes back to the model at most
+    ``output_retries`` times; then the run ends in error ``invalid_output``.
     """
 
     #: The Run class of this agent's runs (restored runs too).
@@ -102,9 +120,32 @@ class Agent:
         callbacks: Sequence[Callbacks] = (),
         token_budget: int | None = None,
         machine: MachineTable = STANDARD,
+        name: str | None = None,
+        output_type: Any = None,
+        output_retries: int = 2,
     ) -> None:
+        self.name = check_optional("name", name, str)
+        if name is not None and not name.strip():
+            raise ValueError("name must be a non-empty string (or None)")
         self.model = check_model(model)
         self.tools = tools
+        #: The type of a run's final answer (None: the answer is the reply's text).
+        self.output_type = output_type
+        if output_type is not None:
+            if any(t.name == FINAL_RESULT for t in self.tools):
+                raise ValueError(
+                    f"A tool is named {FINAL_RESULT!r}, which an agent with an output_type "
+                    "gives its final answer to; rename the tool"
+                )
+            self.tools = (*self.tools, OutputTool.of(output_type, retries=output_retries))
+            if machine is STANDARD:
+                machine = STANDARD_OUTPUT
+            elif "validating_output" not in machine.steps:
+                raise ValueError(
+                    f"An agent with an output_type checks the final answer in the "
+                    f"'validating_output' state, which the {machine.name} machine lacks; "
+                    "derive the machine from STANDARD_OUTPUT"
+                )
         self.middleware = check_sequence("middleware", middleware)
         self.system_prompt = check_optional("system_prompt", system_prompt, str)
         self.max_runs = None if max_runs is None else check_max_runs(max_runs)
@@ -248,6 +289,10 @@ class Agent:
         """The state a run's ``result`` leaves the host, ``after_model`` hooks applied;
         built once with every field (``attrs.evolve`` costs more than the run's end)."""
         chain = result.chain
+        output = None
+        if isinstance(result, Ok):
+            tool = output_tool_of(chain.tools)
+            output = None if tool is None else tool.read(chain.messages)[0]
         messages: Sequence[Message] = chain.messages
         if self.system_prompt is not None and messages and messages[0].role == "system":
             messages = messages[1:]
@@ -255,7 +300,12 @@ class Agent:
         match result:
             case Ok(_, tool_result):
                 state = AgentState(
-                    messages, agent_state, status="ok", tool_result=tool_result, usage=usage
+                    messages,
+                    agent_state,
+                    status="ok",
+                    tool_result=tool_result,
+                    usage=usage,
+                    output=output,
                 )
                 for middleware in reversed(self.middleware):
                     hook = getattr(middleware, "after_model", None)

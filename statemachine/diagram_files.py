@@ -15,7 +15,7 @@ import pathlib
 from .diagrams import machine_dot, machine_markdown, machine_mermaid, paths_markdown, render_svg
 from .machine import MachineTable
 from .modes.langchain import LANGCHAIN_MACHINES
-from .modes.standard import STANDARD
+from .modes.standard import STANDARD, STANDARD_OUTPUT
 
 __all__ = ["all_diagram_files", "diagram_files", "stale_files", "write_files"]
 
@@ -54,9 +54,10 @@ def _descendants(table: MachineTable) -> list[MachineTable]:
 
 def all_diagram_files(*, svg: bool = True) -> dict[str, str]:
     """Every file of the ``diagrams/`` folder, by path in it: the standard machine's
-    :func:`diagram_files`, then each LangChain machine's under ``NAME/``."""
+    :func:`diagram_files`, then the typed-output one's and each LangChain machine's
+    under ``NAME/``."""
     files = diagram_files(STANDARD, svg=svg)
-    for table in LANGCHAIN_MACHINES:
+    for table in (STANDARD_OUTPUT, *LANGCHAIN_MACHINES):
         for name, text in diagram_files(table, svg=svg).items():
             files[f"{table.name}/{name}"] = text
     return files

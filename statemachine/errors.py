@@ -6,7 +6,8 @@ catches them all; each also keeps the standard base it had (in brackets), so an
 
     AgentfsmError
     ├── ChainError                       a failure with a ``type``: a Failed run's error
-    │   └── CassetteMismatchError        agentfsm.testing: a request a cassette did not record
+    │   ├── CassetteMismatchError        agentfsm.testing: a request a cassette did not record
+    │   └── OutputError                  agentfsm.output: a final answer that never fit its type
     ├── IllegalTransitionError           (RuntimeError) a move the machine table lacks
     ├── machines: agentfsm.machine
     │   ├── MachineDefinitionError       (ValueError) a table that is not a machine
@@ -38,9 +39,10 @@ The groups (``machines:``, ``the store:``...) are where the classes live, not
 classes of their own: every exception above subclasses ``AgentfsmError`` directly, but
 ``RunFinishedError``, a ``RunInUseError`` (a finished run is in no one's hands to take),
 ``DecisionConflictError``, a ``ResumeError`` (the run cannot take the loser's decisions),
-and ``CassetteMismatchError``, a ``ChainError`` so that the model call it ends fails the run.
-``MachineDefinitionError``, ``UnknownMachineError``, ``DurableError``,
-``UsageError``, ``Unsupported`` and ``CassetteMismatchError`` are defined in their own
+``CassetteMismatchError``, a ``ChainError`` so that the model call it ends fails the run, and
+``OutputError``, a ``ChainError``: the error of a run whose answer never fit its output type.
+``MachineDefinitionError``, ``UnknownMachineError``, ``DurableError``, ``UsageError``,
+``Unsupported``, ``CassetteMismatchError`` and ``OutputError`` are defined in their own
 modules; the rest here, and re-exported where they are raised.
 """
 

@@ -2,9 +2,17 @@
 
 ``instrument()`` turns it on for every run of a machine (an :class:`~agentfsm.Agent`'s,
 a :class:`~agentfsm.modes.StandardMode`'s) started afterwards; ``uninstrument()`` turns it off.
-Each run gets an ``agentfsm.run`` span, a child span per state it visits, and spans for
-its model and tool calls named and described by OpenTelemetry's GenAI semantic
-conventions. Message contents are recorded only when asked for (``capture_content``).
+Each run gets an ``invoke_agent`` span (``invoke_agent {name}`` for a named
+:class:`~agentfsm.Agent`), a child span per state it visits, and spans for its model and
+tool calls, named and described by OpenTelemetry's GenAI semantic conventions: the run's
+``gen_ai.conversation.id`` is its id, the same for every run that continues it. Message
+contents are recorded only when asked for (``capture_content``).
+
+The metrics are the conventions' (``gen_ai.client.operation.duration``,
+``gen_ai.client.token.usage``, ``gen_ai.invoke_agent.duration``,
+``gen_ai.execute_tool.duration``). The names of earlier releases (``agentfsm.runs``,
+``agentfsm.tool.duration``, ``agentfsm.tool.errors``) are still recorded, for this release
+only, so dashboards can move over.
 
 Nothing here is imported by the engine: without ``instrument()`` a run costs what it
 always did. It works through the engine's public seams: a global run hook
@@ -17,7 +25,9 @@ A run that continues another (a resumed approval, a paused or restored run, on t
 worker or another) links to the run span of the one it continues: every reply a traced
 run receives carries that run's W3C ``traceparent`` in its metadata, which travels with
 the conversation wherever it is saved (the store, an :class:`~agentfsm.AgentState`, a
-durable engine's record). :func:`previous_run_link` reads it back.
+durable engine's record). :func:`previous_run_link` reads it back. The replies carry
+the run's conversation id too (``conversation_id``), so a run that continues one
+without a store keeps its id.
 """
 
 from __future__ import annotations
@@ -42,7 +52,14 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
         "agentfsm.otel needs the OpenTelemetry API: pip install 'agentfsm[otel]'"
     ) from exc
 
-from agentfsm.providers.base import ChatModel, DeltaHandler
+from agentfsm.providers.base import (
+    ChatModel,
+    DeltaHandler,
+    ModelSettings,
+    native_output,
+    provider_of,
+    split_model_name,
+)
 from agentfsm.providers.wrapper import WrapperModel
 
 from .errors import ChainError
@@ -57,14 +74,32 @@ __all__ = ["instrument", "previous_run_link", "run_span", "uninstrument"]
 
 #: The reply metadata key holding the W3C trace context of the run that received it.
 TRACEPARENT: Final = "traceparent"
+#: The reply metadata key holding the conversation id of the run that received it.
+CONVERSATION_ID: Final = "conversation_id"
 _CAPTURE_VARIABLE: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _SCOPE: Final = "agentfsm"
-_PROVIDER_MODEL: Final = re.compile(r"([a-z][a-z0-9_.-]*):([^:\s]+)")
 _TRACEPARENT_FORMAT: Final = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 
 # The GenAI semantic conventions' advice for histogram buckets.
 _DURATION_BUCKETS: Final = [0.01 * 2**n for n in range(14)]
 _TOKEN_BUCKETS: Final = [float(4**n) for n in range(14)]
+_AGENT_BUCKETS: Final = [0.1 * 2**n for n in range(13)]
+#: ``Usage`` keys and the span attributes the conventions give them.
+_TOKEN_DETAILS: Final = {
+    "cache_read_tokens": "gen_ai.usage.cache_read.input_tokens",
+    "cache_write_tokens": "gen_ai.usage.cache_creation.input_tokens",
+    "reasoning_tokens": "gen_ai.usage.reasoning.output_tokens",
+}
+#: ``ModelSettings.extra`` keys and the request attributes the conventions give them.
+_REQUEST_EXTRAS: Final = {
+    "top_p": "gen_ai.request.top_p",
+    "top_k": "gen_ai.request.top_k",
+    "seed": "gen_ai.request.seed",
+    "frequency_penalty": "gen_ai.request.frequency_penalty",
+    "presence_penalty": "gen_ai.request.presence_penalty",
+    "stop": "gen_ai.request.stop_sequences",
+    "stop_sequences": "gen_ai.request.stop_sequences",
+}
 
 
 # ---------------------------------------------------------------- turning it on
@@ -131,7 +166,7 @@ def previous_run_link(messages: Sequence[Message]) -> Link | None:
 
 
 def run_span(run: Run) -> trace.Span | None:
-    """The ``agentfsm.run`` span of a traced run, for the host to add its own attributes
+    """The ``invoke_agent`` span of a traced run, for the host to add its own attributes
     (a tenant, a request id) or links; None when the run is not traced."""
     for hook in run.hooks:
         if isinstance(hook, _RunSpans):
@@ -168,34 +203,49 @@ class _Telemetry:
         self.tracer = tracer
         self.capture = capture
         self.states = states
-        self.runs = meter.create_counter(
-            "agentfsm.runs", unit="{run}", description="Runs that ended, by terminal."
-        )
-        self.model_duration = meter.create_histogram(
-            "gen_ai.client.operation.duration",
+        histogram = meter.create_histogram
+        self.agent_duration = histogram(
+            "gen_ai.invoke_agent.duration",
             unit="s",
-            description="Duration of model calls.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+            description="Duration of runs, by terminal.",
+            explicit_bucket_boundaries_advisory=_AGENT_BUCKETS,
         )
-        self.tokens = meter.create_histogram(
+        self.model_duration = _seconds(meter, "gen_ai.client.operation.duration", "model calls")
+        self.tool_executions = _seconds(meter, "gen_ai.execute_tool.duration", "tool calls")
+        self.tokens = histogram(
             "gen_ai.client.token.usage",
             unit="{token}",
             description="Tokens used by model calls, by token type.",
             explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
         )
-        self.tool_duration = meter.create_histogram(
-            "agentfsm.tool.duration",
-            unit="s",
-            description="Duration of tool calls.",
-            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        # The names of earlier releases, recorded for one more release.
+        self.runs = meter.create_counter(
+            "agentfsm.runs",
+            unit="{run}",
+            description="Runs that ended, by terminal (deprecated: gen_ai.invoke_agent.duration).",
+        )
+        self.tool_duration = _seconds(
+            meter, "agentfsm.tool.duration", "tool calls (deprecated: gen_ai.execute_tool.duration)"
         )
         self.tool_errors = meter.create_counter(
-            "agentfsm.tool.errors", unit="{call}", description="Tool calls that ended in error."
+            "agentfsm.tool.errors",
+            unit="{call}",
+            description="Failed tool calls (deprecated: gen_ai.execute_tool.duration, error.type).",
         )
 
     def run_started(self, run: Run) -> None:
         """Trace ``run``: its own hook holds its spans."""
         run.add_hook(_RunSpans(self, run))
+
+
+def _seconds(meter: metrics.Meter, name: str, what: str) -> metrics.Histogram:
+    """A histogram of durations with the conventions' buckets."""
+    return meter.create_histogram(
+        name,
+        unit="s",
+        description=f"Duration of {what}.",
+        explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+    )
 
 
 # ---------------------------------------------------------------- one run
@@ -209,14 +259,22 @@ class _RunSpans:
     call is its child) or, for states that call nothing, when the transition out of
     it is recorded, back-dated by the time the state's work took. Either way a step
     driven by hand, with pauses between steps, does not count the pauses.
+
+    Who runs (the agent's name) and the id the run is saved under are known only
+    once the run was made (an agent names its run, a store checkpoints it, after
+    ``run_started``): the run span is named and given its conversation id at the
+    run's first call or transition (:meth:`identify`).
     """
 
     __slots__ = (
         "_context",
         "_run",
+        "_started",
         "_state",
         "_state_context",
         "_states",
+        "agent",
+        "conversation_id",
         "span",
         "telemetry",
         "traceparent",
@@ -227,15 +285,26 @@ class _RunSpans:
         self._run = run
         chain = run.chain
         link = previous_run_link(chain.messages)
+        model = chain.llm.wrapped if isinstance(chain.llm, _TracedModel) else chain.llm
         self.span = telemetry.tracer.start_span(
-            "agentfsm.run",
-            attributes={"agentfsm.machine": run.table.name, "agentfsm.entry": run.trace.entry},
+            "invoke_agent",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.provider.name": provider_of(model),
+                "gen_ai.request.model": _request_model(model),
+                "agentfsm.machine": run.table.name,
+                "agentfsm.entry": run.trace.entry,
+            },
             links=(link,) if link is not None else None,
         )
+        self._started = time.perf_counter()
         self._context = trace.set_span_in_context(self.span)
         context = self.span.get_span_context()
         #: What the run's replies carry, so a run that continues them links back here.
         self.traceparent = _format(context) if context.is_valid else None
+        #: The run's id and its agent's name, once known (:meth:`identify`).
+        self.conversation_id: str | None = None
+        self.agent: str | None = None
         # A run the sampler left out (or a no-op provider) gets no state spans: they
         # would be dropped, and they are most of the cost.
         self._states = telemetry.states and self.span.is_recording()
@@ -247,8 +316,24 @@ class _RunSpans:
             tools=tuple(_TracedTool.of(t, self) for t in chain.tools),
         )
 
+    def identify(self) -> str:
+        """The run's conversation id; the first time, the run span is named too."""
+        if self.conversation_id is not None:
+            return self.conversation_id
+        run = self._run
+        self.conversation_id = _run_id(run)
+        span = self.span
+        span.set_attribute("gen_ai.conversation.id", self.conversation_id)
+        agent = getattr(getattr(run, "agent", None), "name", None)
+        if isinstance(agent, str):
+            self.agent = agent
+            span.update_name("invoke_agent " + agent)
+            span.set_attribute("gen_ai.agent.name", agent)
+        return self.conversation_id
+
     def state_context(self) -> otel_context.Context:
         """The context of the current state's span, opened now if it is not open yet."""
+        self.identify()
         if self._state is None and self._states:
             state = self._run.state
             self._state = self.telemetry.tracer.start_span(
@@ -258,6 +343,7 @@ class _RunSpans:
         return self._state_context
 
     def transition(self, run: Run, transition: Transition) -> None:
+        self.identify()
         if self._states:
             self._end_state(run, transition)
 
@@ -287,10 +373,11 @@ class _RunSpans:
 
     def run_ended(self, run: Run) -> None:
         span = self.span
+        run_id = self.identify()
         terminal = run.state
         result = run.result
         span.set_attribute("agentfsm.terminal", terminal)
-        span.set_attribute("agentfsm.run.id", _run_id(run))
+        span.set_attribute("agentfsm.run.id", run_id)
         attributes = {"agentfsm.machine": run.table.name, "agentfsm.terminal": terminal}
         if isinstance(result, Failed):
             span.set_attribute("error.type", result.error.type)
@@ -300,16 +387,65 @@ class _RunSpans:
         if terminal == "paused" and reason is not None:
             span.set_attribute("agentfsm.pause_reason", str(reason))
         span.end()
+        measured = {"gen_ai.operation.name": "invoke_agent", **attributes}
+        if self.agent is not None:
+            measured["gen_ai.agent.name"] = self.agent
+        self.telemetry.agent_duration.record(time.perf_counter() - self._started, measured)
         self.telemetry.runs.add(1, attributes)
 
 
 def _run_id(run: Run) -> str:
-    """The id the run is saved under (its checkpointer's), or a fresh one."""
+    """The id the run is saved under (its checkpointer's); else the one the run it
+    continues gave its replies; else a fresh one."""
     for hook in run.hooks:
         run_id = getattr(hook, "run_id", None)
         if isinstance(run_id, str):
             return run_id
+    for message in reversed(run.chain.messages):
+        if message.role == "assistant":
+            carried = message.metadata.get(CONVERSATION_ID)
+            if isinstance(carried, str) and carried:
+                return carried
+            break
     return uuid.uuid4().hex
+
+
+def _request_model(model: ChatModel) -> str:
+    """The model asked for: its own ``model``, else the model part of its name."""
+    own = getattr(model, "model", None)
+    return own if isinstance(own, str) else split_model_name(model.name)[1]
+
+
+def _output_type(tools: Sequence[Tool]) -> dict[str, str]:
+    """``gen_ai.output.type`` of a call that asks for a typed final answer (JSON)."""
+    return {"gen_ai.output.type": "json"} if native_output(tools)[1] is not None else {}
+
+
+def _request_attributes(model: ChatModel) -> dict[str, Any]:
+    """What the model's address and settings say of its calls, as the conventions name it."""
+    attributes: dict[str, Any] = {}
+    address = getattr(model, "server_address", None)
+    if isinstance(address, str) and address:
+        attributes["server.address"] = address
+        port = getattr(model, "server_port", None)
+        if isinstance(port, int):
+            attributes["server.port"] = port
+    settings = getattr(model, "settings", None)
+    if not isinstance(settings, ModelSettings):
+        return attributes
+    if settings.temperature is not None:
+        attributes["gen_ai.request.temperature"] = float(settings.temperature)
+    if settings.max_tokens is not None:
+        attributes["gen_ai.request.max_tokens"] = settings.max_tokens
+    for key, name in _REQUEST_EXTRAS.items():
+        value = settings.extra.get(key)
+        if isinstance(value, str) and key.startswith("stop"):
+            value = (value,)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            value = tuple(value)
+        if isinstance(value, int | float | tuple) and not isinstance(value, bool):
+            attributes[name] = value
+    return attributes
 
 
 # ---------------------------------------------------------------- the calls
@@ -318,21 +454,22 @@ def _run_id(run: Run) -> str:
 class _TracedModel(WrapperModel):
     """The run's model: each call a ``chat`` span of the state making it."""
 
-    __slots__ = ("_attributes", "_name", "_spans")
+    __slots__ = ("_attributes", "_name", "_request", "_spans")
 
     def __init__(self, model: ChatModel, spans: _RunSpans) -> None:
         # A chain that a traced run already worked on carries a traced model: unwrap it.
         super().__init__(model.wrapped if isinstance(model, _TracedModel) else model)
         self._spans = spans
-        # Provider models are named "provider:model"; any other name is the model's own.
-        named = _PROVIDER_MODEL.fullmatch(self.name)
-        provider, request_model = named.groups() if named else (None, self.name)
-        own = getattr(self.wrapped, "model", None)
-        request_model = own if isinstance(own, str) else request_model
+        request_model = _request_model(self.wrapped)
+        request = _request_attributes(self.wrapped)
         self._name = "chat " + request_model
-        self._attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": request_model}
-        if provider:
-            self._attributes["gen_ai.provider.name"] = provider
+        self._attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider_of(self.wrapped),
+            "gen_ai.request.model": request_model,
+            **{k: v for k, v in request.items() if k.startswith("server.")},
+        }
+        self._request = request
 
     async def complete(
         self,
@@ -344,11 +481,17 @@ class _TracedModel(WrapperModel):
         spans = self._spans
         telemetry = spans.telemetry
         attributes = dict(self._attributes)
+        context = spans.state_context()
         span = telemetry.tracer.start_span(
             self._name,
-            spans.state_context(),
+            context,
             kind=SpanKind.CLIENT,
-            attributes=attributes,
+            attributes={
+                **attributes,
+                **self._request,
+                **_output_type(tools),
+                "gen_ai.conversation.id": spans.identify(),
+            },
             record_exception=False,
         )
         if telemetry.capture:
@@ -393,13 +536,18 @@ class _TracedModel(WrapperModel):
                 if isinstance(count, int):
                     described[f"gen_ai.usage.{kind}_tokens"] = count
                     telemetry.tokens.record(count, {**attributes, "gen_ai.token.type": kind})
+            for key, name in _TOKEN_DETAILS.items():
+                count = usage.get(key)
+                if isinstance(count, int) and count:
+                    described[name] = count
         if telemetry.capture:
             described["gen_ai.output.messages"] = _json([_wire(reply)])
         span.set_attributes(described)
         traceparent = self._spans.traceparent
         if traceparent is None:
             return reply
-        return attrs.evolve(reply, metadata={**metadata, TRACEPARENT: traceparent})
+        stamp = {TRACEPARENT: traceparent, CONVERSATION_ID: self._spans.identify()}
+        return attrs.evolve(reply, metadata={**metadata, **stamp})
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _TracedModel:
         """A copy of the model, still traced as this run's (a span is not copied)."""
@@ -436,9 +584,13 @@ class _TracedTool(WrapperTool):
         assert spans is not None
         telemetry = spans.telemetry
         attributes = {"gen_ai.tool.name": self.name}
+        parent = spans.state_context()
+        measured = {**attributes, "gen_ai.tool.type": "function"}
+        if spans.agent is not None:
+            measured["gen_ai.agent.name"] = spans.agent
         span = telemetry.tracer.start_span(
             "execute_tool " + self.name,
-            spans.state_context(),
+            parent,
             attributes={
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": self.name,
@@ -469,10 +621,12 @@ class _TracedTool(WrapperTool):
             span.set_status(
                 Status(StatusCode.ERROR, result.text[:500] if telemetry.capture else None)
             )
-            attributes["error.type"] = "tool_error"
+            attributes["error.type"] = measured["error.type"] = "tool_error"
             telemetry.tool_errors.add(1, attributes)
         span.end()
-        telemetry.tool_duration.record(time.perf_counter() - started, attributes)
+        took = time.perf_counter() - started
+        telemetry.tool_executions.record(took, measured)
+        telemetry.tool_duration.record(took, attributes)
         return result
 
 

@@ -37,7 +37,17 @@ from agentfsm import (
     tool,
 )
 from agentfsm.modes import StandardMode
-from agentfsm.providers import FallbackModel, OpenAIChat, ScriptedModel, call_tool, fail, say
+from agentfsm.providers import (
+    FallbackModel,
+    ModelSettings,
+    OpenAIChat,
+    ScriptedModel,
+    WrapperModel,
+    call_tool,
+    fail,
+    provider_of,
+    say,
+)
 from agentfsm.store import Checkpointer, SQLiteStore, start_run
 from agentfsm.testing import assert_path
 from tests.providers.fake_server import FakeServer, Reply
@@ -125,15 +135,21 @@ def test_a_tool_round_trip_is_a_run_span_with_a_span_per_state_and_per_call(
         run.run_sync()
     assert_path(run, f"{LOOP} {LOOP} ok")
 
-    root = one(telemetry.named("agentfsm.run"))
+    root = one(telemetry.named("invoke_agent"))
     assert root.parent is not None and root.parent.span_id == request.get_span_context().span_id
+    run_id = attributes(root)["agentfsm.run.id"]
     assert attributes(root) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": "acme",
+        "gen_ai.request.model": "small",
+        "gen_ai.conversation.id": run_id,
         "agentfsm.machine": "standard",
         "agentfsm.entry": "expanding",
         "agentfsm.terminal": "ok",
-        "agentfsm.run.id": attributes(root)["agentfsm.run.id"],
+        "agentfsm.run.id": run_id,
     }
-    assert len(attributes(root)["agentfsm.run.id"]) == 32
+    assert root.kind is trace.SpanKind.INTERNAL
+    assert len(run_id) == 32
     states = telemetry.children(root)
     assert [s.name for s in states] == [f"agentfsm.{t.source}" for t in run.trace]
     assert [
@@ -150,6 +166,7 @@ def test_a_tool_round_trip_is_a_run_span_with_a_span_per_state_and_per_call(
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "acme",
         "gen_ai.request.model": "small",
+        "gen_ai.conversation.id": run_id,
         "gen_ai.response.model": "acme:small",
         "gen_ai.response.finish_reasons": ("tool_call",),
         "gen_ai.usage.input_tokens": 12,
@@ -279,7 +296,7 @@ def test_a_failed_model_call_sets_the_error_status_up_to_the_run(telemetry: Tele
         "rate_limited",
     )
     assert calling.status.status_code is StatusCode.ERROR
-    root = one(telemetry.named("agentfsm.run"))
+    root = one(telemetry.named("invoke_agent"))
     assert attributes(root)["agentfsm.terminal"] == "error"
     assert attributes(root)["error.type"] == "rate_limited"
     assert root.status.status_code is StatusCode.ERROR
@@ -336,14 +353,14 @@ def test_an_interrupted_run_resumed_links_to_the_run_it_continues(telemetry: Tel
     first = agent.start(AgentState.of("write a.txt"))
     first.run_sync()
     assert_path(first, "expanding calling interrupt_check interrupted")
-    interrupted = one(telemetry.named("agentfsm.run"))
+    interrupted = one(telemetry.named("invoke_agent"))
     assert attributes(interrupted)["agentfsm.terminal"] == "interrupted"
     assert interrupted.status.status_code is StatusCode.UNSET
     assert not interrupted.links
 
     second = agent.resume_sync(first.agent_state, [{"type": "approve"}])
     assert second.status == "ok"
-    resumed = [s for s in telemetry.named("agentfsm.run") if s is not interrupted]
+    resumed = [s for s in telemetry.named("invoke_agent") if s is not interrupted]
     resumed_run = one(resumed)
     assert attributes(resumed_run)["agentfsm.entry"] == "propagating"
     link = one(resumed_run.links)  # type: ignore[arg-type]
@@ -367,17 +384,23 @@ def test_a_paused_run_restored_from_the_store_links_to_the_run_it_continues(
     run.add_hook(_DrainAfterExecuted())
     run.run_sync()
     assert run.trace.terminal == "paused"
-    paused = one(telemetry.named("agentfsm.run"))
+    paused = one(telemetry.named("invoke_agent"))
     assert attributes(paused)["agentfsm.pause_reason"] == "draining"
     assert attributes(paused)["agentfsm.run.id"] == Checkpointer.of(run).run_id == "r1"
 
     # another worker: a fresh agent, the store reopened
     state = adder().resume_run_sync("r1", SQLiteStore(tmp_path / "runs.db"))
     assert state.status == "ok"
-    restored = one([s for s in telemetry.named("agentfsm.run") if s is not paused])
+    restored = one([s for s in telemetry.named("invoke_agent") if s is not paused])
     assert attributes(restored)["agentfsm.run.id"] == "r1"
     link = one(restored.links)  # type: ignore[arg-type]
     assert (link.context.trace_id, link.context.span_id) == context_of(paused)
+    # both are the saved run's conversation, and so are their model calls
+    assert attributes(paused)["gen_ai.conversation.id"] == "r1"
+    assert attributes(restored)["gen_ai.conversation.id"] == "r1"
+    assert {attributes(c)["gen_ai.conversation.id"] for c in telemetry.named("chat small")} == {
+        "r1"
+    }
 
 
 def test_a_run_resumed_in_another_process_links_to_the_killed_processes_run(
@@ -396,7 +419,7 @@ def test_a_run_resumed_in_another_process_links_to_the_killed_processes_run(
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     first = read(tmp_path / "first.jsonl")
     # the killed run's span never ended; its states' spans did and name it as their parent
-    assert "agentfsm.run" not in [s["name"] for s in first]
+    assert "invoke_agent" not in [s["name"] for s in first]
     states = [s for s in first if s["name"].startswith("agentfsm.")]
     assert [s["name"] for s in states] == [
         "agentfsm.expanding",
@@ -410,7 +433,7 @@ def test_a_run_resumed_in_another_process_links_to_the_killed_processes_run(
     resumed = worker("resume", tmp_path / "second.jsonl")
     assert resumed.returncode == 0, resumed.stderr
     second = read(tmp_path / "second.jsonl")
-    [run] = [s for s in second if s["name"] == "agentfsm.run"]
+    [run] = [s for s in second if s["name"] == "invoke_agent"]
     assert run["attributes"]["agentfsm.run.id"] == "r1"
     assert run["attributes"]["agentfsm.entry"] == "propagating"
     assert run["attributes"]["agentfsm.terminal"] == "ok"
@@ -426,7 +449,7 @@ def test_a_damaged_trace_context_in_a_saved_reply_is_no_link(telemetry: Telemetr
     )
     result = StandardMode().start(chain).run_sync()
     assert type(result).__name__ == "Ok"
-    assert not one(telemetry.named("agentfsm.run")).links
+    assert not one(telemetry.named("invoke_agent")).links
 
 
 # ---------------------------------------------------------------- off
@@ -460,7 +483,7 @@ def test_the_engine_never_imports_opentelemetry() -> None:
 def test_without_state_spans_calls_are_children_of_the_run(telemetry: Telemetry) -> None:
     otel.instrument(telemetry.tracer_provider, telemetry.meter_provider, states=False)
     adder().execute_sync(AgentState.of("add 1 and 2"))
-    root = one(telemetry.named("agentfsm.run"))
+    root = one(telemetry.named("invoke_agent"))
     assert [s.name for s in telemetry.children(root)] == [
         "chat small",
         "execute_tool add",
@@ -478,7 +501,7 @@ def test_the_docs_example_prints_the_runs_spans() -> None:
     )
     assert out.returncode == 0, out.stderr
     names = re.findall(r'"name": "([^"]+)"', out.stdout)
-    assert names.count("agentfsm.run") == 1
+    assert names.count("invoke_agent") == 1
     assert names.count("chat scripted") == 2
     assert names.count("execute_tool add") == 1
 
@@ -502,7 +525,7 @@ def test_the_host_tags_a_runs_span(telemetry: Telemetry) -> None:
     assert span is not None
     span.set_attribute("tenant", "acme")
     run.run_sync()
-    assert attributes(one(telemetry.named("agentfsm.run")))["tenant"] == "acme"
+    assert attributes(one(telemetry.named("invoke_agent")))["tenant"] == "acme"
     otel.uninstrument()
     assert otel.run_span(adder().start(AgentState.of("x"))) is None
 
@@ -515,7 +538,7 @@ async def test_concurrent_runs_on_one_model_keep_their_own_trees(telemetry: Tele
 
     agent = Agent(ScriptedModel(script, delay=0.01), [add])
     await asyncio.gather(agent.execute(AgentState.of("one")), agent.execute(AgentState.of("three")))
-    roots = telemetry.named("agentfsm.run")
+    roots = telemetry.named("invoke_agent")
     assert len(roots) == 2
     for root in roots:
         states = telemetry.children(root)
@@ -547,5 +570,257 @@ def test_a_fallback_models_call_names_the_model_that_answered(telemetry: Telemet
     )
     assert Agent(model).execute_sync(AgentState.of("hi")).status == "ok"
     chat = one(telemetry.named("chat fallback(acme:big, acme:small)"))
-    assert "gen_ai.provider.name" not in attributes(chat)
+    assert attributes(chat)["gen_ai.provider.name"] == "acme"  # the provider they share
     assert attributes(chat)["gen_ai.response.model"] == "acme:small"
+    mixed = FallbackModel(ScriptedModel([say("hi")], model_name="acme:big"), ScriptedModel([]))
+    assert provider_of(mixed) == "agentfsm.fallback"
+
+
+# ---------------------------------------------------------------- the GenAI conventions
+
+
+def test_a_named_agents_run_is_an_invoke_agent_span_of_its_name(telemetry: Telemetry) -> None:
+    agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add], name="Math Tutor")
+    agent.execute_sync(AgentState.of("add 1 and 2"))
+    root = one(telemetry.named("invoke_agent Math Tutor"))
+    conversation = attributes(root)["gen_ai.conversation.id"]
+    assert attributes(root) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "Math Tutor",
+        "gen_ai.provider.name": "agentfsm.scripted",
+        "gen_ai.request.model": "scripted",
+        "gen_ai.conversation.id": conversation,
+        "agentfsm.machine": "standard",
+        "agentfsm.entry": "expanding",
+        "agentfsm.terminal": "ok",
+        "agentfsm.run.id": conversation,
+    }
+    assert {attributes(c)["gen_ai.conversation.id"] for c in telemetry.named("chat scripted")} == {
+        conversation
+    }
+    [(point, duration)] = telemetry.points("gen_ai.invoke_agent.duration")
+    assert point == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "Math Tutor",
+        "agentfsm.machine": "standard",
+        "agentfsm.terminal": "ok",
+    }
+    assert duration.count == 1 and duration.sum > 0
+    [(tool_point, tool_duration)] = telemetry.points("gen_ai.execute_tool.duration")
+    assert tool_point == {
+        "gen_ai.tool.name": "add",
+        "gen_ai.tool.type": "function",
+        "gen_ai.agent.name": "Math Tutor",
+    }
+    assert tool_duration.count == 1
+    # the names of the earlier release are still recorded, for one release
+    assert [p.value for _, p in telemetry.points("agentfsm.runs")] == [1]
+    assert [p.count for _, p in telemetry.points("agentfsm.tool.duration")] == [1]
+
+
+def test_an_agents_name_is_a_non_empty_string() -> None:
+    model = ScriptedModel([say("hi")])
+    assert Agent(model).name is None
+    assert Agent(model, name="helper").name == "helper"
+    with pytest.raises(TypeError, match="name must be str"):
+        Agent(model, name=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-empty"):
+        Agent(model, name=" ")
+
+
+def test_a_failed_tool_call_is_an_error_of_the_tool_duration(telemetry: Telemetry) -> None:
+    Agent(ScriptedModel([call_tool("boom"), say("sorry")]), [boom]).execute_sync(
+        AgentState.of("break")
+    )
+    [(point, _)] = telemetry.points("gen_ai.execute_tool.duration")
+    assert point == {
+        "gen_ai.tool.name": "boom",
+        "gen_ai.tool.type": "function",
+        "error.type": "tool_error",
+    }
+
+
+def test_a_resumed_run_keeps_the_conversation_id(telemetry: Telemetry) -> None:
+    agent = Agent(
+        ScriptedModel([call_tool("write_file", path="a.txt", text="hi"), say("written")]),
+        [write_file],
+        middleware=[HumanInTheLoop({"write_file": True})],
+        name="writer",
+    )
+    first = agent.execute_sync(AgentState.of("write a.txt"))
+    assert first.status == "interrupted"
+    second = agent.resume_sync(first, [{"type": "approve"}])
+    assert second.status == "ok"
+    first_span, second_span = sorted(
+        telemetry.named("invoke_agent writer"), key=lambda s: s.start_time or 0
+    )
+    conversation = attributes(first_span)["gen_ai.conversation.id"]
+    assert attributes(second_span)["gen_ai.conversation.id"] == conversation
+    assert attributes(second_span)["agentfsm.run.id"] == conversation
+    assert {m.metadata["conversation_id"] for m in second.messages if m.role == "assistant"} == {
+        conversation
+    }
+    # a new conversation is a new id
+    Agent(ScriptedModel([say("hi")]), name="writer").execute_sync(AgentState.of("hi"))
+    third = [
+        s for s in telemetry.named("invoke_agent writer") if s not in (first_span, second_span)
+    ]
+    assert attributes(one(third))["gen_ai.conversation.id"] != conversation
+
+
+class _Configured(WrapperModel):
+    """A model with settings, as the HTTP providers have them."""
+
+    def __init__(self, model: ScriptedModel, settings: ModelSettings) -> None:
+        super().__init__(model)
+        self.settings = settings
+
+
+def test_token_details_and_request_settings_are_described(telemetry: Telemetry) -> None:
+    usage = {
+        "input_tokens": 100,
+        "output_tokens": 40,
+        "cache_read_tokens": 60,
+        "cache_write_tokens": 25,
+        "reasoning_tokens": 30,
+    }
+    model = _Configured(
+        ScriptedModel([attrs.evolve(say("hi"), metadata={"usage": usage})]),
+        ModelSettings(
+            temperature=0,
+            max_tokens=512,
+            extra={"top_p": 0.9, "seed": 7, "stop": "END", "frequency_penalty": 0.5, "user": "u"},
+        ),
+    )
+    Agent(model).execute_sync(AgentState.of("hi"))
+    chat = attributes(one(telemetry.named("chat scripted")))
+    assert {k: v for k, v in chat.items() if k.startswith(("gen_ai.usage", "gen_ai.request"))} == {
+        "gen_ai.request.model": "scripted",
+        "gen_ai.request.temperature": 0.0,
+        "gen_ai.request.max_tokens": 512,
+        "gen_ai.request.top_p": 0.9,
+        "gen_ai.request.seed": 7,
+        "gen_ai.request.stop_sequences": ("END",),
+        "gen_ai.request.frequency_penalty": 0.5,
+        "gen_ai.usage.input_tokens": 100,
+        "gen_ai.usage.output_tokens": 40,
+        "gen_ai.usage.cache_read.input_tokens": 60,
+        "gen_ai.usage.cache_creation.input_tokens": 25,
+        "gen_ai.usage.reasoning.output_tokens": 30,
+    }
+    tokens = {
+        a["gen_ai.token.type"]: p.sum for a, p in telemetry.points("gen_ai.client.token.usage")
+    }
+    assert tokens == {"input": 100, "output": 40}
+
+
+class _OwnModel:
+    """A model of the host's own: a name and a call, nothing else."""
+
+    name = "house-model"
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[Any], **kw: Any
+    ) -> Message:
+        return say("hi")
+
+
+def test_every_model_names_a_provider(telemetry: Telemetry) -> None:
+    assert provider_of(ScriptedModel([])) == "agentfsm.scripted"
+    assert provider_of(ScriptedModel([], model_name="acme:small")) == "acme"
+    assert provider_of(_OwnModel()) == "agentfsm.custom"
+    assert provider_of(OpenAIChat("gpt-test", api_key="sk-test")) == "openai"
+    Agent(_OwnModel()).execute_sync(AgentState.of("hi"))
+    chat = attributes(one(telemetry.named("chat house-model")))
+    assert chat["gen_ai.provider.name"] == "agentfsm.custom"
+    [(point, _)] = telemetry.points("gen_ai.client.operation.duration")
+    assert point == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "agentfsm.custom",
+        "gen_ai.request.model": "house-model",
+    }
+
+
+async def test_a_model_over_http_names_its_server(telemetry: Telemetry) -> None:
+    server = FakeServer("/v1")
+    server.push(
+        Reply(
+            200,
+            {
+                "id": "chatcmpl-1",
+                "model": "gpt-test-0601",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "hi"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": 20,
+                    "completion_tokens": 8,
+                    "prompt_tokens_details": {"cached_tokens": 16},
+                    "completion_tokens_details": {"reasoning_tokens": 4},
+                },
+            },
+        )
+    )
+    model = OpenAIChat(
+        "gpt-test",
+        api_key="sk-test",
+        base_url=server.url,
+        settings=ModelSettings(temperature=0.2, max_tokens=64),
+    )
+    try:
+        state = await Agent(model, name="greeter").execute(AgentState.of("hi"))
+    finally:
+        await model.aclose()
+        server.close()
+    assert state.status == "ok", state.error
+    host, port = server.url.split("//")[1].split("/")[0].split(":")
+    chat = attributes(one(telemetry.named("chat gpt-test")))
+    conversation = attributes(one(telemetry.named("invoke_agent greeter")))[
+        "gen_ai.conversation.id"
+    ]
+    assert chat == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "gpt-test",
+        "server.address": host,
+        "server.port": int(port),
+        "gen_ai.conversation.id": conversation,
+        "gen_ai.request.temperature": 0.2,
+        "gen_ai.request.max_tokens": 64,
+        "gen_ai.response.model": "gpt-test-0601",
+        "gen_ai.response.id": "chatcmpl-1",
+        "gen_ai.response.finish_reasons": ("stop",),
+        "gen_ai.usage.input_tokens": 20,
+        "gen_ai.usage.output_tokens": 8,
+        "gen_ai.usage.cache_read.input_tokens": 16,
+        "gen_ai.usage.reasoning.output_tokens": 4,
+    }
+    [(point, _)] = telemetry.points("gen_ai.client.operation.duration")
+    assert point == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.request.model": "gpt-test",
+        "gen_ai.response.model": "gpt-test-0601",
+        "server.address": host,
+        "server.port": int(port),
+    }
+
+
+def test_a_typed_answer_is_asked_for_as_json(telemetry: Telemetry) -> None:
+    model = ScriptedModel([call_tool("final_result", result=42)])
+    state = Agent(model, output_type=int, name="counter").execute_sync(AgentState.of("count"))
+    assert state.output == 42
+    chat = attributes(one(telemetry.named("chat scripted")))
+    assert chat["gen_ai.output.type"] == "json"
+    root = one(telemetry.named("invoke_agent counter"))
+    assert attributes(root)["agentfsm.machine"] == "standard_output"
+    assert [s.name for s in telemetry.children(root)][-2:] == [
+        "agentfsm.deciding",
+        "agentfsm.validating_output",
+    ]
+    tool_span = one(telemetry.named("execute_tool final_result"))
+    assert attributes(tool_span)["gen_ai.tool.name"] == "final_result"

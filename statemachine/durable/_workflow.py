@@ -171,7 +171,9 @@ class _Execution:
             system_prompt=agent.system_prompt,
             max_runs=agent.max_runs,
             callbacks=agent.callbacks,
+            token_budget=agent.token_budget,
             machine=agent.mode.table,
+            name=agent.name,
         )
 
     async def boundary(self) -> None:

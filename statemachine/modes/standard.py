@@ -5,7 +5,9 @@ propagating -> until_check -> deciding``; each state's work is a few steps of
 :mod:`agentfsm.steps`, and which terminal a run reaches is decided by the
 step that produced it. :data:`STANDARD` is the table. The mode runs any machine
 with the standard entries and options: the standard one, or one derived from it
-(a state added to the loop, say: ``STANDARD.insert(...)``).
+(a state added to the loop, say: ``STANDARD.insert(...)``). :data:`STANDARD_OUTPUT`
+is the standard machine with the final answer checked against an output type
+(:mod:`agentfsm.output`), which an agent with an ``output_type`` runs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..errors import ChainError
 from ..hooks import Hook
 from ..machine import Edge, MachineTable
 from ..options import StandardOptions, options_of
+from ..output import answered_by_tool, check_output
 from ..results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
 from ..run import Run
 from ..steps import (
@@ -37,7 +40,14 @@ from ..steps import (
 )
 from ..trace import Trace
 
-__all__ = ["STANDARD", "StandardMode", "StandardOptions", "check_approvals", "entry_state"]
+__all__ = [
+    "STANDARD",
+    "STANDARD_OUTPUT",
+    "StandardMode",
+    "StandardOptions",
+    "check_approvals",
+    "entry_state",
+]
 
 
 # ---------------------------------------------------------------- the standard machine's steps
@@ -255,6 +265,60 @@ STANDARD = MachineTable(
         ),
     ),
     details={"expanding": _expanded, "calling": _called, "executing": _executed},
+    options=StandardOptions,
+)
+
+
+def _decide_output(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
+    """:func:`_decide`, except that a reply that gave its final answer to ``final_result``
+    is the run's answer (it is checked next), not a turn to loop on."""
+    if isinstance(result, Continue) and answered_by_tool(result.chain.messages):
+        return Ok(result.chain)
+    return _decide(result, opts)
+
+
+#: The standard machine with a typed final answer: ``deciding`` hands the model's final
+#: answer to ``validating_output``, which ends the run ``ok`` when it fits the output
+#: type, or sends what was wrong back to the model (``calling``), within the output
+#: tool's retries. Runs that never answer (a pause, an interrupt, an error, an
+#: ``until_tool`` target) take the standard machine's paths.
+STANDARD_OUTPUT = MachineTable(
+    name="standard_output",
+    steps={**STANDARD.steps, "deciding": (_decide_output,), "validating_output": (check_output,)},
+    terminals=STANDARD.terminals,
+    entries=STANDARD.entries,
+    edges=(
+        *(e for e in STANDARD.edges if not (e.source == "deciding" and e.on is Ok)),
+        Edge(
+            "deciding",
+            "validating_output",
+            on=Ok,
+            trigger="done",
+            why="the model gave its final answer",
+        ),
+        Edge(
+            "validating_output",
+            "ok",
+            on=Ok,
+            trigger="valid",
+            why="the final answer fits the output type",
+        ),
+        Edge(
+            "validating_output",
+            "calling",
+            on=Continue,
+            trigger="invalid",
+            why="the final answer does not fit; what was wrong goes back to the model",
+        ),
+        Edge(
+            "validating_output",
+            "error",
+            on=Failed,
+            trigger="failed",
+            why="the final answer did not fit, output_retries times over",
+        ),
+    ),
+    details=STANDARD.details,
     options=StandardOptions,
 )
 
