@@ -824,3 +824,25 @@ def test_a_typed_answer_is_asked_for_as_json(telemetry: Telemetry) -> None:
     ]
     tool_span = one(telemetry.named("execute_tool final_result"))
     assert attributes(tool_span)["gen_ai.tool.name"] == "final_result"
+
+
+def test_a_subagents_run_span_nests_under_the_tool_call_that_ran_it(telemetry: Telemetry) -> None:
+    from agentfsm import SubAgent
+
+    child = Agent(ScriptedModel([say("found it")]), [], name="researcher")
+    parent = Agent(
+        ScriptedModel([call_tool("research", task="look"), say("done")]),
+        [SubAgent("research", "finds things", child)],
+        name="coordinator",
+    )
+    assert parent.execute_sync(AgentState.of("go")).status == "ok"
+    coordinator = one(telemetry.named("invoke_agent coordinator"))
+    researcher = one(telemetry.named("invoke_agent researcher"))
+    call = one(telemetry.named("execute_tool research"))
+    assert researcher.parent is not None and call.context is not None
+    assert researcher.parent.span_id == call.context.span_id
+    assert call.parent is not None and coordinator.context is not None
+    executing = [s for s in telemetry.children(coordinator) if s.name == "agentfsm.executing"]
+    assert call.parent.span_id in {s.context.span_id for s in executing if s.context}
+    assert researcher.context is not None and coordinator.context is not None
+    assert researcher.context.trace_id == coordinator.context.trace_id  # one trace, one tree
