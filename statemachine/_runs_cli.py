@@ -417,6 +417,8 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
             "options": dict(saved.options),
             "traces": [dump_trace(t) for t in saved.traces],
         }
+        if saved.forked_from is not None:
+            doc["forked_from"] = {"run_id": saved.forked_from[0], "step": saved.forked_from[1]}
         requests = _action_requests(saved)
         if requests:
             doc["action_requests"] = requests
@@ -427,6 +429,8 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
         f"run {saved.run_id}: {saved.status} at {saved.state}, {saved.steps} steps, "
         f"{len(saved.traces)} segment(s)",
     )
+    if saved.forked_from is not None:
+        _say(out, f"forked from {saved.forked_from[0]} at step {saved.forked_from[1]}")
     if saved.options:
         _say(out, f"options: {json.dumps(dict(saved.options))}")
     summary = _summary(saved, db)

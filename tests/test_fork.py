@@ -6,8 +6,10 @@ went, with the chain it left, names its parent, and a resume goes on from there.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -20,6 +22,7 @@ from agentfsm.errors import FormatError
 from agentfsm.providers import ScriptedModel, call_tool
 from agentfsm.store import RunExistsError, SQLiteStore, fork_run, load_run, start_run
 from agentfsm.testing import assert_path
+from agentfsm.view import saved_run_page
 from tests.support import add
 
 
@@ -155,6 +158,13 @@ def test_fork_and_compare_from_the_command_line(tmp_path: pathlib.Path) -> None:
     assert "they part at step 18" in lines[2]
     assert any(line.startswith("> ~    18  propagating") for line in lines)
     assert sum(line.startswith("  =") for line in lines) == 17
+    shown = _runs("show", "other", "--db", str(db), cwd=tmp_path)
+    assert "forked from parent at step 16" in shown.stdout.splitlines()[1]
+    as_json = _runs("show", "other", "--json", "--db", str(db), cwd=tmp_path)
+    assert json.loads(as_json.stdout)["forked_from"] == {"run_id": "parent", "step": 16}
+    with SQLiteStore(db) as again:
+        page = saved_run_page(load_run(again, "other", strict=False))
+    assert re.search(r'"forked_from":\s*\{"run_id":\s*"parent",\s*"step":\s*16\}', page)
 
 
 def test_runs_that_take_other_edges_part_where_they_do(tmp_path: pathlib.Path) -> None:

@@ -136,12 +136,18 @@ def traces_page(traces: Sequence[Trace], *, title: str, table: MachineTable = ST
 def saved_run_page(
     saved: SavedRun, *, table: MachineTable | None = None, clock: Sequence[float | None] = ()
 ) -> str:
-    """The page of a run loaded from a store, with how it ended, on the machine it ran on."""
-    return page(
+    """The page of a run loaded from a store, with how it ended, on the machine it ran on
+    (and the run it was forked from, if it was)."""
+    table = table or machine_named(saved.trace.machine)
+    data = page_data(
         saved.traces,
+        table,
         title=f"run {saved.run_id}",
-        table=table or machine_named(saved.trace.machine),
         run_id=saved.run_id,
         result=saved.result,
         clock=clock,
     )
+    if saved.forked_from is not None:
+        parent, step = saved.forked_from
+        data["forked_from"] = {"run_id": parent, "step": step}
+    return render_page(data, saved.traces, table=table)

@@ -73,6 +73,7 @@
   }
   facts.append(badge);
   if (data.run_id !== null) fact("run", data.run_id);
+  if (data.forked_from) fact("forked from", data.forked_from.run_id + " at step " + data.forked_from.step);
   fact("machine", data.machine);
   if (data.version) fact("version", data.version);
   fact("steps", steps.length);
