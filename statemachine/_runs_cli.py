@@ -438,10 +438,12 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
         _say(out, summary)
     for line in _requests(saved):
         _say(out, line)
+    step = 0
     for number, trace in enumerate(saved.traces):
         _say(out, f"segment {number} (entered at {trace.entry}{_versions_cli.on(trace)}):")
-        for index, transition in enumerate(trace):
-            _say(out, _transition_line(index, transition))
+        for transition in trace:
+            step += 1  # numbered as the run page and `runs fork` number them
+            _say(out, _transition_line(step, transition))
     _say(out, "messages:")
     for message in saved.chain.messages:
         _say(out, message_line(message))

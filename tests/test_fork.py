@@ -160,6 +160,8 @@ def test_fork_and_compare_from_the_command_line(tmp_path: pathlib.Path) -> None:
     assert sum(line.startswith("  =") for line in lines) == 17
     shown = _runs("show", "other", "--db", str(db), cwd=tmp_path)
     assert "forked from parent at step 16" in shown.stdout.splitlines()[1]
+    numbers = [int(line.split()[0]) for line in shown.stdout.splitlines() if "-->" in line]
+    assert numbers == list(range(1, 28))  # one count over both segments, as fork counts
     as_json = _runs("show", "other", "--json", "--db", str(db), cwd=tmp_path)
     assert json.loads(as_json.stdout)["forked_from"] == {"run_id": "parent", "step": 16}
     with SQLiteStore(db) as again:
