@@ -68,24 +68,79 @@ class SSEDecoder:
             start = 1
         self._after_cr = False
         last = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))  # where the last ended line ends
-        if last < start:  # the middle of a long line
-            self._grow(len(chunk) - start)
-            self._partial.append(chunk[start:])
+        if last < start:  # the middle of a long line (or the \n of a \r\n cut in two)
+            if start < len(chunk):
+                self._grow(len(chunk) - start)
+                self._partial.append(chunk[start:])
             return []
-        # The ended lines, split at once: by C code alone when no \r is among them.
         ended = chunk[start : last + 1]
-        lines = _NEWLINE.split(ended) if b"\r" in ended else ended.split(b"\n")
-        lines.pop()  # the empty text after the last line's end
+        events: list[ServerSentEvent] = []
+        if b"\r" in ended:
+            lines = _NEWLINE.split(ended)
+            lines.pop()  # the empty text after the last line's end
+            lines[0] = self._first(lines[0])
+            self._lines(lines, events)
+        else:
+            if self._partial or not self._started:
+                head, _, ended = ended.partition(b"\n")
+                self._lines([self._first(head)], events)
+            self._blocks(ended, events)
+        if last + 1 < len(chunk):
+            self._grow(len(chunk) - last - 1)
+            self._partial.append(chunk[last + 1 :])
+        elif chunk[last] == _CR:
+            self._after_cr = True
+        return events
+
+    def _first(self, raw: bytes) -> bytes:
+        """A chunk's first ended line: the rest of the line the last chunk began, and
+        without the stream's byte-order mark (after the line's length is checked)."""
         if self._partial:
-            self._grow(len(lines[0]))
-            self._partial.append(lines[0])
-            lines[0] = b"".join(self._partial)
+            self._grow(len(raw))
+            self._partial.append(raw)
+            raw = b"".join(self._partial)
             self._partial = []
             self._partial_size = 0
         if not self._started:
             self._started = True
-            lines[0] = lines[0].removeprefix(_BOM)
-        events: list[ServerSentEvent] = []
+            if self._max_line is not None and len(raw) > self._max_line:
+                raise SSELimitError("line", self._max_line)  # the mark counts, as it did
+            raw = raw.removeprefix(_BOM)
+        return raw
+
+    def _blocks(self, ended: bytes, events: list[ServerSentEvent]) -> None:
+        """Lines ended by ``\\n`` alone, cut at each blank line: the lines before one
+        blank line make a block. Most blocks are one ``data`` line, read here as an
+        event at once; the others go line by line."""
+        blocks = ended.split(b"\n\n")
+        rest = blocks.pop()  # the lines after the last blank one
+        max_line, max_event = self._max_line, self._max_event
+        for block in blocks:
+            if (
+                block.startswith(b"data:")
+                and b"\n" not in block
+                and not self._data
+                and not self._event
+            ):
+                if max_line is not None and len(block) > max_line:
+                    raise SSELimitError("line", max_line)
+                value = block[5:].decode("utf-8", "replace")
+                if value[:1] == " ":
+                    value = value[1:]
+                if max_event is not None and len(value) + 1 > max_event:
+                    raise SSELimitError("event", max_event)
+                events.append(ServerSentEvent(data=value, id=self._id, retry=self._retry))
+            else:
+                lines = block.split(b"\n")
+                lines.append(b"")  # the blank line that ended the block
+                self._lines(lines, events)
+        if rest:
+            lines = rest.split(b"\n")
+            lines.pop()  # the empty text after the last line's end
+            self._lines(lines, events)
+
+    def _lines(self, lines: list[bytes], events: list[ServerSentEvent]) -> None:
+        """Ended lines, one by one."""
         max_line, max_event, data = self._max_line, self._max_event, self._data
         for raw in lines:
             if max_line is not None and len(raw) > max_line:
@@ -96,8 +151,8 @@ class SSEDecoder:
                     data = self._data
                 else:
                     self._event = ""
-            elif raw.startswith(b"data:"):  # most lines: read here, without a call
-                value = raw[5:].decode("utf-8", errors="replace")
+            elif raw.startswith(b"data:"):
+                value = raw[5:].decode("utf-8", "replace")
                 if value[:1] == " ":
                     value = value[1:]
                 self._data_size += len(value) + 1
@@ -105,13 +160,7 @@ class SSEDecoder:
                     raise SSELimitError("event", max_event)
                 data.append(value)
             elif raw[0] != _COLON:
-                self._field(raw.decode("utf-8", errors="replace"))
-        if last + 1 < len(chunk):
-            self._grow(len(chunk) - last - 1)
-            self._partial.append(chunk[last + 1 :])
-        elif chunk[last] == _CR:
-            self._after_cr = True
-        return events
+                self._field(raw.decode("utf-8", "replace"))
 
     def flush(self) -> list[ServerSentEvent]:
         """At the end of the stream: an unended line and an undispatched event are dropped."""
