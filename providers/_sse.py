@@ -116,9 +116,11 @@ class SSEDecoder:
         rest = blocks.pop()  # the lines after the last blank one
         max_line, max_event = self._max_line, self._max_event
         for block in blocks:
+            # find, not ``in``: bytes' ``in`` first tries its operand as a byte's number,
+            # which raises (and costs an error message) for bytes
             if (
                 block.startswith(b"data:")
-                and b"\n" not in block
+                and block.find(b"\n") == -1
                 and not self._data
                 and not self._event
             ):
