@@ -8,10 +8,17 @@
   asyncio, and the same loop firing agentfsm's seven lean triggers. agentfsm's row
   is the peer benchmark's (``Agent.execute``); a second runs ``overhead.py``'s chain
   under the standard mode, with no agent around it;
+* what ``SQLiteStore`` adds per model call: the same run saved as it goes
+  (``start_run`` on a fresh store file), minus the agentfsm row. Callgrind counts the
+  process's own instructions, not the kernel's work of writing the file;
+* a streamed event through the providers' SSE decoder (``EventStream``, as a
+  streaming provider reads it) against httpx's own ``aiter_lines``, per event of a
+  loopback server in another process writing each event on its own (4,000 events
+  against 500);
 * ``import agentfsm`` in instructions (minus ``python -c pass``, bytecode already
-  compiled) and in modules added to ``sys.modules``, against the same at ``--base``,
-  a commit of this repository (its ``statemachine/`` and ``providers/`` are
-  unpacked into a scratch folder and imported from there);
+  compiled) and in modules added to ``sys.modules``, against the same at each
+  ``--base``, a commit of this repository (its ``statemachine/`` and ``providers/``
+  are unpacked into a scratch folder and imported from there);
 * with ``--cpu COMMIT``, CPU time per model call of this tree against COMMIT's, sampled
   interleaved (one sample of each in turn, each in its own process), so a busy
   machine slows both alike.
@@ -25,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import os
 import re
 import statistics
@@ -32,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +48,13 @@ HERE = Path(__file__).resolve().parent
 PEERS = HERE / "peers"
 ROOT = HERE.parent
 
-#: The commit before the previous round of speed work: what ``import agentfsm`` cost.
-BASE = "a6fd371"
+#: What ``import agentfsm`` is held to: its cost before the last rounds of speed work
+#: (a6fd371), and before this round's (eda7ce8).
+BASES = ("a6fd371", "eda7ce8")
+#: What SQLiteStore may add per model call: 0.6x its 728,000 instructions at a9c4ec9.
+STORE_TARGET = 437_000
+#: Events the loopback server streams for the SSE rows (an eighth of it for the small run).
+SSE_EVENTS = 4000
 #: The workload's size: model calls per run are K + 1.
 K = 50
 SMALL = 2
@@ -61,6 +74,8 @@ def _run_adapter(name: str, k: int) -> None:
 
         def run_once(size: int) -> Any:
             return _one(size)
+    elif name == "store":
+        run_once = _stored_runs()
     else:
         sys.path.insert(0, str(PEERS))
         from adapters import load
@@ -70,6 +85,93 @@ def _run_adapter(name: str, k: int) -> None:
     gc.collect()
     gc.disable()  # a collection falling in one run and not in the other is not the cost
     asyncio.run(run_once(k))
+
+
+def _stored_runs() -> Callable[[int], Awaitable[None]]:
+    """The peer benchmark's agentfsm run, saved to a fresh SQLiteStore as it goes."""
+    sys.path.insert(0, str(PEERS))
+    import workload as w
+    from adapters.agentfsm import AGENT, MODEL
+
+    from agentfsm import AgentState
+    from agentfsm.store import SQLiteStore, start_run
+
+    store = SQLiteStore(Path(tempfile.mkdtemp()) / "speed.db")
+    ids = itertools.count()
+
+    async def one(ctx: Any) -> str:
+        try:
+            run = start_run(
+                AGENT, AgentState.of(w.PROMPT), store, run_id=f"r{next(ids)}", max_runs=ctx.k + 5
+            )
+            await run.run()
+        finally:
+            MODEL.requests.clear()
+        return str(run.agent_state.messages[-1].text)
+
+    async def run_once(k: int) -> None:
+        await w.drive(one, k)
+
+    return run_once
+
+
+#: One streamed chunk as a chat provider sends it: an event of one JSON line.
+_EVENT = (
+    b'data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":'
+    b'[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
+)
+
+
+async def _serve_events(count: int, ready: Any) -> None:
+    """A loopback server: each request gets ``count`` events, one TCP write each."""
+
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+        writer.write(b"connection: close\r\n\r\n")
+        for _ in range(count):
+            writer.write(_EVENT)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(reply, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], file=ready, flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def _read_events(name: str, count: int) -> None:
+    """Read ``count`` streamed events from a loopback server in another process: with
+    httpx's own line splitter (``sse_httpx``) or the providers' event stream."""
+    import httpx
+
+    from agentfsm.providers._transport import EventStream, HttpTransport
+
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--sse-server", "-k", str(count)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdout is not None
+    url = f"http://127.0.0.1:{server.stdout.readline().strip()}/"
+
+    async def read() -> int:
+        seen = 0
+        async with httpx.AsyncClient() as client, client.stream("GET", url) as response:
+            if name == "sse_httpx":
+                async for line in response.aiter_lines():
+                    seen += line.startswith("data:")
+            else:
+                transport = HttpTransport("bench", url)
+                async for _ in EventStream(response, transport, started=time.monotonic()):
+                    seen += 1
+        return seen
+
+    try:
+        assert asyncio.run(read()) == count
+    finally:
+        server.kill()
+        server.wait()
 
 
 def _cpu_per_call(k: int, runs: int) -> None:
@@ -110,14 +212,14 @@ def _median(command: Sequence[str], env: dict[str, str], repeat: int) -> int:
     return int(statistics.median(_collected(command, env) for _ in range(repeat)))
 
 
-def per_call(name: str, k: int, repeat: int) -> float:
-    """Instructions per model call of the peer adapter ``name``."""
+def per_call(name: str, k: int, repeat: int, small: int = SMALL) -> float:
+    """Instructions per model call of the worker ``name`` (per event for the SSE ones)."""
     worker = [sys.executable, __file__, "--worker", name]
     env = _env(None)
-    subprocess.run([*worker, "-k", str(SMALL)], env=env, check=True)  # writes the bytecode
+    subprocess.run([*worker, "-k", str(small)], env=env, check=True)  # writes the bytecode
     large = _median([*worker, "-k", str(k)], env, repeat)
-    small = _median([*worker, "-k", str(SMALL)], env, repeat)
-    return (large - small) / (k - SMALL)
+    few = _median([*worker, "-k", str(small)], env, repeat)
+    return (large - few) / (k - small)
 
 
 def _unpacked(commit: str, scratch: Path) -> Path:
@@ -196,14 +298,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", type=int, default=K, help="tool round trips per run")
     parser.add_argument("--repeat", type=int, default=3, help="processes per count (median)")
-    parser.add_argument("--base", default=BASE, help="the commit import costs are held to")
+    parser.add_argument(
+        "--base", action="append", help="a commit import costs are held to (repeatable)"
+    )
     parser.add_argument("--cpu", metavar="COMMIT", help="CPU time against COMMIT, interleaved")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved --cpu samples")
     parser.add_argument("--runs", type=int, default=40, help="runs per --cpu sample")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--cpu-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sse-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.sse_server:
+        asyncio.run(_serve_events(args.k, sys.stdout))
+        return
+    if args.worker in ("sse_httpx", "sse_ours"):
+        _read_events(args.worker, args.k)
+        return
     if args.worker:
         _run_adapter(args.worker, args.k)
         return
@@ -211,14 +322,18 @@ def main() -> None:
         _cpu_per_call(args.k, args.runs)
         return
 
-    names = ("floor_asyncio", "floor_lean", "agentfsm", "chain")
+    names = ("floor_asyncio", "floor_lean", "agentfsm", "chain", "store")
     calls = {name: per_call(name, args.k, args.repeat) for name in names}
-    with tempfile.TemporaryDirectory() as scratch:
-        base = _unpacked(args.base, Path(scratch))
-        (tree_import, tree_modules), (base_import, base_modules) = (
-            import_cost(None, args.repeat),
-            import_cost(base, args.repeat),
-        )
+    events = {
+        name: per_call(name, SSE_EVENTS, args.repeat, SSE_EVENTS // 8)
+        for name in ("sse_httpx", "sse_ours")
+    }
+    tree_import, tree_modules = import_cost(None, args.repeat)
+    bases = {}
+    for commit in args.base or BASES:
+        with tempfile.TemporaryDirectory() as scratch:
+            bases[commit] = import_cost(_unpacked(commit, Path(scratch)), args.repeat)
+    store = calls["store"] - calls["agentfsm"]
     rows = [
         [
             f"instructions per model call, K={args.k}",
@@ -242,20 +357,37 @@ def main() -> None:
             "",
         ],
         [
-            "import agentfsm, M instructions",
-            f"{tree_import / 1e6:.0f}",
-            f"{base_import / 1e6:.0f} (at {args.base})",
-            f"{tree_import / base_import:.2f}x",
-            "1.0x",
+            f"what SQLiteStore adds per model call, K={args.k}",
+            f"{store:,.0f}",
+            f"{calls['agentfsm']:,.0f} (no store)",
+            f"{store / calls['agentfsm']:.2f}x",
+            f"{STORE_TARGET:,}",
         ],
         [
-            "import agentfsm, modules",
-            f"{tree_modules}",
-            f"{base_modules} (at {args.base})",
-            f"{tree_modules / base_modules:.2f}x",
-            "",
+            "a streamed event through the providers' SSE decoder (loopback)",
+            f"{events['sse_ours']:,.0f}",
+            f"{events['sse_httpx']:,.0f} (httpx aiter_lines)",
+            f"{events['sse_ours'] / events['sse_httpx']:.2f}x",
+            "1.5x",
         ],
     ]
+    for commit, (base_import, base_modules) in bases.items():
+        rows += [
+            [
+                "import agentfsm, M instructions",
+                f"{tree_import / 1e6:.0f}",
+                f"{base_import / 1e6:.0f} (at {commit})",
+                f"{tree_import / base_import:.2f}x",
+                "1.0x",
+            ],
+            [
+                "import agentfsm, modules",
+                f"{tree_modules}",
+                f"{base_modules} (at {commit})",
+                f"{tree_modules / base_modules:.2f}x",
+                "",
+            ],
+        ]
     if args.cpu:
         with tempfile.TemporaryDirectory() as scratch:
             tree, old, ratio = cpu_ratio(

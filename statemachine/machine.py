@@ -18,7 +18,6 @@ named like any declared one. The standard machine is declared this way in
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import itertools
 import json
@@ -475,6 +474,8 @@ def identity(table: MachineTable) -> dict[str, Any]:
 
 def fingerprint_of(data: Mapping[str, Any]) -> str:
     """The fingerprint of :func:`identity` data: 16 hex digits of its SHA-256."""
+    import hashlib  # here, not at the top: ``import agentfsm`` does not fingerprint
+
     text = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

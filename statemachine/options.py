@@ -158,6 +158,12 @@ def _token_budget(_: Any, __: Any, value: Any) -> None:
     check_token_budget(value)
 
 
+def _middleware(value: Any) -> tuple[Any, ...]:
+    # A function of ours, not ``tuple``: attrs reads a converter's signature, and a
+    # builtin's is parsed from text by ``inspect`` (its tokenizer's regex, at import).
+    return tuple(value)
+
+
 def _extra_steps(value: Any) -> dict[str, tuple[Any, ...]]:
     if not isinstance(value, Mapping):
         raise TypeError(
@@ -189,7 +195,7 @@ class Options(Mapping[str, Any]):
     )
     tool_names: tuple[str, ...] | None = attrs.field(default=None, converter=check_tool_names)
     require_tool_success: bool = False
-    middleware: tuple[Any, ...] = attrs.field(default=(), converter=tuple)
+    middleware: tuple[Any, ...] = attrs.field(default=(), converter=_middleware)
     token_budget: int | None = attrs.field(default=None, validator=_token_budget)
     extra_steps: Mapping[str, tuple[Any, ...]] = attrs.field(factory=dict, converter=_extra_steps)
     #: A machine's own options, by name (``{"drafts": 3}``), for an open class.
