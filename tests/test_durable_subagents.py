@@ -1,0 +1,367 @@
+"""Durable runs whose subagent asks for approval: the run waits as for its own request,
+``decide`` answers the innermost request, the child goes on where it waited and the
+parent after it; a worker killed on the way replays the parent's recorded steps.
+
+The agents here are also what the worker processes run:
+``agentfsm worker --db URL tests.test_durable_subagents:coordinator``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
+
+from agentfsm import Agent, AgentState, HumanInTheLoop, Message, SubAgent, tool
+from agentfsm.durable import DecisionConflictError, Engine, ResumeError
+from agentfsm.durable._workflow import WAITING_EVENT
+from agentfsm.middleware import request_digest
+from agentfsm.providers import ScriptedModel, call_tool, say
+from tests.test_durable import ROOT, _assert_paths
+from tests.test_durable import db as db  # a fixture
+from tests.test_durable import pg_server as pg_server  # a fixture
+
+WORKER_AGENT = "tests.test_durable_subagents:coordinator"
+LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
+REJECTED = "Tool call 'publish' was rejected by a human reviewer."
+
+
+def _log(line: str) -> None:
+    path = os.environ.get("AGENTFSM_TEST_LOG")
+    if path:
+        with open(path, "a") as out:
+            out.write(line + "\n")
+
+
+@tool
+async def publish(text: str) -> str:
+    """Publish a text (logs ``start TEXT`` and ``done TEXT``)."""
+    _log(f"start {text}")
+    await asyncio.sleep(float(os.environ.get("AGENTFSM_TEST_TOOL_DELAY", "0")))
+    _log(f"done {text}")
+    return f"published {text}"
+
+
+def _task(messages: Sequence[Message]) -> str:
+    return next(m.text for m in messages if m.role == "user")
+
+
+def _writer_reply(messages: Sequence[Message]) -> Message:
+    """Publish the task, then say how it went (the publish call waits for approval)."""
+    task = _task(messages)
+    _log(f"writer {task}")
+    results = [r.text for m in messages if m.role == "tool" for r in m.tool_results]
+    if not results:
+        return call_tool("publish", text=task, call_id=f"{task}-publish")
+    return say(f"writer: {results[-1]}")
+
+
+def _lead_reply(name: str, child: str) -> Any:
+    def reply(messages: Sequence[Message]) -> Message:
+        prompt = _task(messages)
+        _log(f"{name} {prompt}")
+        time.sleep(float(os.environ.get("AGENTFSM_TEST_MODEL_DELAY", "0")))
+        results = [r.text for m in messages if m.role == "tool" for r in m.tool_results]
+        if not results:
+            return call_tool(child, task=prompt, call_id=f"{prompt}-{child}")
+        return say(f"{name}: {results[-1]}")
+
+    return reply
+
+
+def writer() -> Agent:
+    return Agent(
+        ScriptedModel(_writer_reply, model_name="writer"),
+        [publish],
+        middleware=[HumanInTheLoop({"publish": True})],
+    )
+
+
+def coordinator() -> Agent:
+    """Hands every prompt to its gated ``writer`` subagent."""
+    return Agent(
+        ScriptedModel(_lead_reply("coordinator", "writer"), model_name="coordinator"),
+        [SubAgent("writer", "Publishes texts", writer())],
+    )
+
+
+def chief() -> Agent:
+    """Hands every prompt to an ``editor`` subagent, which hands it to the ``writer``."""
+    editor = Agent(
+        ScriptedModel(_lead_reply("editor", "writer"), model_name="editor"),
+        [SubAgent("writer", "Publishes texts", writer())],
+    )
+    return Agent(
+        ScriptedModel(_lead_reply("chief", "editor"), model_name="chief"),
+        [SubAgent("editor", "Edits texts", editor)],
+    )
+
+
+@pytest.fixture
+def engine(db: str) -> Iterator[Engine]:
+    engine = Engine(db, polling_interval=0.05)
+    engine.register("coordinator", coordinator())
+    engine.register("chief", chief())
+    engine.launch(executor_id="in-process")
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def _waiting(engine: Engine, run_id: str, call_id: str) -> dict[str, Any]:
+    """The request the run waits on, once it waits on the call ``call_id``."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        request = engine.waiting(run_id)
+        if request is not None and request["hitl_tool_call_ids"] == [call_id]:
+            return dict(request)
+        time.sleep(0.02)
+    raise AssertionError(f"{run_id} never waited for decisions on {call_id}")
+
+
+def _tool_texts(result: Any) -> list[str]:
+    return [r.text for m in result.state.messages if m.role == "tool" for r in m.tool_results]
+
+
+def test_a_subagents_request_waits_and_an_approval_runs_the_child_on(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
+    run_id = engine.submit(AgentState.of("bees"), agent="coordinator", run_id="bees")
+    request = _waiting(engine, run_id, "bees-publish")
+    assert request["child_path"] == ["writer"]
+    [shown] = request["action_requests"]
+    assert (shown["tool_name"], shown["arguments"]) == ("publish", {"text": "bees"})
+    event = engine.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
+    assert event["interrupt"]["type"] == "subagent" and event["interrupt"]["subagent"] == "writer"
+    assert engine.status(run_id).status == "waiting"
+    engine.decide(run_id, [{"type": "approve", "digest": request_digest(shown)}])
+    result = engine.result(run_id, timeout=30)
+    assert result.status == "ok"
+    assert _tool_texts(result) == ["writer: published bees"]  # the child's answer
+    assert result.state.messages[-1].text == "coordinator: writer: published bees"
+    assert [t.path for t in result.traces] == [
+        "expanding calling interrupt_check executing propagating interrupted",
+        f"propagating until_check deciding {LOOP} ok",
+    ]
+    _assert_paths(result)
+    (child,) = result.traces[1].transitions[0].children  # the resumed writer
+    assert child.path == f"propagating until_check deciding {LOOP} ok"
+    steps = [s["function_name"] for s in engine.client.list_workflow_steps(run_id)]
+    assert [s for s in steps if not s.startswith("DBOS.")] == [
+        "model:coordinator@expanded>calling#1",
+        "tool:writer@clear>executing#2",
+        "subagent:writer@resume#3",
+        "model:coordinator@expanded>calling#4",
+    ]
+    lines = log.read_text().splitlines()
+    assert [x for x in lines if x.startswith(("start", "done"))] == ["start bees", "done bees"]
+    with pytest.raises(ResumeError, match="not waiting for decisions"):
+        engine.decide(run_id, [{"type": "approve"}])
+
+
+def test_a_rejection_reaches_the_child_and_its_answer_the_parent(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("wasps"), agent="coordinator")
+    _waiting(engine, run_id, "wasps-publish")
+    engine.decide(run_id, [{"type": "reject"}])
+    result = engine.result(run_id, timeout=30)
+    assert result.status == "ok"
+    assert _tool_texts(result) == [f"writer: {REJECTED}"]
+
+
+def test_decisions_that_do_not_answer_the_request_are_refused_and_nothing_is_sent(
+    engine: Engine,
+) -> None:
+    run_id = engine.submit(AgentState.of("ants"), agent="coordinator")
+    request = _waiting(engine, run_id, "ants-publish")
+    other = Engine(engine.url)  # a client alone: it checks against the request it reads
+    try:
+        for client in (engine, other):
+            for wrong, refusal in [
+                ([], r"Decision count \(0\) does not match"),
+                ([{"type": "approve"}] * 2, r"Decision count \(2\) does not match"),
+                ([{"type": "grant"}], "Decision type 'grant' not allowed"),
+                ([{"type": "approve", "digest": "sha256:0"}], "another action request"),
+                ([{"type": "approve", "tool_call_id": "forged"}], "names tool call 'forged'"),
+            ]:
+                with pytest.raises(ValueError, match=refusal):
+                    client.decide(run_id, wrong)
+        assert engine.ledger.latest(run_id) is None  # nothing claimed
+        assert engine.waiting(run_id) == request  # nothing sent: it still waits
+        other.decide(run_id, [{"type": "approve"}])
+        assert other.result(run_id, timeout=30).status == "ok"
+    finally:
+        other.close()
+
+
+def test_of_two_concurrent_decides_one_is_refused_with_a_conflict(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("moths"), agent="coordinator")
+    _waiting(engine, run_id, "moths-publish")
+    clients = [Engine(engine.url), Engine(engine.url)]
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, Any] = {}
+
+    def decide(client: Engine, decision: str) -> None:
+        # both have seen the wait before either decides: the interleaving of a race
+        seen = client.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
+        client.client.get_event = lambda *_, **__: seen  # type: ignore[method-assign]
+        barrier.wait()
+        try:
+            client.decide(run_id, [{"type": decision}])
+            outcomes[decision] = "sent"
+        except DecisionConflictError as exc:
+            outcomes[decision] = exc
+
+    threads = [
+        threading.Thread(target=decide, args=(c, d))
+        for c, d in zip(clients, ["approve", "reject"], strict=True)
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        for client in clients:
+            client.close()
+    [won] = [d for d, o in outcomes.items() if o == "sent"]
+    [lost] = [o for o in outcomes.values() if o != "sent"]
+    assert isinstance(lost, DecisionConflictError) and lost.decisions == [{"type": won}]
+    result = engine.result(run_id, timeout=30)
+    expected = "writer: published moths" if won == "approve" else f"writer: {REJECTED}"
+    assert _tool_texts(result) == [expected]
+
+
+def test_a_subagent_request_whose_wait_timed_out_is_resumed_by_decide(engine: Engine) -> None:
+    run_id = engine.submit(
+        AgentState.of("late"), agent="coordinator", run_id="late", decision_timeout=0.3
+    )
+    ended = engine.result(run_id, timeout=30)
+    assert ended.status == "interrupted" and engine.waiting(run_id) is None
+    other = Engine(engine.url)  # a client alone
+    try:
+        with pytest.raises(ValueError, match=r"Decision count \(0\) does not match"):
+            other.decide(run_id, [])
+        assert [w.workflow_id for w in other.client.list_workflows()] == ["late"]  # none queued
+        other.decide(run_id, [{"type": "approve"}])
+        result = other.result(run_id, timeout=30)
+    finally:
+        other.close()
+    assert result.status == "ok" and _tool_texts(result) == ["writer: published late"]
+    assert [w.forked_from for w in engine.client.list_workflows()] == [None, "late"]
+    assert [t.path for t in result.traces] == [
+        "expanding calling interrupt_check executing propagating interrupted",
+        f"propagating until_check deciding {LOOP} ok",
+    ]
+
+
+def test_a_nested_subagents_request_is_answered_innermost(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("owls"), agent="chief")
+    request = _waiting(engine, run_id, "owls-publish")
+    assert request["child_path"] == ["editor", "writer"]
+    engine.decide(run_id, [{"type": "approve"}])
+    result = engine.result(run_id, timeout=30)
+    assert result.status == "ok"
+    assert result.state.messages[-1].text == "chief: editor: writer: published owls"
+
+
+# ---------------------------------------------------------------- a worker killed on the way
+
+
+def _worker(url: str, executor: str, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "agentfsm.cli", "worker", "--db", url, WORKER_AGENT]
+    proc = subprocess.Popen(
+        [*command, "--name", "coordinator", "--executor-id", executor, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "running" in line, line + (proc.stderr.read() if proc.stderr else "")
+    return proc
+
+
+def _logged(log: Path, line: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if log.exists() and line in log.read_text().splitlines():
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"never logged {line!r}")
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+@pytest.mark.parametrize("where", ["publish", "parent"])
+def test_a_worker_killed_after_the_decision_replays_the_parents_recorded_steps(
+    db: str, tmp_path: Path, where: str
+) -> None:
+    """Killed inside the child's approved call, the answer's step runs again (the
+    child's calls in it are at least once); killed after it (in the parent's next
+    model call), nothing of the child runs again. No recorded step of the parent runs
+    twice either way."""
+    log = tmp_path / "calls.log"
+    env = {**os.environ, "AGENTFSM_TEST_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    env["AGENTFSM_TEST_TOOL_DELAY" if where == "publish" else "AGENTFSM_TEST_MODEL_DELAY"] = "0.5"
+    first = _worker(db, "first", env)
+    second = None
+    client = Engine(db)
+    try:
+        run_id = client.submit(AgentState.of("kill"), agent="coordinator", run_id="kill")
+        _waiting(client, run_id, "kill-publish")
+        mark = len(log.read_text().splitlines())
+        client.decide(run_id, [{"type": "approve"}])
+        if where == "publish":
+            _logged(log, "start kill")
+        else:
+            _logged(log, "done kill")
+            while log.read_text().splitlines().count("coordinator kill") < 2:
+                time.sleep(0.005)  # inside the parent's call for its final reply
+        _stop(first)
+        second = _worker(db, "second", env, "--recover", "first")
+        result = client.result(run_id, timeout=60)
+        steps = [s["function_name"] for s in client.client.list_workflow_steps(run_id)]
+    finally:
+        client.close()
+        for proc in (first, second):
+            if proc is not None:
+                _stop(proc)
+    assert result.status == "ok" and _tool_texts(result) == ["writer: published kill"]
+    assert [s for s in steps if not s.startswith("DBOS.")] == [
+        "model:coordinator@expanded>calling#1",
+        "tool:writer@clear>executing#2",
+        "subagent:writer@resume#3",
+        "model:coordinator@expanded>calling#4",
+    ]
+    lines = log.read_text().splitlines()
+    before, after = lines[:mark], lines[mark:]
+    # before the decision: the parent's first reply and the writer's request, once each
+    assert before == ["coordinator kill", "writer kill"]
+    publishing = [x for x in after if x.startswith(("start", "done", "writer"))]
+    if where == "publish":  # the answer's step ran again: the child resumed twice
+        assert publishing == ["start kill", "start kill", "done kill", "writer kill"]
+    else:  # recorded: nothing of the child ran again, the parent's last call did
+        assert publishing == ["start kill", "done kill", "writer kill"]
+        assert after.count("coordinator kill") == 2
