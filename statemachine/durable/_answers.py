@@ -15,7 +15,7 @@ from ..agent import Agent
 from ..middleware import check_decisions
 from ..subagents import SUBAGENT, _waiting
 
-__all__ = ["check_answer", "innermost", "waits_on"]
+__all__ = ["check_answer", "forwarded", "innermost", "waits_on"]
 
 
 def _descent(data: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
@@ -34,6 +34,11 @@ def waits_on(data: Mapping[str, Any] | None) -> bool:
         return False
     request, _ = _descent(data)
     return "hitl_tool_call_ids" in request
+
+
+def forwarded(data: Mapping[str, Any] | None) -> bool:
+    """Whether ``data`` is a subagent's request (its own request is not)."""
+    return data is not None and data.get("type") == SUBAGENT
 
 
 def innermost(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -515,6 +515,11 @@ class Engine:
         nothing sent or queued); a run that neither waits nor ended interrupted
         for approval is a :class:`ResumeError`.
 
+        A subagent's approval request is answered the same way: the decisions answer
+        the innermost request (what :meth:`waiting` shows), the child goes on where
+        it waited and the run after it, with the child's final answer as its tool's
+        result.
+
         It is compare-and-set: of two processes deciding one wait at once, one is
         sent and the other raises :class:`DecisionConflictError` naming the
         decisions that won.

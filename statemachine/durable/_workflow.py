@@ -24,6 +24,13 @@ one's ``max_runs``.
 A run whose wait for decisions timed out ends ``interrupted``; the engine
 resumes it as a DBOS fork of the workflow from that wait, which replays every
 step before it and receives the decisions there.
+
+A subagent is one recorded tool step: the child runs inside it, its own model and
+tool calls unrecorded. A subagent's approval request makes the run wait as its own
+does; the decisions go down to the waiting child in one more recorded step
+(``subagent:NAME@resume#N``) that runs the child to its end and records the
+parent's answered state. So the parent's recorded steps run once; the child's calls
+inside a step run again if the worker dies before the step is recorded.
 """
 
 from __future__ import annotations
@@ -445,9 +452,7 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
         while True:
             await execution.boundary()
             execution.run = None
-            if decisions is not None and _answers.innermost(state.interrupt_data or {}).get(
-                "child_path"
-            ):
+            if decisions is not None and _answers.forwarded(state.interrupt_data):
                 answered = await execution.answer_subagent(agent, state, decisions, options)
                 if isinstance(answered, AgentState):
                     state = answered
