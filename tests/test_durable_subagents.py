@@ -57,13 +57,16 @@ def _task(messages: Sequence[Message]) -> str:
 
 
 def _writer_reply(messages: Sequence[Message]) -> Message:
-    """Publish the task, then say how it went (the publish call waits for approval)."""
+    """Publish the task (a task saying "twice": twice), then say how it went; each
+    publish call waits for approval."""
     task = _task(messages)
     _log(f"writer {task}")
     results = [r.text for m in messages if m.role == "tool" for r in m.tool_results]
     if not results:
         return call_tool("publish", text=task, call_id=f"{task}-publish")
-    return say(f"writer: {results[-1]}")
+    if len(results) == 1 and "twice" in task:
+        return call_tool("publish", text=f"{task} again", call_id=f"{task}-again")
+    return say(f"writer: {'; '.join(results)}")
 
 
 def _lead_reply(name: str, child: str) -> Any:
@@ -265,6 +268,20 @@ def test_a_subagent_request_whose_wait_timed_out_is_resumed_by_decide(engine: En
         "expanding calling interrupt_check executing propagating interrupted",
         f"propagating until_check deciding {LOOP} ok",
     ]
+
+
+def test_a_child_that_asks_again_makes_the_run_wait_again(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("twice"), agent="coordinator")
+    _waiting(engine, run_id, "twice-publish")
+    engine.decide(run_id, [{"type": "approve"}])
+    request = _waiting(engine, run_id, "twice-again")
+    assert request["action_requests"][0]["arguments"] == {"text": "twice again"}
+    engine.decide(run_id, [{"type": "reject"}])
+    result = engine.result(run_id, timeout=30)
+    assert result.status == "ok"
+    assert _tool_texts(result) == [f"writer: published twice; {REJECTED}"]
+    assert [t.terminal for t in result.traces] == ["interrupted", "interrupted", "ok"]
+    _assert_paths(result)
 
 
 def test_a_nested_subagents_request_is_answered_innermost(engine: Engine) -> None:
