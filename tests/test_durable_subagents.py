@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -23,16 +20,25 @@ import pytest
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
 from agentfsm import Agent, AgentState, HumanInTheLoop, Message, SubAgent, tool
-from agentfsm.durable import DecisionConflictError, Engine, ResumeError
+from agentfsm.durable import Engine, ResumeError
 from agentfsm.durable._workflow import WAITING_EVENT
 from agentfsm.middleware import request_digest
 from agentfsm.providers import ScriptedModel, call_tool, say
-from tests.test_durable import ROOT, _assert_paths
+from tests.test_durable import _assert_paths, _wait_for_decisions, _Workers, launched
 from tests.test_durable import db as db  # a fixture
 from tests.test_durable import pg_server as pg_server  # a fixture
+from tests.test_durable_shared import race_decides
 
 WORKER_AGENT = "tests.test_durable_subagents:coordinator"
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
+#: The parent's recorded steps of a run whose subagent asked once: its reply, the subagent's
+#: first call, the decisions handed down, its final reply.
+STEPS = [
+    "model:coordinator@expanded>calling#1",
+    "tool:writer@clear>executing#2",
+    "subagent:writer@resume#3",
+    "model:coordinator@expanded>calling#4",
+]
 REJECTED = "Tool call 'publish' was rejected by a human reviewer."
 
 
@@ -112,25 +118,8 @@ def chief() -> Agent:
 
 @pytest.fixture
 def engine(db: str) -> Iterator[Engine]:
-    engine = Engine(db, polling_interval=0.05)
-    engine.register("coordinator", coordinator())
-    engine.register("chief", chief())
-    engine.launch(executor_id="in-process")
-    try:
+    with launched(db, {"coordinator": coordinator(), "chief": chief()}) as engine:
         yield engine
-    finally:
-        engine.close()
-
-
-def _waiting(engine: Engine, run_id: str, call_id: str) -> dict[str, Any]:
-    """The request the run waits on, once it waits on the call ``call_id``."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        request = engine.waiting(run_id)
-        if request is not None and request["hitl_tool_call_ids"] == [call_id]:
-            return dict(request)
-        time.sleep(0.02)
-    raise AssertionError(f"{run_id} never waited for decisions on {call_id}")
 
 
 def _tool_texts(result: Any) -> list[str]:
@@ -143,7 +132,7 @@ def test_a_subagents_request_waits_and_an_approval_runs_the_child_on(
     log = tmp_path / "calls.log"
     monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
     run_id = engine.submit(AgentState.of("bees"), agent="coordinator", run_id="bees")
-    request = _waiting(engine, run_id, "bees-publish")
+    request = _wait_for_decisions(engine, run_id, "bees-publish")
     assert request["child_path"] == ["writer"]
     [shown] = request["action_requests"]
     assert (shown["tool_name"], shown["arguments"]) == ("publish", {"text": "bees"})
@@ -163,12 +152,7 @@ def test_a_subagents_request_waits_and_an_approval_runs_the_child_on(
     (child,) = result.traces[1].transitions[0].children  # the resumed writer
     assert child.path == f"propagating until_check deciding {LOOP} ok"
     steps = [s["function_name"] for s in engine.client.list_workflow_steps(run_id)]
-    assert [s for s in steps if not s.startswith("DBOS.")] == [
-        "model:coordinator@expanded>calling#1",
-        "tool:writer@clear>executing#2",
-        "subagent:writer@resume#3",
-        "model:coordinator@expanded>calling#4",
-    ]
+    assert [s for s in steps if not s.startswith("DBOS.")] == STEPS
     lines = log.read_text().splitlines()
     assert [x for x in lines if x.startswith(("start", "done"))] == ["start bees", "done bees"]
     with pytest.raises(ResumeError, match="not waiting for decisions"):
@@ -177,7 +161,7 @@ def test_a_subagents_request_waits_and_an_approval_runs_the_child_on(
 
 def test_a_rejection_reaches_the_child_and_its_answer_the_parent(engine: Engine) -> None:
     run_id = engine.submit(AgentState.of("wasps"), agent="coordinator")
-    _waiting(engine, run_id, "wasps-publish")
+    _wait_for_decisions(engine, run_id, "wasps-publish")
     engine.decide(run_id, [{"type": "reject"}])
     result = engine.result(run_id, timeout=30)
     assert result.status == "ok"
@@ -188,7 +172,7 @@ def test_decisions_that_do_not_answer_the_request_are_refused_and_nothing_is_sen
     engine: Engine,
 ) -> None:
     run_id = engine.submit(AgentState.of("ants"), agent="coordinator")
-    request = _waiting(engine, run_id, "ants-publish")
+    request = _wait_for_decisions(engine, run_id, "ants-publish")
     other = Engine(engine.url)  # a client alone: it checks against the request it reads
     try:
         for client in (engine, other):
@@ -211,37 +195,9 @@ def test_decisions_that_do_not_answer_the_request_are_refused_and_nothing_is_sen
 
 def test_of_two_concurrent_decides_one_is_refused_with_a_conflict(engine: Engine) -> None:
     run_id = engine.submit(AgentState.of("moths"), agent="coordinator")
-    _waiting(engine, run_id, "moths-publish")
-    clients = [Engine(engine.url), Engine(engine.url)]
-    barrier = threading.Barrier(2)
-    outcomes: dict[str, Any] = {}
-
-    def decide(client: Engine, decision: str) -> None:
-        # both have seen the wait before either decides: the interleaving of a race
-        seen = client.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
-        client.client.get_event = lambda *_, **__: seen  # type: ignore[method-assign]
-        barrier.wait()
-        try:
-            client.decide(run_id, [{"type": decision}])
-            outcomes[decision] = "sent"
-        except DecisionConflictError as exc:
-            outcomes[decision] = exc
-
-    threads = [
-        threading.Thread(target=decide, args=(c, d))
-        for c, d in zip(clients, ["approve", "reject"], strict=True)
-    ]
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
-    finally:
-        for client in clients:
-            client.close()
-    [won] = [d for d, o in outcomes.items() if o == "sent"]
-    [lost] = [o for o in outcomes.values() if o != "sent"]
-    assert isinstance(lost, DecisionConflictError) and lost.decisions == [{"type": won}]
+    _wait_for_decisions(engine, run_id, "moths-publish")
+    won, lost = race_decides(engine.url, run_id)
+    assert lost.decisions == [{"type": won}] and lost.run_id == run_id
     result = engine.result(run_id, timeout=30)
     expected = "writer: published moths" if won == "approve" else f"writer: {REJECTED}"
     assert _tool_texts(result) == [expected]
@@ -272,9 +228,9 @@ def test_a_subagent_request_whose_wait_timed_out_is_resumed_by_decide(engine: En
 
 def test_a_child_that_asks_again_makes_the_run_wait_again(engine: Engine) -> None:
     run_id = engine.submit(AgentState.of("twice"), agent="coordinator")
-    _waiting(engine, run_id, "twice-publish")
+    _wait_for_decisions(engine, run_id, "twice-publish")
     engine.decide(run_id, [{"type": "approve"}])
-    request = _waiting(engine, run_id, "twice-again")
+    request = _wait_for_decisions(engine, run_id, "twice-again")
     assert request["action_requests"][0]["arguments"] == {"text": "twice again"}
     engine.decide(run_id, [{"type": "reject"}])
     result = engine.result(run_id, timeout=30)
@@ -286,7 +242,7 @@ def test_a_child_that_asks_again_makes_the_run_wait_again(engine: Engine) -> Non
 
 def test_a_nested_subagents_request_is_answered_innermost(engine: Engine) -> None:
     run_id = engine.submit(AgentState.of("owls"), agent="chief")
-    request = _waiting(engine, run_id, "owls-publish")
+    request = _wait_for_decisions(engine, run_id, "owls-publish")
     assert request["child_path"] == ["editor", "writer"]
     engine.decide(run_id, [{"type": "approve"}])
     result = engine.result(run_id, timeout=30)
@@ -297,41 +253,7 @@ def test_a_nested_subagents_request_is_answered_innermost(engine: Engine) -> Non
 # ---------------------------------------------------------------- a worker killed on the way
 
 
-def _worker(url: str, executor: str, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "agentfsm.cli", "worker", "--db", url, WORKER_AGENT]
-    proc = subprocess.Popen(
-        [*command, "--name", "coordinator", "--executor-id", executor, *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert "running" in line, line + (proc.stderr.read() if proc.stderr else "")
-    return proc
-
-
-def _logged(log: Path, line: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if log.exists() and line in log.read_text().splitlines():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"never logged {line!r}")
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    for stream in (proc.stdout, proc.stderr):
-        if stream is not None:
-            stream.close()
-
-
-@pytest.mark.parametrize("where", ["publish", "parent"])
+@pytest.mark.parametrize("where", ["publish", "model"])
 def test_a_worker_killed_after_the_decision_replays_the_parents_recorded_steps(
     db: str, tmp_path: Path, where: str
 ) -> None:
@@ -339,40 +261,33 @@ def test_a_worker_killed_after_the_decision_replays_the_parents_recorded_steps(
     child's calls in it are at least once); killed after it (in the parent's next
     model call), nothing of the child runs again. No recorded step of the parent runs
     twice either way."""
-    log = tmp_path / "calls.log"
-    env = {**os.environ, "AGENTFSM_TEST_LOG": str(log), "PYTHONPATH": str(ROOT)}
-    env["AGENTFSM_TEST_TOOL_DELAY" if where == "publish" else "AGENTFSM_TEST_MODEL_DELAY"] = "0.5"
-    first = _worker(db, "first", env)
-    second = None
+    group = _Workers(
+        db,
+        tmp_path / "calls.log",
+        agent=WORKER_AGENT,
+        model_delay=0.5 if where == "model" else 0.0,
+        tool_delay=0.5 if where == "publish" else 0.0,
+    )
     client = Engine(db)
     try:
+        first = group.start("first", "--name", "coordinator")
         run_id = client.submit(AgentState.of("kill"), agent="coordinator", run_id="kill")
-        _waiting(client, run_id, "kill-publish")
-        mark = len(log.read_text().splitlines())
+        _wait_for_decisions(client, run_id, "kill-publish")
+        mark = len(group.lines())
         client.decide(run_id, [{"type": "approve"}])
-        if where == "publish":
-            _logged(log, "start kill")
-        else:
-            _logged(log, "done kill")
-            while log.read_text().splitlines().count("coordinator kill") < 2:
-                time.sleep(0.005)  # inside the parent's call for its final reply
-        _stop(first)
-        second = _worker(db, "second", env, "--recover", "first")
+        # inside the child's approved call, or inside the parent's call for its final reply
+        group.wait_for("start" if where == "publish" else "coordinator", mark)
+        first.kill()
+        first.wait()
+        group.start("second", "--name", "coordinator", "--recover", "first")
         result = client.result(run_id, timeout=60)
         steps = [s["function_name"] for s in client.client.list_workflow_steps(run_id)]
     finally:
         client.close()
-        for proc in (first, second):
-            if proc is not None:
-                _stop(proc)
+        group.close()
     assert result.status == "ok" and _tool_texts(result) == ["writer: published kill"]
-    assert [s for s in steps if not s.startswith("DBOS.")] == [
-        "model:coordinator@expanded>calling#1",
-        "tool:writer@clear>executing#2",
-        "subagent:writer@resume#3",
-        "model:coordinator@expanded>calling#4",
-    ]
-    lines = log.read_text().splitlines()
+    assert [s for s in steps if not s.startswith("DBOS.")] == STEPS
+    lines = group.lines()
     before, after = lines[:mark], lines[mark:]
     # before the decision: the parent's first reply and the writer's request, once each
     assert before == ["coordinator kill", "writer kill"]
