@@ -224,6 +224,17 @@ def test_a_subagent_request_whose_wait_timed_out_is_resumed_by_decide(engine: En
         "expanding calling interrupt_check executing propagating interrupted",
         f"propagating until_check deciding {LOOP} ok",
     ]
+    _assert_children(result)
+
+
+def _assert_children(result: Any) -> None:
+    """The writer's two runs nest where they ran, however often the run was replayed:
+    its first under the parent's call, its resumed one under the answer's transition."""
+    first, resumed = result.traces
+    (asked,) = first.where("executing")[0].children
+    assert asked.path == "expanding calling interrupt_check interrupted"
+    (answered,) = resumed.transitions[0].children
+    assert answered.path == f"propagating until_check deciding {LOOP} ok"
 
 
 def test_a_child_that_asks_again_makes_the_run_wait_again(engine: Engine) -> None:
@@ -286,6 +297,7 @@ def test_a_worker_killed_after_the_decision_replays_the_parents_recorded_steps(
         client.close()
         group.close()
     assert result.status == "ok" and _tool_texts(result) == ["writer: published kill"]
+    _assert_children(result)
     assert [s for s in steps if not s.startswith("DBOS.")] == STEPS
     lines = group.lines()
     before, after = lines[:mark], lines[mark:]

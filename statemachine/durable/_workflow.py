@@ -36,6 +36,7 @@ inside a step run again if the worker dies before the step is recorded.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -53,11 +54,13 @@ from ..agent import Agent, AgentRun
 from ..chain import LLMChain
 from ..errors import ChainError
 from ..messages import Message, ToolCall, ToolResult
+from ..run import current_run
 from ..serialization import FORMAT, check_format, converter, dump, load_trace
 from ..steps import get_run_count
 from ..store.checkpoint import execute_options
 from ..subagents import resume_subagents
 from ..tools import Tool, ToolContext, WrapperTool
+from ..trace import Trace
 from . import _answers
 
 __all__ = [
@@ -172,7 +175,7 @@ class _Execution:
         #: The operation ids of the run's recorded drains, and the newest recorded operation.
         self.drains: set[int] = set()
         self.recorded = -1
-        self.agent = Agent(
+        self.agent = _StepAgent(
             _StepModel(agent.model, self),
             [_StepTool.wrap(t, execution=self) for t in agent.tools],
             middleware=agent.middleware,
@@ -306,6 +309,29 @@ async def _answered(
     }
 
 
+#: The child traces a recorded tool step's run adopted, while the step runs.
+_ADOPTED: contextvars.ContextVar[list[Trace] | None] = contextvars.ContextVar(
+    "agentfsm_durable_adopted", default=None
+)
+
+
+class _StepRun(AgentRun):
+    """A run whose children started inside a recorded step are recorded with it: the
+    step's output carries their traces, and the run adopts them from there, so a replay
+    nests them (and counts their calls and tokens) as the first execution did."""
+
+    def adopt(self, child: Trace) -> None:
+        adopted = _ADOPTED.get()
+        if adopted is not None:
+            adopted.append(child)
+        else:
+            super().adopt(child)
+
+
+class _StepAgent(Agent):
+    run_class = _StepRun
+
+
 class _StepModel(WrapperModel):
     """A model whose every call is one recorded step: the reply (or error) as a document."""
 
@@ -371,12 +397,24 @@ class _StepTool(WrapperTool):
         )
         self.execution.saw(output, model=False)
         self.execution.stepped = True
+        run = current_run()
+        for doc in output.get("children", ()):
+            if run is not None:
+                run.adopt(load_trace(doc, strict=False))
         return converter.structure(output["result"], ToolResult)
 
     @staticmethod
     async def _call(inner: Tool, call: ToolCall, context: ToolContext) -> dict[str, Any]:
-        result = await inner.invoke(call, context)
-        return {"result": converter.unstructure(result, ToolResult), "draining": WORKER.draining}
+        adopted: list[Trace] = []
+        token = _ADOPTED.set(adopted)
+        try:
+            result = await inner.invoke(call, context)
+        finally:
+            _ADOPTED.reset(token)
+        out = {"result": converter.unstructure(result, ToolResult), "draining": WORKER.draining}
+        if adopted:  # a subagent's: its trace is recorded with its result
+            out["children"] = [dump(child) for child in adopted]
+        return out
 
 
 async def _drain_marker() -> dict[str, Any]:
