@@ -13,7 +13,8 @@ from typing import Any
 
 from ..agent import Agent
 from ..middleware import check_decisions
-from ..subagents import SUBAGENT, _waiting
+from ..subagents import SUBAGENT
+from ..subagents import check_answer as _check_subagent_answer
 
 __all__ = ["check_answer", "forwarded", "innermost", "waits_on"]
 
@@ -63,4 +64,4 @@ def check_answer(
     request, names = _descent(data)
     check_decisions(request, decisions)
     if names and agent is not None:
-        _waiting(agent, data, decisions)
+        _check_subagent_answer(agent, data, decisions)

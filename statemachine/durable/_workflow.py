@@ -26,11 +26,13 @@ resumes it as a DBOS fork of the workflow from that wait, which replays every
 step before it and receives the decisions there.
 
 A subagent is one recorded tool step: the child runs inside it, its own model and
-tool calls unrecorded. A subagent's approval request makes the run wait as its own
-does; the decisions go down to the waiting child in one more recorded step
-(``subagent:NAME@resume#N``) that runs the child to its end and records the
-parent's answered state. So the parent's recorded steps run once; the child's calls
-inside a step run again if the worker dies before the step is recorded.
+tool calls unrecorded, and the step records the child's trace with its result (the
+run adopts it from the record, so a replay counts the child's calls and tokens).
+A subagent's approval request makes the run wait as its own does; the decisions go
+down to the waiting child in one more recorded step (``subagent:NAME@resume#N``)
+that runs the child to its end and records the parent's answered state. So the
+parent's recorded steps run once; the child's calls inside a step run again if the
+worker dies before the step is recorded.
 """
 
 from __future__ import annotations
