@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -230,7 +231,7 @@ def test_a_subagent_request_whose_wait_timed_out_is_resumed_by_decide(engine: En
 def _assert_children(result: Any) -> None:
     """The writer's two runs nest where they ran, however often the run was replayed:
     its first under the parent's call, its resumed one under the answer's transition."""
-    first, resumed = result.traces
+    first, resumed = result.traces[:2]
     (asked,) = first.where("executing")[0].children
     assert asked.path == "expanding calling interrupt_check interrupted"
     (answered,) = resumed.transitions[0].children
@@ -264,14 +265,16 @@ def test_a_nested_subagents_request_is_answered_innermost(engine: Engine) -> Non
 # ---------------------------------------------------------------- a worker killed on the way
 
 
-@pytest.mark.parametrize("where", ["publish", "model"])
-def test_a_worker_killed_after_the_decision_replays_the_parents_recorded_steps(
-    db: str, tmp_path: Path, where: str
+@pytest.mark.parametrize("how", ["killed in publish", "killed in model", "drained in publish"])
+def test_a_worker_stopped_after_the_decision_runs_no_recorded_step_of_the_parent_again(
+    db: str, tmp_path: Path, how: str
 ) -> None:
     """Killed inside the child's approved call, the answer's step runs again (the
     child's calls in it are at least once); killed after it (in the parent's next
-    model call), nothing of the child runs again. No recorded step of the parent runs
-    twice either way."""
+    model call), nothing of the child runs again. Drained inside the child's call, the
+    step finishes and is recorded, the run pauses at its next boundary and another
+    worker goes on from there. No recorded step of the parent runs twice."""
+    stop, where = how.split(" in ")
     group = _Workers(
         db,
         tmp_path / "calls.log",
@@ -288,24 +291,34 @@ def test_a_worker_killed_after_the_decision_replays_the_parents_recorded_steps(
         client.decide(run_id, [{"type": "approve"}])
         # inside the child's approved call, or inside the parent's call for its final reply
         group.wait_for("start" if where == "publish" else "coordinator", mark)
-        first.kill()
-        first.wait()
-        group.start("second", "--name", "coordinator", "--recover", "first")
+        if stop == "drained":
+            first.send_signal(signal.SIGTERM)
+            out, err = first.communicate(timeout=60)
+            assert first.returncode == 0 and "drained" in out, err
+            group.start("second", "--name", "coordinator")
+        else:
+            first.kill()
+            first.wait()
+            group.start("second", "--name", "coordinator", "--recover", "first")
         result = client.result(run_id, timeout=60)
         steps = [s["function_name"] for s in client.client.list_workflow_steps(run_id)]
     finally:
         client.close()
         group.close()
     assert result.status == "ok" and _tool_texts(result) == ["writer: published kill"]
+    drained = ("paused: draining",) if stop == "drained" else ()
+    assert result.ends == ("interrupted", *drained, "ok")
     _assert_children(result)
+    _assert_paths(result)
     assert [s for s in steps if not s.startswith("DBOS.")] == STEPS
     lines = group.lines()
     before, after = lines[:mark], lines[mark:]
     # before the decision: the parent's first reply and the writer's request, once each
     assert before == ["coordinator kill", "writer kill"]
     publishing = [x for x in after if x.startswith(("start", "done", "writer"))]
-    if where == "publish":  # the answer's step ran again: the child resumed twice
+    if how == "killed in publish":  # the answer's step ran again: the child resumed twice
         assert publishing == ["start kill", "start kill", "done kill", "writer kill"]
-    else:  # recorded: nothing of the child ran again, the parent's last call did
+    else:  # recorded: nothing of the child ran again
         assert publishing == ["start kill", "done kill", "writer kill"]
+    if how == "killed in model":  # the parent's unrecorded last call did run again
         assert after.count("coordinator kill") == 2
