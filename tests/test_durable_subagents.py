@@ -24,7 +24,7 @@ from agentfsm import Agent, AgentState, HumanInTheLoop, Message, SubAgent, tool
 from agentfsm.durable import Engine, ResumeError
 from agentfsm.durable._workflow import WAITING_EVENT
 from agentfsm.middleware import request_digest
-from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
 from tests.test_durable import _assert_paths, _wait_for_decisions, _Workers, launched
 from tests.test_durable import db as db  # a fixture
 from tests.test_durable import pg_server as pg_server  # a fixture
@@ -117,9 +117,20 @@ def chief() -> Agent:
     )
 
 
+def pair() -> Agent:
+    """Hands two tasks to its ``writer`` at once: two subagents wait."""
+    return Agent(
+        ScriptedModel(
+            lambda messages: call_tools(("writer", {"task": "one"}), ("writer", {"task": "two"}))
+        ),
+        [SubAgent("writer", "Publishes texts", writer())],
+    )
+
+
 @pytest.fixture
 def engine(db: str) -> Iterator[Engine]:
-    with launched(db, {"coordinator": coordinator(), "chief": chief()}) as engine:
+    agents = {"coordinator": coordinator(), "chief": chief(), "pair": pair()}
+    with launched(db, agents) as engine:
         yield engine
 
 
@@ -260,6 +271,14 @@ def test_a_nested_subagents_request_is_answered_innermost(engine: Engine) -> Non
     result = engine.result(run_id, timeout=30)
     assert result.status == "ok"
     assert result.state.messages[-1].text == "chief: editor: writer: published owls"
+
+
+def test_two_subagents_waiting_at_once_end_the_run_interrupted(engine: Engine) -> None:
+    result = engine.result(engine.submit(AgentState.of("both"), agent="pair"), timeout=30)
+    assert result.status == "interrupted" and result.state.interrupt_data is not None
+    assert result.state.interrupt_data["type"] == "multiple_interrupts"
+    with pytest.raises(ResumeError, match="'multiple_interrupts', not waiting for approval"):
+        engine.decide(result.run_id, [{"type": "approve"}])
 
 
 # ---------------------------------------------------------------- a worker killed on the way
