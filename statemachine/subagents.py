@@ -47,6 +47,7 @@ __all__ = [
     "SUBAGENT",
     "MachineStep",
     "SubAgent",
+    "check_answer",
     "check_subagents",
     "collecting",
     "resume_subagents",
@@ -427,6 +428,13 @@ async def resume_subagents(
         call_id = str(interrupt.get("tool_call_id"))
         state = state.replace_tool_result(_result(call_id, name, outcome))
     return state, tuple(children)
+
+
+def check_answer(agent: Agent, interrupt: Mapping[str, Any], answer: Any) -> None:
+    """Refuse ``answer`` (ValueError) unless it answers the request the subagent
+    ``interrupt`` of ``agent``'s run waits on, as a resume checks it: for a host that
+    takes answers before it resumes (a durable run's engine)."""
+    _waiting(agent, interrupt, answer)
 
 
 def _waiting(

@@ -7,6 +7,7 @@ killed with SIGKILL at random points; another worker finishes their runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -18,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,17 +80,28 @@ def _assert_paths(result: RunResult) -> None:
 # ---------------------------------------------------------------- one process
 
 
-@pytest.fixture
-def engine(db: str) -> Iterator[Engine]:
+@contextlib.contextmanager
+def launched(db: str, agents: Mapping[str, Agent]) -> Iterator[Engine]:
+    """An engine that is this process's worker for ``agents``, by name."""
     engine = Engine(db, polling_interval=0.05)
-    engine.register("plain", _record_agent())
-    engine.register("gated", _record_agent(gated=True))
-    engine.register("asking", _asking_agent())
+    for name, agent in agents.items():
+        engine.register(name, agent)
     engine.launch(executor_id="in-process")
     try:
         yield engine
     finally:
         engine.close()
+
+
+@pytest.fixture
+def engine(db: str) -> Iterator[Engine]:
+    agents = {
+        "plain": _record_agent(),
+        "gated": _record_agent(gated=True),
+        "asking": _asking_agent(),
+    }
+    with launched(db, agents) as engine:
+        yield engine
 
 
 def test_a_run_is_a_workflow_its_calls_are_steps(engine: Engine) -> None:
@@ -393,9 +405,12 @@ def test_a_drained_run_keeps_its_max_runs_budget(db: str) -> None:
 class _Workers:
     """``agentfsm worker`` processes over one database, logging to one file."""
 
-    def __init__(self, url: str, log: Path, *, model_delay: float, tool_delay: float) -> None:
+    def __init__(
+        self, url: str, log: Path, *, model_delay: float, tool_delay: float, agent: str = AGENT
+    ) -> None:
         self.url = url
         self.log = log
+        self.agent = agent
         self.env = {
             **os.environ,
             "AGENTFSM_TEST_LOG": str(log),
@@ -414,7 +429,7 @@ class _Workers:
                 "worker",
                 "--db",
                 self.url,
-                AGENT,
+                self.agent,
                 "--executor-id",
                 executor,
                 "--drain-timeout",

@@ -82,6 +82,41 @@ def test_two_agents_workers_on_one_database_each_take_only_their_own_runs(
     assert (records[ghost].status, records[ghost].executor) == ("queued", None)
 
 
+def race_decides(url: str, run_id: str) -> tuple[str, DecisionConflictError]:
+    """Two clients that both saw the run wait decide at once, one ``approve`` and one
+    ``reject``: the decision sent, and the other's refusal."""
+    clients = [Engine(url), Engine(url)]
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, Any] = {}
+
+    def decide(client: Engine, decision: str) -> None:
+        # both have seen the wait before either decides: the interleaving of a race
+        seen = client.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
+        client.client.get_event = lambda *_, **__: seen  # type: ignore[method-assign]
+        barrier.wait()
+        try:
+            client.decide(run_id, [{"type": decision}])
+            outcomes[decision] = "sent"
+        except DecisionConflictError as exc:
+            outcomes[decision] = exc
+
+    threads = [
+        threading.Thread(target=decide, args=(c, d))
+        for c, d in zip(clients, ["approve", "reject"], strict=True)
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        for client in clients:
+            client.close()
+    [won] = [d for d, o in outcomes.items() if o == "sent"]
+    [lost] = [o for o in outcomes.values() if isinstance(o, DecisionConflictError)]
+    return won, lost
+
+
 def test_of_two_concurrent_decides_the_loser_is_told_which_won(db: str) -> None:
     with Engine(db, polling_interval=0.05) as engine:
         engine.register("gated", _record_agent(gated=True))
@@ -90,35 +125,7 @@ def test_of_two_concurrent_decides_the_loser_is_told_which_won(db: str) -> None:
         _wait_for_decisions(engine, run_id, "pick-0")
         assert engine.status(run_id).status == "waiting"
         assert engine.result(run_id, wait=False) is None
-        clients = [Engine(engine.url), Engine(engine.url)]
-        barrier = threading.Barrier(2)
-        outcomes: dict[str, Any] = {}
-
-        def decide(client: Engine, decision: str) -> None:
-            # both have seen the wait before either decides: the interleaving of a race
-            seen = client.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)
-            client.client.get_event = lambda *_, **__: seen  # type: ignore[method-assign]
-            barrier.wait()
-            try:
-                client.decide(run_id, [{"type": decision}])
-                outcomes[decision] = "sent"
-            except DecisionConflictError as exc:
-                outcomes[decision] = exc
-
-        threads = [
-            threading.Thread(target=decide, args=(c, d))
-            for c, d in zip(clients, ["approve", "reject"], strict=True)
-        ]
-        try:
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(60)
-        finally:
-            for client in clients:
-                client.close()
-        [won] = [d for d, o in outcomes.items() if o == "sent"]
-        [lost] = [o for o in outcomes.values() if o != "sent"]
+        won, lost = race_decides(engine.url, run_id)
         assert lost.decisions == [{"type": won}] and lost.run_id == run_id
         assert won in str(lost)
         _wait_for_decisions(engine, run_id, "pick-1")  # the winner's decision was taken

@@ -21,10 +21,10 @@ from .._state import AgentState
 from ..agent import Agent
 from ..errors import AgentfsmError, DecisionConflictError
 from ..machine import fingerprint_of
-from ..middleware import check_decisions
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
 from ..store.base import ResumeError, RunExistsError, RunNotFoundError
 from ..trace import Trace
+from ._answers import check_answer, innermost, waits_on
 from ._ledger import HEARTBEAT_SECONDS, Ledger
 from ._workflow import AGENTS, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW
 
@@ -515,6 +515,11 @@ class Engine:
         nothing sent or queued); a run that neither waits nor ended interrupted
         for approval is a :class:`ResumeError`.
 
+        A subagent's approval request is answered the same way: the decisions answer
+        the innermost request (what :meth:`waiting` shows), the child goes on where
+        it waited and the run after it, with the child's final answer as its tool's
+        result.
+
         It is compare-and-set: of two processes deciding one wait at once, one is
         sent and the other raises :class:`DecisionConflictError` naming the
         decisions that won.
@@ -522,8 +527,9 @@ class Engine:
         status = self._status(run_id, output=True)
         tip, run_id = status.workflow_id, _root(status)
         waiting = self.client.get_event(tip, WAITING_EVENT, timeout_seconds=0)
+        agent = AGENTS.get(_agent(status.input) or "")
         if isinstance(waiting, Mapping):
-            check_decisions(waiting.get("interrupt") or {}, decisions)
+            check_answer(waiting.get("interrupt") or {}, decisions, agent)
             segment = int(waiting.get("segment") or 0)
             self._claim(run_id, tip, segment, decisions)
             message = {"segment": segment, "decisions": [dict(d) for d in decisions]}
@@ -549,13 +555,12 @@ class Engine:
         ended = _result(tip, status.output)
         data = ended.state.interrupt_data or {}
         timed_out = self._timed_out(tip)
-        if "hitl_tool_call_ids" not in data or timed_out is None:
+        if not waits_on(data) or timed_out is None:
             raise ResumeError(
                 f"Run {run_id!r} ended interrupted by {str(data.get('type'))[:60]!r}, not "
                 "waiting for approval; resume its state with agent.resume(state, answer)."
             )
-        check_decisions(data, decisions)
-        agent = AGENTS.get(_agent(status.input) or "")
+        check_answer(data, decisions, agent)
         check_decisions_fit(ended.state.messages, data, agent.middleware if agent else ())
         self._claim(run_id, tip, len(ended.traces), decisions)
         self._fork(
@@ -621,10 +626,16 @@ class Engine:
         self.client.send(continuation, dict(message), DECISIONS_TOPIC)
 
     def waiting(self, run_id: str) -> Mapping[str, Any] | None:
-        """The interrupt data a run waits for decisions on, or None."""
+        """The approval request a run waits for decisions on, or None.
+
+        A request a subagent forwards is shown as the innermost subagent made it, with
+        ``"child_path"``: the subagents it waits in, outermost first. Decisions answer it.
+        """
         tip = self._status(run_id, output=False).workflow_id
         event = self.client.get_event(tip, WAITING_EVENT, timeout_seconds=0)
-        return event.get("interrupt") if isinstance(event, Mapping) else None
+        if not isinstance(event, Mapping) or not isinstance(event.get("interrupt"), Mapping):
+            return None
+        return innermost(event["interrupt"])
 
     def runs(self, *, limit: int = 100) -> list[RunRecord]:
         """The newest runs first (of the ``limit`` newest workflows), each as it stands now.

@@ -24,11 +24,21 @@ one's ``max_runs``.
 A run whose wait for decisions timed out ends ``interrupted``; the engine
 resumes it as a DBOS fork of the workflow from that wait, which replays every
 step before it and receives the decisions there.
+
+A subagent is one recorded tool step: the child runs inside it, its own model and
+tool calls unrecorded, and the step records the child's trace with its result (the
+run adopts it from the record, so a replay counts the child's calls and tokens).
+A subagent's approval request makes the run wait as its own does; the decisions go
+down to the waiting child in one more recorded step (``subagent:NAME@resume#N``)
+that runs the child to its end and records the parent's answered state. So the
+parent's recorded steps run once; the child's calls inside a step run again if the
+worker dies before the step is recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
@@ -46,11 +56,14 @@ from ..agent import Agent, AgentRun
 from ..chain import LLMChain
 from ..errors import ChainError
 from ..messages import Message, ToolCall, ToolResult
-from ..middleware import check_decisions
-from ..serialization import FORMAT, check_format, converter, dump
+from ..run import current_run
+from ..serialization import FORMAT, check_format, converter, dump, load_trace
 from ..steps import get_run_count
 from ..store.checkpoint import execute_options
+from ..subagents import resume_subagents
 from ..tools import Tool, ToolContext, WrapperTool
+from ..trace import Trace
+from . import _answers
 
 __all__ = [
     "AGENTS",
@@ -164,7 +177,7 @@ class _Execution:
         #: The operation ids of the run's recorded drains, and the newest recorded operation.
         self.drains: set[int] = set()
         self.recorded = -1
-        self.agent = Agent(
+        self.agent = _StepAgent(
             _StepModel(agent.model, self),
             [_StepTool.wrap(t, execution=self) for t in agent.tools],
             middleware=agent.middleware,
@@ -242,6 +255,84 @@ class _Execution:
         traces.append(trace)
         return state
 
+    async def answer_subagent(
+        self,
+        agent: Agent,
+        state: AgentState,
+        decisions: Sequence[Mapping[str, Any]],
+        options: Mapping[str, Any],
+    ) -> AgentRun | AgentState:
+        """The run that goes on once the subagent ``state`` waits on took ``decisions``,
+        or the failed state when it could not take them.
+
+        Handing them down is one recorded step (``subagent:NAME@resume#N``): the waiting
+        child resumes and runs to its end inside it (its own calls are not recorded one
+        by one), and the step records the parent's answered state and the children's
+        traces, so a replay never resumes the child again.
+        """
+        await self.boundary()
+        name = str((state.interrupt_data or {}).get("subagent"))
+        output = await DBOS.run_step_async(
+            {"name": self.step_name(f"subagent:{name}")},
+            _answered,
+            agent,
+            state,
+            decisions,
+        )
+        self.saw(output, model=False)
+        self.stepped = True
+        if "error" in output:
+            error = converter.structure(output["error"], ChainError)
+            return attrs.evolve(state, status="error", error=error)
+        ready = converter.structure(output["state"], AgentState)
+        run = self.agent.start(ready, should_pause=self.should_pause, **options)
+        for doc in output["children"]:
+            run.adopt(load_trace(doc, strict=False))
+        return run
+
+
+async def _answered(
+    agent: Agent, state: AgentState, decisions: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The recorded step of a subagent's answer: the parent's state with the child's
+    final answer as its tool result, ready to run on, and the resumed children's traces."""
+    try:
+        resumed = await resume_subagents(agent, state, decisions)
+    except (ChainError, ValueError) as exc:
+        failure = ChainError("resume_failed", f"{type(exc).__name__}: {exc}", retryable=False)
+        return {"error": converter.unstructure(failure, ChainError), "draining": WORKER.draining}
+    assert resumed is not None, "the run waits on a subagent"
+    ready, children = resumed
+    ready = attrs.evolve(ready, status="new", interrupt_data=None)
+    return {
+        "state": converter.unstructure(ready, AgentState),
+        "children": [dump(child) for child in children],
+        "draining": WORKER.draining,
+    }
+
+
+#: The child traces a recorded tool step's run adopted, while the step runs.
+_ADOPTED: contextvars.ContextVar[list[Trace] | None] = contextvars.ContextVar(
+    "agentfsm_durable_adopted", default=None
+)
+
+
+class _StepRun(AgentRun):
+    """A run whose children started inside a recorded step are recorded with it: the
+    step's output carries their traces, and the run adopts them from there, so a replay
+    nests them (and counts their calls and tokens) as the first execution did."""
+
+    def adopt(self, child: Trace) -> None:
+        adopted = _ADOPTED.get()
+        if adopted is not None:
+            adopted.append(child)
+        else:
+            super().adopt(child)
+
+
+class _StepAgent(Agent):
+    run_class = _StepRun
+
 
 class _StepModel(WrapperModel):
     """A model whose every call is one recorded step: the reply (or error) as a document."""
@@ -308,12 +399,24 @@ class _StepTool(WrapperTool):
         )
         self.execution.saw(output, model=False)
         self.execution.stepped = True
+        run = current_run()
+        for doc in output.get("children", ()):
+            if run is not None:
+                run.adopt(load_trace(doc, strict=False))
         return converter.structure(output["result"], ToolResult)
 
     @staticmethod
     async def _call(inner: Tool, call: ToolCall, context: ToolContext) -> dict[str, Any]:
-        result = await inner.invoke(call, context)
-        return {"result": converter.unstructure(result, ToolResult), "draining": WORKER.draining}
+        adopted: list[Trace] = []
+        token = _ADOPTED.set(adopted)
+        try:
+            result = await inner.invoke(call, context)
+        finally:
+            _ADOPTED.reset(token)
+        out = {"result": converter.unstructure(result, ToolResult), "draining": WORKER.draining}
+        if adopted:  # a subagent's: its trace is recorded with its result
+            out["children"] = [dump(child) for child in adopted]
+        return out
 
 
 async def _drain_marker() -> dict[str, Any]:
@@ -389,7 +492,13 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
         while True:
             await execution.boundary()
             execution.run = None
-            if decisions is not None:
+            if decisions is not None and _answers.forwarded(state.interrupt_data):
+                answered = await execution.answer_subagent(agent, state, decisions, options)
+                if isinstance(answered, AgentState):
+                    state = answered
+                    break
+                run = answered
+            elif decisions is not None:
                 run = await execution.agent.start_resume(
                     state, decisions, should_pause=execution.should_pause, **options
                 )
@@ -402,11 +511,9 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
                 spent = get_run_count(run.chain)  # the next segment goes on with what is left
                 continue
             spent = 0
-            if state.status != "interrupted" or not state.interrupt_data:
+            if state.status != "interrupted" or not _answers.waits_on(state.interrupt_data):
                 break
-            if "hitl_tool_call_ids" not in state.interrupt_data:
-                break
-            decisions = await _decisions(execution, state, len(traces), wait)
+            decisions = await _decisions(execution, agent, state, len(traces), wait)
             if decisions is None:
                 break
     except ValueError as exc:  # options the agent refuses
@@ -415,7 +522,7 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
 
 
 async def _decisions(
-    execution: _Execution, state: AgentState, segment: int, wait: float
+    execution: _Execution, agent: Agent, state: AgentState, segment: int, wait: float
 ) -> Sequence[Mapping[str, Any]] | None:
     """Wait up to ``wait`` seconds for decisions that fit; None when none came in time."""
     assert state.interrupt_data is not None
@@ -441,7 +548,7 @@ async def _decisions(
         if not isinstance(decisions, list):
             continue
         try:
-            check_decisions(state.interrupt_data, decisions)
+            _answers.check_answer(state.interrupt_data, decisions, agent)
         except ValueError:
             continue
         await DBOS.set_event_async(WAITING_EVENT, None)
