@@ -357,6 +357,7 @@ class SQLiteStore:
     ) -> None:
         self.path = os.fspath(path)
         self._synchronous = synchronous
+        self._timeout = timeout
         #: Seconds a running run stays claimed after its writer last renewed it.
         self.lease = lease
         self._lock = threading.Lock()
@@ -384,7 +385,7 @@ class SQLiteStore:
         # Another application's file is never changed: tables (and WAL) only in an
         # empty file or one that is already an agentfsm store.
         existing = self._check_is_store()
-        con.execute("PRAGMA journal_mode=WAL")
+        self._enter_wal()
         con.execute(f"PRAGMA synchronous={self._synchronous}")
         con.execute("BEGIN IMMEDIATE")  # a new store is made whole or not at all
         try:
@@ -403,6 +404,22 @@ class SQLiteStore:
             if con.in_transaction:
                 con.execute("ROLLBACK")
             raise
+
+    def _enter_wal(self) -> None:
+        """Switch the file to WAL. SQLite answers "locked" at once, without waiting, when
+        another process switches it at the same moment, so the switch is retried here
+        until the store's timeout."""
+        deadline = time.monotonic() + self._timeout
+        pause = 0.001
+        while True:
+            try:
+                self._con.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _check_is_store(self) -> bool:
         """Whether the file is an agentfsm store (False: an empty file); FormatError for a
