@@ -22,7 +22,7 @@ pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
 from agentfsm import Agent, AgentState, HumanInTheLoop, Message, SubAgent, tool
 from agentfsm.durable import Engine, ResumeError
-from agentfsm.durable._workflow import WAITING_EVENT
+from agentfsm.durable._workflow import CHILD_WORKFLOW, WAITING_EVENT, WORKFLOW
 from agentfsm.middleware import request_digest
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
 from tests.test_durable import _assert_paths, _wait_for_decisions, _Workers, launched
@@ -33,13 +33,16 @@ from tests.test_durable_shared import race_decides
 WORKER_AGENT = "tests.test_durable_subagents:coordinator"
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
 #: The parent's recorded steps of a run whose subagent asked once: its reply, the subagent's
-#: first call, the decisions handed down, its final reply.
+#: first call (a child workflow, ``RUN/tool:writer@clear>executing#2``), the decisions
+#: handed down, its final reply.
 STEPS = [
     "model:coordinator@expanded>calling#1",
-    "tool:writer@clear>executing#2",
+    "agentfsm.subagent",
     "subagent:writer@resume#3",
     "model:coordinator@expanded>calling#4",
 ]
+#: The id of the child workflow of the parent's subagent call, after the parent's id.
+CHILD = "/tool:writer@clear>executing#2"
 REJECTED = "Tool call 'publish' was rejected by a human reviewer."
 
 
@@ -225,13 +228,15 @@ def test_a_subagent_request_whose_wait_timed_out_is_resumed_by_decide(engine: En
     try:
         with pytest.raises(ValueError, match=r"Decision count \(0\) does not match"):
             other.decide(run_id, [])
-        assert [w.workflow_id for w in other.client.list_workflows()] == ["late"]  # none queued
+        assert [w.workflow_id for w in other.client.list_workflows(name=WORKFLOW)] == [
+            "late"
+        ]  # none queued
         other.decide(run_id, [{"type": "approve"}])
         result = other.result(run_id, timeout=30)
     finally:
         other.close()
     assert result.status == "ok" and _tool_texts(result) == ["writer: published late"]
-    assert [w.forked_from for w in engine.client.list_workflows()] == [None, "late"]
+    assert [w.forked_from for w in engine.client.list_workflows(name=WORKFLOW)] == [None, "late"]
     assert [t.path for t in result.traces] == [
         "expanding calling interrupt_check executing propagating interrupted",
         f"propagating until_check deciding {LOOP} ok",
