@@ -360,6 +360,20 @@ def test_a_nested_subagent_is_a_child_of_its_parents_child_workflow(engine: Engi
 # ---------------------------------------------------------------- a worker killed on the way
 
 
+def _take_over(group: _Workers, first: Any, stop: str, agent: str) -> None:
+    """Stop the ``first`` worker (``killed`` or ``drained``) and start a second that takes
+    its runs over (a killed worker's by ``--recover``)."""
+    if stop == "drained":
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=60)
+        assert first.returncode == 0 and "drained" in out, err
+        group.start("second", "--name", agent)
+    else:
+        first.kill()
+        first.wait()
+        group.start("second", "--name", agent, "--recover", "first")
+
+
 @pytest.mark.parametrize("how", ["killed in publish", "killed in model", "drained in publish"])
 def test_a_worker_stopped_after_the_decision_runs_no_recorded_step_of_the_parent_again(
     db: str, tmp_path: Path, how: str
@@ -386,15 +400,7 @@ def test_a_worker_stopped_after_the_decision_runs_no_recorded_step_of_the_parent
         client.decide(run_id, [{"type": "approve"}])
         # inside the child's approved call, or inside the parent's call for its final reply
         group.wait_for("start" if where == "publish" else "coordinator", mark)
-        if stop == "drained":
-            first.send_signal(signal.SIGTERM)
-            out, err = first.communicate(timeout=60)
-            assert first.returncode == 0 and "drained" in out, err
-            group.start("second", "--name", "coordinator")
-        else:
-            first.kill()
-            first.wait()
-            group.start("second", "--name", "coordinator", "--recover", "first")
+        _take_over(group, first, stop, "coordinator")
         result = client.result(run_id, timeout=60)
         steps = [s["function_name"] for s in client.client.list_workflow_steps(run_id)]
     finally:
@@ -439,15 +445,7 @@ def test_a_worker_stopped_inside_a_subagents_tool_call_runs_no_completed_child_s
         first = group.start("first", "--name", "office")
         run_id = client.submit(AgentState.of("kill"), agent="office", run_id="kill")
         group.wait_for("start", 0)
-        if stop == "drained":
-            first.send_signal(signal.SIGTERM)
-            out, err = first.communicate(timeout=60)
-            assert first.returncode == 0 and "drained" in out, err
-            group.start("second", "--name", "office")
-        else:
-            first.kill()
-            first.wait()
-            group.start("second", "--name", "office", "--recover", "first")
+        _take_over(group, first, stop, "office")
         result = client.result(run_id, timeout=60)
         parent = _names(client, run_id)
         child = _names(client, run_id + CLERK)
