@@ -343,6 +343,25 @@ def test_a_subagents_calls_are_steps_of_its_own_child_workflow(engine: Engine) -
     assert clerk.path == f"{LOOP} {LOOP} ok"
 
 
+@pytest.mark.parametrize("max_runs", [2, 3])
+def test_a_child_workflow_runs_on_what_its_parent_has_left_of_max_runs(
+    engine: Engine, max_runs: int
+) -> None:
+    """As in one process: the clerk gets what the office has left (two calls: one left,
+    so it fails; three: two left, enough) and its calls count in the office's."""
+    run = office().start(AgentState.of("cap"), max_runs=max_runs)
+    asyncio.run(run.run())
+    here = run.agent_state
+    run_id = engine.submit(AgentState.of("cap"), agent="office", max_runs=max_runs)
+    result = engine.result(run_id, timeout=30)
+    assert result.status == here.status == "error"
+    assert result.state.error is not None and here.error is not None
+    assert result.state.error.type == here.error.type == "exceeded_max_runs"
+    texts = [r.text for m in here.messages for r in m.tool_results]
+    assert _tool_texts(result) == texts
+    assert ("failed" in texts[0]) == (max_runs == 2)
+
+
 def test_a_nested_subagent_is_a_child_of_its_parents_child_workflow(engine: Engine) -> None:
     run_id = engine.submit(AgentState.of("elms"), agent="chief", run_id="elms")
     _wait_for_decisions(engine, run_id, "elms-publish")
