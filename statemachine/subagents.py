@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -45,11 +45,14 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_DEPTH",
     "SUBAGENT",
+    "ChildRunner",
     "MachineStep",
     "SubAgent",
     "check_answer",
     "check_subagents",
+    "children_run_by",
     "collecting",
+    "nested",
     "resume_subagents",
     "run_machine",
 ]
@@ -65,6 +68,39 @@ _DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("agentfsm_depth", d
 _STARTED: contextvars.ContextVar[list[Trace] | None] = contextvars.ContextVar(
     "agentfsm_started", default=None
 )
+
+
+#: How a host runs a subagent's child elsewhere (a durable engine: as a workflow of its
+#: own): ``runner(name, agent, task, max_runs, token_budget, depth)`` returns the child's
+#: end state and its traces, or raises the ChainError of a child that could not start.
+ChildRunner = Callable[
+    [str, "Agent", str, int, "int | None", int], Awaitable[tuple[AgentState, Sequence[Trace]]]
+]
+_RUNNER: contextvars.ContextVar[ChildRunner | None] = contextvars.ContextVar(
+    "agentfsm_child_runner", default=None
+)
+
+
+@contextlib.contextmanager
+def children_run_by(runner: ChildRunner | None) -> Iterator[None]:
+    """Subagents started in the block run through ``runner`` (None: here, in the step);
+    their limits and depth are still decided here, and their traces adopted here."""
+    token = _RUNNER.set(runner)
+    try:
+        yield
+    finally:
+        _RUNNER.reset(token)
+
+
+@contextlib.contextmanager
+def nested(depth: int) -> Iterator[None]:
+    """Run the block ``depth`` runs deep: a host running a child elsewhere keeps the
+    tree's :data:`MAX_DEPTH` across it."""
+    token = _DEPTH.set(depth)
+    try:
+        yield
+    finally:
+        _DEPTH.reset(token)
 
 
 @contextlib.contextmanager
@@ -325,18 +361,32 @@ async def _run_subagent(name: str, agent: Agent, task: str) -> str | ToolOutput:
     if isinstance(limits, ChainError):
         return ToolOutput(f"The {name} subagent was not started: {limits.message}", is_error=True)
     max_runs, tokens = limits
+    runner = _RUNNER.get()
+    if runner is not None:
+        try:
+            end, traces = await runner(name, agent, task, max_runs, tokens, _DEPTH.get() + 1)
+        except ChainError as error:
+            return ToolOutput(f"The {name} subagent was not started: {error}", is_error=True)
+        for trace in traces:
+            _adopt(parent, trace)
+        return _outcome(name, end)
     try:
         child = agent.start(AgentState.of(task), max_runs=max_runs, token_budget=tokens)
     except ChainError as error:
         return ToolOutput(f"The {name} subagent was not started: {error}", is_error=True)
+    _adopt(parent, child.trace)
+    await _run_child(child)
+    return _outcome(name, child.agent_state)
+
+
+def _adopt(parent: Run | None, trace: Trace) -> None:
+    """Nest a child's ``trace`` under ``parent``'s step (or where :func:`collecting` asks)."""
     if parent is not None:
-        parent.adopt(child.trace)
+        parent.adopt(trace)
     else:
         started = _STARTED.get()
         if started is not None:
-            started.append(child.trace)
-    await _run_child(child)
-    return _outcome(name, child.agent_state)
+            started.append(trace)
 
 
 def _outcome(name: str, state: AgentState) -> str | ToolOutput:

@@ -22,7 +22,7 @@ pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
 from agentfsm import Agent, AgentState, HumanInTheLoop, Message, SubAgent, tool
 from agentfsm.durable import Engine, ResumeError
-from agentfsm.durable._workflow import WAITING_EVENT
+from agentfsm.durable._workflow import CHILD_WORKFLOW, WAITING_EVENT, WORKFLOW
 from agentfsm.middleware import request_digest
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
 from tests.test_durable import _assert_paths, _wait_for_decisions, _Workers, launched
@@ -33,13 +33,16 @@ from tests.test_durable_shared import race_decides
 WORKER_AGENT = "tests.test_durable_subagents:coordinator"
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
 #: The parent's recorded steps of a run whose subagent asked once: its reply, the subagent's
-#: first call, the decisions handed down, its final reply.
+#: first call (a child workflow, ``RUN/tool:writer@clear>executing#2``), the decisions
+#: handed down, its final reply.
 STEPS = [
     "model:coordinator@expanded>calling#1",
-    "tool:writer@clear>executing#2",
+    "agentfsm.subagent",
     "subagent:writer@resume#3",
     "model:coordinator@expanded>calling#4",
 ]
+#: The id of the child workflow of the parent's subagent call, after the parent's id.
+CHILD = "/tool:writer@clear>executing#2"
 REJECTED = "Tool call 'publish' was rejected by a human reviewer."
 
 
@@ -117,6 +120,25 @@ def chief() -> Agent:
     )
 
 
+def _clerk_reply(messages: Sequence[Message]) -> Message:
+    """Publish the task without asking anyone, then say how it went."""
+    task = _task(messages)
+    _log(f"clerk {task}")
+    results = [r.text for m in messages if m.role == "tool" for r in m.tool_results]
+    if not results:
+        return call_tool("publish", text=task, call_id=f"{task}-publish")
+    return say(f"clerk: {results[-1]}")
+
+
+def office() -> Agent:
+    """Hands every prompt to its ungated ``clerk`` subagent."""
+    clerk = Agent(ScriptedModel(_clerk_reply, model_name="clerk"), [publish])
+    return Agent(
+        ScriptedModel(_lead_reply("office", "clerk"), model_name="office"),
+        [SubAgent("clerk", "Publishes texts", clerk)],
+    )
+
+
 def pair() -> Agent:
     """Hands two tasks to its ``writer`` at once: two subagents wait."""
     return Agent(
@@ -129,7 +151,7 @@ def pair() -> Agent:
 
 @pytest.fixture
 def engine(db: str) -> Iterator[Engine]:
-    agents = {"coordinator": coordinator(), "chief": chief(), "pair": pair()}
+    agents = {"coordinator": coordinator(), "chief": chief(), "pair": pair(), "office": office()}
     with launched(db, agents) as engine:
         yield engine
 
@@ -225,13 +247,15 @@ def test_a_subagent_request_whose_wait_timed_out_is_resumed_by_decide(engine: En
     try:
         with pytest.raises(ValueError, match=r"Decision count \(0\) does not match"):
             other.decide(run_id, [])
-        assert [w.workflow_id for w in other.client.list_workflows()] == ["late"]  # none queued
+        assert [w.workflow_id for w in other.client.list_workflows(name=WORKFLOW)] == [
+            "late"
+        ]  # none queued
         other.decide(run_id, [{"type": "approve"}])
         result = other.result(run_id, timeout=30)
     finally:
         other.close()
     assert result.status == "ok" and _tool_texts(result) == ["writer: published late"]
-    assert [w.forked_from for w in engine.client.list_workflows()] == [None, "late"]
+    assert [w.forked_from for w in engine.client.list_workflows(name=WORKFLOW)] == [None, "late"]
     assert [t.path for t in result.traces] == [
         "expanding calling interrupt_check executing propagating interrupted",
         f"propagating until_check deciding {LOOP} ok",
@@ -281,7 +305,92 @@ def test_two_subagents_waiting_at_once_end_the_run_interrupted(engine: Engine) -
         engine.decide(result.run_id, [{"type": "approve"}])
 
 
+# ---------------------------------------------------------------- a subagent's child workflow
+
+
+def _names(engine: Engine, workflow_id: str) -> list[str]:
+    steps = engine.client.list_workflow_steps(workflow_id)
+    return [s["function_name"] for s in steps if not s["function_name"].startswith("DBOS.")]
+
+
+#: The recorded steps of the office's run, and of its clerk's child workflow.
+OFFICE_STEPS = [
+    "model:office@expanded>calling#1",
+    "agentfsm.subagent",
+    "model:office@expanded>calling#3",
+]
+CLERK = "/tool:clerk@clear>executing#2"
+CLERK_STEPS = [
+    "model:clerk@expanded>calling#1",
+    "tool:publish@clear>executing#2",
+    "model:clerk@expanded>calling#3",
+]
+
+
+def test_a_subagents_calls_are_steps_of_its_own_child_workflow(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("figs"), agent="office", run_id="figs")
+    result = engine.result(run_id, timeout=30)
+    assert result.status == "ok"
+    assert result.state.messages[-1].text == "office: clerk: published figs"
+    assert _names(engine, run_id) == OFFICE_STEPS
+    [child] = engine.client.list_workflows(name=CHILD_WORKFLOW)
+    assert (child.workflow_id, child.parent_workflow_id) == (run_id + CLERK, run_id)
+    assert child.status == "SUCCESS"
+    assert _names(engine, child.workflow_id) == CLERK_STEPS
+    assert [r.run_id for r in engine.runs()] == [run_id]  # the child is no run of its own
+    assert engine.status(run_id).status == "ok"
+    (clerk,) = result.traces[0].where("executing")[0].children  # nested from the record
+    assert clerk.path == f"{LOOP} {LOOP} ok"
+
+
+@pytest.mark.parametrize("max_runs", [2, 3])
+def test_a_child_workflow_runs_on_what_its_parent_has_left_of_max_runs(
+    engine: Engine, max_runs: int
+) -> None:
+    """As in one process: the clerk gets what the office has left (two calls: one left,
+    so it fails; three: two left, enough) and its calls count in the office's."""
+    run = office().start(AgentState.of("cap"), max_runs=max_runs)
+    asyncio.run(run.run())
+    here = run.agent_state
+    run_id = engine.submit(AgentState.of("cap"), agent="office", max_runs=max_runs)
+    result = engine.result(run_id, timeout=30)
+    assert result.status == here.status == "error"
+    assert result.state.error is not None and here.error is not None
+    assert result.state.error.type == here.error.type == "exceeded_max_runs"
+    texts = [r.text for m in here.messages for r in m.tool_results]
+    assert _tool_texts(result) == texts
+    assert ("failed" in texts[0]) == (max_runs == 2)
+
+
+def test_a_nested_subagent_is_a_child_of_its_parents_child_workflow(engine: Engine) -> None:
+    run_id = engine.submit(AgentState.of("elms"), agent="chief", run_id="elms")
+    _wait_for_decisions(engine, run_id, "elms-publish")
+    editor = run_id + "/tool:editor@clear>executing#2"
+    writer = editor + CHILD
+    found = {w.workflow_id: w.parent_workflow_id for w in engine.client.list_workflows()}
+    assert found == {run_id: None, editor: run_id, writer: editor}
+    assert _names(engine, editor) == ["model:editor@expanded>calling#1", "agentfsm.subagent"]
+    assert _names(engine, writer) == ["model:writer@expanded>calling#1"]
+    assert [r.run_id for r in engine.runs()] == [run_id]
+    engine.decide(run_id, [{"type": "approve"}])
+    assert engine.result(run_id, timeout=30).status == "ok"
+
+
 # ---------------------------------------------------------------- a worker killed on the way
+
+
+def _take_over(group: _Workers, first: Any, stop: str, agent: str) -> None:
+    """Stop the ``first`` worker (``killed`` or ``drained``) and start a second that takes
+    its runs over (a killed worker's by ``--recover``)."""
+    if stop == "drained":
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=60)
+        assert first.returncode == 0 and "drained" in out, err
+        group.start("second", "--name", agent)
+    else:
+        first.kill()
+        first.wait()
+        group.start("second", "--name", agent, "--recover", "first")
 
 
 @pytest.mark.parametrize("how", ["killed in publish", "killed in model", "drained in publish"])
@@ -310,15 +419,7 @@ def test_a_worker_stopped_after_the_decision_runs_no_recorded_step_of_the_parent
         client.decide(run_id, [{"type": "approve"}])
         # inside the child's approved call, or inside the parent's call for its final reply
         group.wait_for("start" if where == "publish" else "coordinator", mark)
-        if stop == "drained":
-            first.send_signal(signal.SIGTERM)
-            out, err = first.communicate(timeout=60)
-            assert first.returncode == 0 and "drained" in out, err
-            group.start("second", "--name", "coordinator")
-        else:
-            first.kill()
-            first.wait()
-            group.start("second", "--name", "coordinator", "--recover", "first")
+        _take_over(group, first, stop, "coordinator")
         result = client.result(run_id, timeout=60)
         steps = [s["function_name"] for s in client.client.list_workflow_steps(run_id)]
     finally:
@@ -341,3 +442,51 @@ def test_a_worker_stopped_after_the_decision_runs_no_recorded_step_of_the_parent
         assert publishing == ["start kill", "done kill", "writer kill"]
     if how == "killed in model":  # the parent's unrecorded last call did run again
         assert after.count("coordinator kill") == 2
+
+
+@pytest.mark.parametrize("stop", ["killed", "drained"])
+def test_a_worker_stopped_inside_a_subagents_tool_call_runs_no_completed_child_step_again(
+    db: str, tmp_path: Path, stop: str
+) -> None:
+    """The clerk's first reply is a completed step of its child workflow: the worker that
+    takes the runs over replays it, never calls the model again. The publish call it was
+    inside is no completed step when killed (it runs again: DBOS runs a step at least
+    once) and is completed when drained (the draining worker finishes it, once)."""
+    group = _Workers(
+        db,
+        tmp_path / "calls.log",
+        agent="tests.test_durable_subagents:office",
+        model_delay=0.0,
+        tool_delay=0.5,
+    )
+    client = Engine(db)
+    try:
+        first = group.start("first", "--name", "office")
+        run_id = client.submit(AgentState.of("kill"), agent="office", run_id="kill")
+        group.wait_for("start", 0)
+        _take_over(group, first, stop, "office")
+        result = client.result(run_id, timeout=60)
+        parent = _names(client, run_id)
+        child = _names(client, run_id + CLERK)
+        runs = [r.run_id for r in client.runs()]
+    finally:
+        client.close()
+        group.close()
+    assert result.status == "ok" and result.ends == ("ok",)
+    assert result.state.messages[-1].text == "office: clerk: published kill"
+    assert parent == OFFICE_STEPS and runs == [run_id]
+    again = ["start kill"] if stop == "killed" else []
+    assert group.lines() == [
+        "office kill",
+        "clerk kill",  # its first reply: recorded in the child workflow, never asked again
+        "start kill",
+        *again,
+        "done kill",
+        "clerk kill",
+        "office kill",
+    ]
+    assert child == CLERK_STEPS
+    clerks = result.traces[0].where("executing")[0].children
+    # drained, the child paused after its call (its recorded step says so) and went on
+    assert [c.terminal for c in clerks] == (["ok"] if stop == "killed" else ["paused", "ok"])
+    _assert_paths(result)

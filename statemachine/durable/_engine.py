@@ -26,7 +26,7 @@ from ..store.base import ResumeError, RunExistsError, RunNotFoundError
 from ..trace import Trace
 from ._answers import check_answer, innermost, waits_on
 from ._ledger import HEARTBEAT_SECONDS, Ledger
-from ._workflow import AGENTS, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW
+from ._workflow import AGENTS, CHILD_WORKFLOW, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW
 
 __all__ = [
     "DurableError",
@@ -236,8 +236,8 @@ class Engine:
                 self.client.list_workflows(
                     status="PENDING",
                     executor_id=list(recover),
-                    name=WORKFLOW,
-                    load_input=False,
+                    name=[WORKFLOW, CHILD_WORKFLOW],
+                    load_input=True,
                     load_output=False,
                 )
             )
@@ -265,8 +265,8 @@ class Engine:
             self.client.list_workflows(
                 status="PENDING",
                 executor_id=executor,
-                name=WORKFLOW,
-                load_input=False,
+                name=[WORKFLOW, CHILD_WORKFLOW],
+                load_input=True,
                 load_output=False,
             )
         )
@@ -274,12 +274,14 @@ class Engine:
         return handed
 
     def _requeue(self, pending: Sequence[Any]) -> list[str]:
-        """Hand runs back, each to the queue it came from."""
+        """Hand runs back, each to the queue it came from; a subagent's child workflow
+        (started by its parent, on no queue) to its parent's agent's queue."""
         ids = []
         for w in pending:
             queue = w.queue_name or self._queue_of(_agent(w.input))
             self.client.resume_workflow(w.workflow_id, queue_name=queue)
-            ids.append(w.workflow_id)
+            if w.name != CHILD_WORKFLOW:  # a run's id, not its subagent's
+                ids.append(w.workflow_id)
         return ids
 
     def _queue_of(self, agent: str | None) -> str:

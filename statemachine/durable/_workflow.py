@@ -25,14 +25,18 @@ A run whose wait for decisions timed out ends ``interrupted``; the engine
 resumes it as a DBOS fork of the workflow from that wait, which replays every
 step before it and receives the decisions there.
 
-A subagent is one recorded tool step: the child runs inside it, its own model and
-tool calls unrecorded, and the step records the child's trace with its result (the
-run adopts it from the record, so a replay counts the child's calls and tokens).
-A subagent's approval request makes the run wait as its own does; the decisions go
-down to the waiting child in one more recorded step (``subagent:NAME@resume#N``)
-that runs the child to its end and records the parent's answered state. So the
-parent's recorded steps run once; the child's calls inside a step run again if the
-worker dies before the step is recorded.
+A subagent's call is a DBOS child workflow (``agentfsm.subagent``, id
+``RUN/tool:NAME@...#N``): the child agent, found from the run's registered agent by
+the path of subagent names, runs there with what the parent has left of ``max_runs``
+and ``token_budget``, each of its model and tool calls a recorded step of the child
+workflow (its own subagents are child workflows of it). The parent records the child's
+end state and traces as the workflow's result and adopts the traces from there, so a
+replay nests them (and counts their calls and tokens) as the first execution did; it
+is parked while it waits, so a drain does not wait on it. A subagent's approval
+request makes the run wait as its own does; the decisions go down to the waiting child
+in one recorded step of the parent (``subagent:NAME@resume#N``) that resumes the child
+to its end inside it and records the parent's answered state: the child's calls after
+an answer run again if the worker dies before that step is recorded.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
-from dbos import DBOS
+from dbos import DBOS, SetWorkflowID
 from dbos._context import get_local_dbos_context
 from dbos._dbos import _get_dbos_instance
 
@@ -60,13 +64,14 @@ from ..run import current_run
 from ..serialization import FORMAT, check_format, converter, dump, load_trace
 from ..steps import get_run_count
 from ..store.checkpoint import execute_options
-from ..subagents import resume_subagents
+from ..subagents import SubAgent, children_run_by, nested, resume_subagents
 from ..tools import Tool, ToolContext, WrapperTool
 from ..trace import Trace
 from . import _answers
 
 __all__ = [
     "AGENTS",
+    "CHILD_WORKFLOW",
     "DECISIONS_TOPIC",
     "Listener",
     "WAITING_EVENT",
@@ -77,6 +82,8 @@ __all__ = [
 ]
 
 WORKFLOW: Final = "agentfsm.run"
+#: The workflow of a subagent's run, a child of its parent's (never listed as a run).
+CHILD_WORKFLOW: Final = "agentfsm.subagent"
 #: The step a drain between two steps records, where the run paused.
 DRAIN_STEP: Final = "agentfsm.drain"
 #: The states before which a run drained between two steps pauses (each has a
@@ -163,8 +170,13 @@ async def _park(run_id: str) -> None:
 class _Execution:
     """One execution of a run's workflow on this worker."""
 
-    def __init__(self, run_id: str, agent: Agent) -> None:
+    def __init__(self, run_id: str, agent: Agent, *, name: str, path: Sequence[str] = ()) -> None:
         self.run_id = run_id
+        #: The registered agent's name and the subagents down to the one this run is.
+        self.name = name
+        self.path = tuple(path)
+        #: Child workflows this execution waits on (parked while any is).
+        self.awaiting = 0
         #: A recorded step of the current turn finished on a draining worker.
         self.drain_seen = False
         self._model_draining = False
@@ -254,6 +266,41 @@ class _Execution:
         trace["end"] = state.status if state.status != "paused" else f"paused: {state.pause_reason}"
         traces.append(trace)
         return state
+
+    async def run_child(
+        self, name: str, agent: Agent, task: str, max_runs: int, tokens: int | None, depth: int
+    ) -> tuple[AgentState, list[Trace]]:
+        """Run the subagent ``name`` as a child workflow and wait for its end, parked (a
+        drain hands both runs back); its result is recorded, so a replay waits on the
+        same child and never runs it again."""
+        del agent  # the child finds it from the registered agent and the path
+        await self.boundary()
+        step = self.step_name(f"tool:{name}")
+        child = {
+            "format": FORMAT,
+            "agent": self.name,
+            "path": [*self.path, name],
+            "task": task,
+            "max_runs": max_runs,
+            "token_budget": tokens,
+            "depth": depth,
+        }
+        with SetWorkflowID(f"{self.run_id}/{step}"):
+            handle = await DBOS.start_workflow_async(child_workflow, child)
+        self.awaiting += 1
+        WORKER.park(self.run_id)
+        try:
+            output = await handle.get_result()
+        finally:
+            self.awaiting -= 1
+            if not self.awaiting:
+                WORKER.unpark(self.run_id)
+        self.saw(output, model=False)
+        self.stepped = True
+        if "error" in output:
+            raise converter.structure(output["error"], ChainError)
+        state = converter.structure(output["state"], AgentState)
+        return state, [load_trace(doc, strict=False) for doc in output["traces"]]
 
     async def answer_subagent(
         self,
@@ -389,6 +436,9 @@ class _StepTool(WrapperTool):
     execution: _Execution = attrs.field(kw_only=True, eq=False, repr=False)
 
     async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
+        if isinstance(self.wrapped, SubAgent):  # a child workflow, not a step
+            with children_run_by(self.execution.run_child):
+                return await self.wrapped.invoke(call, context)
         await self.execution.boundary()
         output = await DBOS.run_step_async(
             {"name": self.execution.step_name(f"tool:{self.name}")},
@@ -481,7 +531,7 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
             ),
             traces,
         )
-    execution = _Execution(run_id, agent)
+    execution = _Execution(run_id, agent, name=name)
     await execution.load()
     options = execute_options(submission.get("options") or {})
     timeout = submission.get("decision_timeout")
@@ -519,6 +569,67 @@ async def _run(run_id: str, submission: Mapping[str, Any]) -> dict[str, Any]:
     except ValueError as exc:  # options the agent refuses
         state = _failed(state, "invalid_options", str(exc))
     return result_doc(state, traces)
+
+
+@DBOS.workflow(name=CHILD_WORKFLOW)
+async def child_workflow(child: dict[str, Any]) -> dict[str, Any]:
+    """A subagent's run, to its end: the parent's recorded result of its tool call."""
+    run_id = DBOS.workflow_id
+    assert run_id is not None
+    WORKER.enter(run_id)
+    try:
+        with children_run_by(None), nested(int(child["depth"])):
+            return await _child(run_id, child)
+    finally:
+        WORKER.unpark(run_id)
+        WORKER.leave(run_id)
+
+
+def _subagent(agent: Agent, path: Sequence[str]) -> Agent | None:
+    """The agent of the subagent ``path`` leads to from ``agent`` (None: no such path)."""
+    for name in path:
+        found = [t for t in agent.tools if isinstance(t, SubAgent) and t.name == name]
+        if not found:
+            return None
+        agent = found[0].agent
+    return agent
+
+
+async def _child(run_id: str, child: Mapping[str, Any]) -> dict[str, Any]:
+    check_format(child)
+    name, path = str(child["agent"]), [str(p) for p in child["path"]]
+    registered = AGENTS.get(name)
+    agent = None if registered is None else _subagent(registered, path)
+    if agent is None:
+        error = ChainError(
+            "unknown_agent",
+            f"No subagent {' -> '.join([name, *path])!r} on worker {DBOS.executor_id!r}",
+            retryable=False,
+        )
+        return {"error": converter.unstructure(error, ChainError)}
+    execution = _Execution(run_id, agent, name=name, path=path)
+    await execution.load()
+    options = {"max_runs": int(child["max_runs"]), "token_budget": child["token_budget"]}
+    state = AgentState.of(str(child["task"]))
+    traces: list[Any] = []
+    spent = 0  # model calls of the segments a drain cut off
+    while True:
+        await execution.boundary()
+        execution.run = None
+        try:
+            run = execution.agent.start(state, should_pause=execution.should_pause, **options)
+        except ChainError as error:
+            return {"error": converter.unstructure(error, ChainError)}
+        run.chain = _spent(run.chain, spent)
+        state = await execution.drive(run, traces)
+        if state.status != "paused" or state.pause_reason != "draining":
+            break
+        spent = get_run_count(run.chain)
+    return {
+        "state": converter.unstructure(state, AgentState),
+        "traces": traces,
+        "draining": WORKER.draining,
+    }
 
 
 async def _decisions(
