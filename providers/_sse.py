@@ -120,15 +120,10 @@ class SSEDecoder:
         blocks = ended.split(b"\n\n")
         rest = blocks.pop()  # the lines after the last blank one
         max_line, max_event = self._max_line, self._max_event
-        for block in blocks:
+        for block in blocks:  # each begins no event begun before (the one before ended)
             # find, not ``in``: bytes' ``in`` first tries its operand as a byte's number,
             # which raises (and costs an error message) for bytes
-            if (
-                block.startswith(b"data:")
-                and block.find(b"\n") == -1
-                and not self._data
-                and not self._event
-            ):
+            if block.startswith(b"data:") and block.find(b"\n") == -1:
                 if max_line is not None and len(block) > max_line:
                     raise SSELimitError("line", max_line)
                 value = block[5:].decode("utf-8", "replace")
