@@ -109,21 +109,21 @@ class SSEDecoder:
         return raw
 
     def _blocks(self, ended: bytes, events: list[ServerSentEvent]) -> None:
-        """Lines ended by ``\\n`` alone, cut at each blank line: the lines before one
-        blank line make a block. Most blocks are one ``data`` line, read here as an
-        event at once; the others go line by line."""
+        """Lines ended by ``\\n`` alone. An event the last chunk began is finished line
+        by line; then, most often, every event left is one ``data: `` line, and the
+        chunk is read at once; otherwise it is cut at its blank lines, and a block of
+        one ``data`` line read as an event at once, the others line by line."""
+        if self._data or self._event or ended[:1] == b"\n":
+            ended = self._finish(ended, events)
+        if self._only_data(ended, events):
+            return
         blocks = ended.split(b"\n\n")
         rest = blocks.pop()  # the lines after the last blank one
         max_line, max_event = self._max_line, self._max_event
-        for block in blocks:
+        for block in blocks:  # each begins no event begun before (the one before ended)
             # find, not ``in``: bytes' ``in`` first tries its operand as a byte's number,
             # which raises (and costs an error message) for bytes
-            if (
-                block.startswith(b"data:")
-                and block.find(b"\n") == -1
-                and not self._data
-                and not self._event
-            ):
+            if block.startswith(b"data:") and block.find(b"\n") == -1:
                 if max_line is not None and len(block) > max_line:
                     raise SSELimitError("line", max_line)
                 value = block[5:].decode("utf-8", "replace")
@@ -140,6 +140,46 @@ class SSEDecoder:
             lines = rest.split(b"\n")
             lines.pop()  # the empty text after the last line's end
             self._lines(lines, events)
+
+    def _finish(self, ended: bytes, events: list[ServerSentEvent]) -> bytes:
+        """The lines up to the first blank line, one by one (they end the event the
+        last chunk began); what follows that blank line."""
+        if ended[:1] == b"\n":
+            self._lines([b""], events)
+            return ended[1:]
+        head, blank, rest = ended.partition(b"\n\n")
+        lines = head.split(b"\n")
+        if blank:
+            lines.append(b"")  # the blank line
+        else:
+            lines.pop()  # the empty text after the last line's end
+        self._lines(lines, events)
+        return rest
+
+    def _only_data(self, ended: bytes, events: list[ServerSentEvent]) -> bool:
+        """Whether ``ended`` (no event begun before it) is only events of one
+        ``data: `` line each, read here at once: decoded whole, cut at each
+        ``\\n\\ndata: ``, each piece an event's data when no piece holds a line end.
+
+        No line or event in it can pass a bound its whole size is within; one that
+        may is left to the checks line by line. Decoding the whole is decoding line
+        by line: a line end is never part of a malformed sequence."""
+        size = len(ended)
+        if (
+            not ended.startswith(b"data: ")
+            or not ended.endswith(b"\n\n")
+            or (self._max_line is not None and size > self._max_line)
+            or (self._max_event is not None and size > self._max_event)
+        ):
+            return False
+        values = ended.decode("utf-8", "replace").split("\n\ndata: ")
+        values[0] = values[0][6:]
+        values[-1] = values[-1][:-2]
+        if "\n" in "".join(values):  # a piece holds a line end
+            return False
+        last_id, retry = self._id, self._retry
+        events.extend([ServerSentEvent(data=value, id=last_id, retry=retry) for value in values])
+        return True
 
     def _lines(self, lines: list[bytes], events: list[ServerSentEvent]) -> None:
         """Ended lines, one by one."""

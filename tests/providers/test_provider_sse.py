@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from agentfsm.providers._sse import ServerSentEvent, SSEDecoder
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentfsm.providers._sse import ServerSentEvent, SSEDecoder, SSELimitError
 
 
 def decode(*chunks: bytes) -> list[ServerSentEvent]:
@@ -85,3 +89,107 @@ def test_an_event_cut_off_by_the_end_is_discarded() -> None:
 
 def test_bad_retry_and_nul_id_are_ignored() -> None:
     assert decode(b"retry: soon\nid: a\x00b\ndata: x\n\n") == [ServerSentEvent("message", "x")]
+
+
+@pytest.mark.parametrize(
+    ("limits", "what"),
+    [
+        ({"max_line": 12}, "line"),
+        ({"max_event": 8}, "event"),
+        ({"max_line": 12, "max_event": 8}, "line"),
+    ],
+)
+def test_a_chunk_of_whole_events_keeps_the_bounds(limits: dict[str, int], what: str) -> None:
+    # a chunk of one-line data events is read at once; a line or an event past its
+    # bound in it still raises, and the first one past a bound names it
+    decoder = SSEDecoder(**limits)
+    assert decoder.feed(b"data: x\n\n") == [ServerSentEvent("message", "x")]
+    with pytest.raises(SSELimitError) as caught:
+        decoder.feed(b"data: y\n\ndata: 0123456789\n\ndata: z\n\n")
+    assert caught.value.what == what
+
+
+# ---------------------------------------------------------------- any cut, any stream
+
+#: Pieces streams are made of: the common shape (one ``data: `` line per event) and
+#: everything that takes it off that path.
+_PIECES = st.sampled_from(
+    [
+        b'data: {"a":1}\n\n',
+        b"data: x\n\n",
+        b"data: " + b"z" * 24 + b"\n\n",
+        b"data: ",
+        b"data:",
+        b"data",
+        b"event: e\n",
+        b"id: 7\n",
+        b"retry: 15\n",
+        b": note\n",
+        b"\n",
+        b"\n\n",
+        b"\r",
+        b"\r\n",
+        b"\xef\xbb\xbf",
+        b"\xc3\xa9",
+        b"\xe2\x82",
+        b"\n\ndata: ",
+        b"y",
+        b" ",
+    ]
+)
+_BOUNDS = st.one_of(st.none(), st.integers(min_value=1, max_value=40))
+
+
+def _fed(decoder: SSEDecoder, chunk: bytes) -> list[ServerSentEvent] | SSELimitError:
+    try:
+        return decoder.feed(chunk)
+    except SSELimitError as error:
+        return error
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    pieces=st.lists(_PIECES, max_size=40),
+    at_pieces=st.lists(st.integers(min_value=0, max_value=40), max_size=8),
+    at_bytes=st.lists(st.integers(min_value=0, max_value=400), max_size=4),
+    max_line=_BOUNDS,
+    max_event=_BOUNDS,
+)
+def test_any_cut_decodes_as_byte_by_byte(
+    pieces: list[bytes],
+    at_pieces: list[int],
+    at_bytes: list[int],
+    max_line: int | None,
+    max_event: int | None,
+) -> None:
+    # cut between pieces (whole events, an event begun in the chunk before) and
+    # anywhere; after each chunk: the events so far and ``pending`` as fed one byte
+    # at a time; a bound passed in the chunk that holds the byte it is passed at, as
+    # the same error
+    stream = b"".join(pieces)
+    one = SSEDecoder(max_line=max_line, max_event=max_event)
+    after: list[tuple[list[ServerSentEvent], bool]] = [([], False)]  # after each byte
+    failed_at: int | None = None
+    for index in range(len(stream)):
+        fed = _fed(one, stream[index : index + 1])
+        if isinstance(fed, SSELimitError):
+            failed_at, failure = index, (fed.what, fed.limit)
+            break
+        after.append((after[-1][0] + fed, one.pending))
+    decoder = SSEDecoder(max_line=max_line, max_event=max_event)
+    events: list[ServerSentEvent] = []
+    cuts = {len(b"".join(pieces[:at])) for at in at_pieces}
+    cuts |= {min(at, len(stream)) for at in at_bytes}
+    start = 0
+    for end in sorted(cuts | {len(stream)}):
+        fed = _fed(decoder, stream[start:end])
+        if isinstance(fed, SSELimitError):
+            assert failed_at is not None and start <= failed_at < end
+            assert (fed.what, fed.limit) == failure
+            return
+        assert failed_at is None or end <= failed_at
+        events += fed
+        assert (events, decoder.pending) == after[end]
+        start = end
+    assert failed_at is None
+    assert decoder.flush() == []
