@@ -413,7 +413,9 @@ class Packer:
 
     def transition_text(self, transition: Transition) -> str:
         """:meth:`transition` as compact JSON text, the same record, written from parts
-        it caches: a chain is written once for the transitions in a row that carry it."""
+        it caches: a chain is written once for the transitions in a row that carry it.
+        ``elapsed`` is kept to the microsecond (the shortest exact text of a float
+        costs several times as much to write)."""
         chain = transition.chain
         cached = self._chain_text
         if cached is not None and cached[0] is chain:
@@ -432,7 +434,7 @@ class Packer:
         elapsed = transition.elapsed
         if elapsed:
             plain = type(elapsed) is float and math.isfinite(elapsed)
-            text += ',"elapsed":' + (repr(elapsed) if plain else compact_json(elapsed))
+            text += ',"elapsed":' + (f"{elapsed:.6f}" if plain else compact_json(elapsed))
         if transition.detail is not None:
             text += ',"detail":' + _compact_any(transition.detail)
         if transition.children:
