@@ -640,6 +640,64 @@ def test_a_store_made_before_the_log_loads_and_its_runs_go_on(db: Path, log: Pat
     assert left == [0] * 6
 
 
+def _as_format_1(db: Path) -> None:
+    """Rewrite a store file as format 1 wrote it: each row's JSON a string in its document."""
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        for rowid, text in con.execute("SELECT rowid, doc FROM log").fetchall():
+            doc = json.loads(text)
+            if "header" in doc:
+                doc["header"] = json.dumps(doc["header"])
+            for kind in ("messages", "contexts", "transitions"):
+                if kind in doc:
+                    doc[kind] = [[i, json.dumps(row)] for i, row in doc[kind]]
+            con.execute("UPDATE log SET doc = ? WHERE rowid = ?", (json.dumps(doc), rowid))
+        con.execute("UPDATE meta SET value = 'agentfsm/1' WHERE key = 'format'")
+        con.commit()
+
+
+def _file_format(db: Path) -> str:
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        return str(con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0])
+
+
+def test_a_format_1_store_is_read_and_its_first_write_makes_it_format_2(
+    db: Path, log: Path
+) -> None:
+    agent = make_agent(log)
+    with SQLiteStore(db) as store:
+        run = start_run(agent, AgentState.of(PROMPT), store, run_id="r")
+
+        async def reply_then_pause() -> None:
+            while run.state != "interrupt_check":  # the first reply is saved
+                await run.step()
+            run.request_pause("later")
+            await run.step()
+
+        asyncio.run(reply_then_pause())
+        before = load_run(store, "r", strict=False)
+    assert _file_format(db) == "agentfsm/2"
+    assert all(
+        isinstance(json.loads(doc).get("messages", [[0, {}]])[0][1], dict)
+        for doc in [text for (text,) in sqlite3.connect(db).execute("SELECT doc FROM log")]
+    )
+    _as_format_1(db)
+    with SQLiteStore(db, read_only=True) as reader:  # reading changes nothing
+        assert load_run(reader, "r", strict=False).traces == before.traces
+    with SQLiteStore(db) as store:  # neither does opening it to write
+        assert _file_format(db) == "agentfsm/1"
+        again = load_run(store, "r", strict=False)
+        assert (again.status, again.state, again.steps) == (before.status, "paused", before.steps)
+        assert [m.text for m in again.chain.messages] == [m.text for m in before.chain.messages]
+        resumed = asyncio.run(restore_run(agent, "r", store))
+        resumed.run_sync()
+        assert _file_format(db) == "agentfsm/2"  # the resume's first write
+        done = load_run(store, "r", strict=False)
+    assert done.status == "ok"
+    assert [t.entry for t in done.traces] == ["expanding", done.traces[1].entry]
+    whole_path(done)
+    assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
+
+
 @pytest.mark.parametrize("moved", [False, True], ids=["one loop", "moved to another loop"])
 def test_a_holder_awaiting_a_long_tool_keeps_its_lease(db: Path, moved: bool) -> None:
     """The lease (0.3 s here) outlives no checkpoint, but a step in flight renews it:
