@@ -435,10 +435,12 @@ class Packer:
         if elapsed:
             plain = type(elapsed) is float and math.isfinite(elapsed)
             text += ',"elapsed":' + (f"{elapsed:.6f}" if plain else compact_json(elapsed))
-        if transition.detail is not None:
-            text += ',"detail":' + _compact_any(transition.detail)
-        if transition.children:
-            text += ',"children":' + compact_json([self.trace(c) for c in transition.children])
+        detail = transition.detail
+        if detail is not None:
+            text += ',"detail":' + _compact_any(detail)
+        children = transition.children
+        if children:
+            text += ',"children":' + compact_json([self.trace(c) for c in children])
         return text + "}"
 
     def message_docs(self, start: int = 0) -> list[Any]:
