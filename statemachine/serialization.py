@@ -317,9 +317,10 @@ class Packer:
         self._texts: list[str] = []
 
     def message(self, message: Message) -> int:
-        index = self._message_index.get(id(message))
+        key = id(message)
+        index = self._message_index.get(key)
         if index is None:
-            index = self._message_index[id(message)] = len(self.messages)
+            index = self._message_index[key] = len(self.messages)
             self.messages.append(message)
         return index
 
@@ -340,18 +341,19 @@ class Packer:
         items = getattr(messages, "_items", None)
         start = 0
         runs: Runs = []
+        length = len(messages)
         if items is not None:
             grown = self._grown.get(id(items))
-            if grown is not None and grown[0] is items and grown[1] <= len(messages):
+            if grown is not None and grown[0] is items and grown[1] <= length:
                 start, runs = grown[1], [list(r) for r in grown[2]]
-        for position in range(start, len(messages)):
+        for position in range(start, length):
             index = self.message(messages[position])
             if runs and runs[-1][0] + runs[-1][1] == index:
                 runs[-1][1] += 1
             else:
                 runs.append([index, 1])
         if items is not None:
-            self._grown[id(items)] = (items, len(messages), runs)
+            self._grown[id(items)] = (items, length, runs)
         self._runs[id(messages)] = (messages, runs)
         return runs
 

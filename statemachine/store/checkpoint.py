@@ -572,7 +572,8 @@ class Checkpointer:
         trace = run.trace.transitions
         steps = len(trace)
         text = packer.transition_text
-        transitions = [(seq, text(trace[seq])) for seq in range(self._saved, steps)]
+        saved = self._saved
+        transitions = [(seq, text(t)) for seq, t in enumerate(trace[saved:], saved)]
         result = agent_state = summary = None
         status: RunStatus = "running"
         if run.result is not None:

@@ -226,7 +226,7 @@ def _checkpoint_doc(write: StoreWrite) -> str:
         ("transitions", write.transitions),
     ):
         if rows:
-            parts.append(f'"{kind}":[' + ",".join(f"[{i},{text}]" for i, text in rows) + "]")
+            parts.append(f'"{kind}":[' + ",".join([f"[{i},{text}]" for i, text in rows]) + "]")
     return "{" + ",".join(parts) + "}"
 
 
