@@ -338,18 +338,21 @@ class Packer:
             return cached[1]
         # Logs that grew from one another share one list, whose prefixes never change:
         # go on from the longest prefix packed so far, so a step costs the same at any K.
+        # A run ``[start, count]`` is never changed once packed: a grown one is a new list.
         items = getattr(messages, "_items", None)
         start = 0
         runs: Runs = []
         length = len(messages)
+        source: Sequence[Message] = messages
         if items is not None:
+            source = items  # the log's first ``length`` items are its messages
             grown = self._grown.get(id(items))
             if grown is not None and grown[0] is items and grown[1] <= length:
-                start, runs = grown[1], [list(r) for r in grown[2]]
+                start, runs = grown[1], list(grown[2])
         for position in range(start, length):
-            index = self.message(messages[position])
+            index = self.message(source[position])
             if runs and runs[-1][0] + runs[-1][1] == index:
-                runs[-1][1] += 1
+                runs[-1] = [runs[-1][0], runs[-1][1] + 1]
             else:
                 runs.append([index, 1])
         if items is not None:
