@@ -153,6 +153,21 @@ def edit_saved(
     assert edited, f"run {run_id!r} has no saved {kind} {index}"
 
 
+def as_format_1(db: str | os.PathLike[str]) -> None:
+    """Rewrite a store file as format 1 wrote it: each row's JSON a string in its document."""
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        for rowid, text in con.execute("SELECT rowid, doc FROM log").fetchall():
+            doc = json.loads(text)
+            if "header" in doc:
+                doc["header"] = json.dumps(doc["header"])
+            for kind in ("messages", "contexts", "transitions"):
+                if kind in doc:
+                    doc[kind] = [[i, json.dumps(row)] for i, row in doc[kind]]
+            con.execute("UPDATE log SET doc = ? WHERE rowid = ?", (json.dumps(doc), rowid))
+        con.execute("UPDATE meta SET value = 'agentfsm/1' WHERE key = 'format'")
+        con.commit()
+
+
 def edit_store(db: str | os.PathLike[str], sql: str, *params: Any) -> None:
     """Run one SQL statement on a store's file, as anyone who can write it could."""
     with contextlib.closing(sqlite3.connect(db)) as con:

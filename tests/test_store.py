@@ -52,7 +52,7 @@ from agentfsm.store import (
     start_run,
 )
 from tests._crash_worker import PROMPT, make_agent
-from tests.support import add, edit_store, saved_rows
+from tests.support import add, as_format_1, edit_store, saved_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -640,21 +640,6 @@ def test_a_store_made_before_the_log_loads_and_its_runs_go_on(db: Path, log: Pat
     assert left == [0] * 6
 
 
-def _as_format_1(db: Path) -> None:
-    """Rewrite a store file as format 1 wrote it: each row's JSON a string in its document."""
-    with contextlib.closing(sqlite3.connect(db)) as con:
-        for rowid, text in con.execute("SELECT rowid, doc FROM log").fetchall():
-            doc = json.loads(text)
-            if "header" in doc:
-                doc["header"] = json.dumps(doc["header"])
-            for kind in ("messages", "contexts", "transitions"):
-                if kind in doc:
-                    doc[kind] = [[i, json.dumps(row)] for i, row in doc[kind]]
-            con.execute("UPDATE log SET doc = ? WHERE rowid = ?", (json.dumps(doc), rowid))
-        con.execute("UPDATE meta SET value = 'agentfsm/1' WHERE key = 'format'")
-        con.commit()
-
-
 def _file_format(db: Path) -> str:
     with contextlib.closing(sqlite3.connect(db)) as con:
         return str(con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0])
@@ -680,7 +665,7 @@ def test_a_format_1_store_is_read_and_its_first_write_makes_it_format_2(
         isinstance(json.loads(doc).get("messages", [[0, {}]])[0][1], dict)
         for doc in [text for (text,) in sqlite3.connect(db).execute("SELECT doc FROM log")]
     )
-    _as_format_1(db)
+    as_format_1(db)
     with SQLiteStore(db, read_only=True) as reader:  # reading changes nothing
         assert load_run(reader, "r", strict=False).traces == before.traces
     with SQLiteStore(db) as store:  # neither does opening it to write
