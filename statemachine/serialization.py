@@ -317,9 +317,10 @@ class Packer:
         self._texts: list[str] = []
 
     def message(self, message: Message) -> int:
-        index = self._message_index.get(id(message))
+        key = id(message)
+        index = self._message_index.get(key)
         if index is None:
-            index = self._message_index[id(message)] = len(self.messages)
+            index = self._message_index[key] = len(self.messages)
             self.messages.append(message)
         return index
 
@@ -337,21 +338,25 @@ class Packer:
             return cached[1]
         # Logs that grew from one another share one list, whose prefixes never change:
         # go on from the longest prefix packed so far, so a step costs the same at any K.
+        # A run ``[start, count]`` is never changed once packed: a grown one is a new list.
         items = getattr(messages, "_items", None)
         start = 0
         runs: Runs = []
+        length = len(messages)
+        source: Sequence[Message] = messages
         if items is not None:
+            source = items  # the log's first ``length`` items are its messages
             grown = self._grown.get(id(items))
-            if grown is not None and grown[0] is items and grown[1] <= len(messages):
-                start, runs = grown[1], [list(r) for r in grown[2]]
-        for position in range(start, len(messages)):
-            index = self.message(messages[position])
+            if grown is not None and grown[0] is items and grown[1] <= length:
+                start, runs = grown[1], list(grown[2])
+        for position in range(start, length):
+            index = self.message(source[position])
             if runs and runs[-1][0] + runs[-1][1] == index:
-                runs[-1][1] += 1
+                runs[-1] = [runs[-1][0], runs[-1][1] + 1]
             else:
                 runs.append([index, 1])
         if items is not None:
-            self._grown[id(items)] = (items, len(messages), runs)
+            self._grown[id(items)] = (items, length, runs)
         self._runs[id(messages)] = (messages, runs)
         return runs
 
@@ -413,7 +418,9 @@ class Packer:
 
     def transition_text(self, transition: Transition) -> str:
         """:meth:`transition` as compact JSON text, the same record, written from parts
-        it caches: a chain is written once for the transitions in a row that carry it."""
+        it caches: a chain is written once for the transitions in a row that carry it.
+        ``elapsed`` is kept to the microsecond (the shortest exact text of a float
+        costs several times as much to write)."""
         chain = transition.chain
         cached = self._chain_text
         if cached is not None and cached[0] is chain:
@@ -432,11 +439,13 @@ class Packer:
         elapsed = transition.elapsed
         if elapsed:
             plain = type(elapsed) is float and math.isfinite(elapsed)
-            text += ',"elapsed":' + (repr(elapsed) if plain else compact_json(elapsed))
-        if transition.detail is not None:
-            text += ',"detail":' + _compact_any(transition.detail)
-        if transition.children:
-            text += ',"children":' + compact_json([self.trace(c) for c in transition.children])
+            text += ',"elapsed":' + (f"{elapsed:.6f}" if plain else compact_json(elapsed))
+        detail = transition.detail
+        if detail is not None:
+            text += ',"detail":' + _compact_any(detail)
+        children = transition.children
+        if children:
+            text += ',"children":' + compact_json([self.trace(c) for c in children])
         return text + "}"
 
     def message_docs(self, start: int = 0) -> list[Any]:

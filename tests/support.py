@@ -91,10 +91,15 @@ def saved_rows(db: str | os.PathLike[str], run_id: str = "r") -> list[tuple[str,
     for segment, text in logged:
         doc = json.loads(text)
         if "header" in doc:
-            rows.append(("header", segment, segment, doc["header"]))
+            rows.append(("header", segment, segment, _as_text(doc["header"])))
         for kind in ("messages", "contexts", "transitions"):
-            rows += [(kind, segment, index, row) for index, row in doc.get(kind, [])]
+            rows += [(kind, segment, index, _as_text(row)) for index, row in doc.get(kind, [])]
     return rows
+
+
+def _as_text(row: Any) -> str:
+    """A saved row's JSON text (a store holds it as an object, or as text if older)."""
+    return row if isinstance(row, str) else json.dumps(row)
 
 
 def edit_saved(
@@ -109,12 +114,14 @@ def edit_saved(
     """Change one saved row of a run as anyone who can write the store's file could (see
     :func:`saved_rows` for the kinds; a transition's ``index`` is its place in ``segment``)."""
 
-    def changed(text: str) -> str | None:
+    def changed(row: Any) -> Any:
+        """The row changed: text in place of it, or its JSON edited (kept as the store
+        keeps it: an object, or text in a store of the older format)."""
         if change is None or isinstance(change, str):
             return change
-        data = json.loads(text)
+        data = json.loads(row) if isinstance(row, str) else row
         change(data)
-        return json.dumps(data)
+        return json.dumps(data) if isinstance(row, str) else data
 
     edited = 0
     with contextlib.closing(sqlite3.connect(db)) as con:
@@ -144,6 +151,21 @@ def edit_saved(
             edited += 1
         con.commit()
     assert edited, f"run {run_id!r} has no saved {kind} {index}"
+
+
+def as_format_1(db: str | os.PathLike[str]) -> None:
+    """Rewrite a store file as format 1 wrote it: each row's JSON a string in its document."""
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        for rowid, text in con.execute("SELECT rowid, doc FROM log").fetchall():
+            doc = json.loads(text)
+            if "header" in doc:
+                doc["header"] = json.dumps(doc["header"])
+            for kind in ("messages", "contexts", "transitions"):
+                if kind in doc:
+                    doc[kind] = [[i, json.dumps(row)] for i, row in doc[kind]]
+            con.execute("UPDATE log SET doc = ? WHERE rowid = ?", (json.dumps(doc), rowid))
+        con.execute("UPDATE meta SET value = 'agentfsm/1' WHERE key = 'format'")
+        con.commit()
 
 
 def edit_store(db: str | os.PathLike[str], sql: str, *params: Any) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import io
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -51,7 +52,7 @@ from agentfsm.store import (
     start_run,
 )
 from tests._crash_worker import PROMPT, make_agent
-from tests.support import add, edit_store, saved_rows
+from tests.support import add, as_format_1, edit_store, saved_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -243,7 +244,7 @@ def test_runs_that_are_over_or_missing_are_not_resumed(db: Path, log: Path) -> N
 def test_a_store_from_a_newer_format_is_refused(db: Path) -> None:
     SQLiteStore(db).close()
     con = sqlite3.connect(db)
-    con.execute("UPDATE meta SET value = 'agentfsm/2' WHERE key = 'format'")
+    con.execute("UPDATE meta SET value = 'agentfsm/3' WHERE key = 'format'")
     con.commit()
     con.close()
     with pytest.raises(FormatError, match="newer agentfsm"):
@@ -571,7 +572,11 @@ def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
     ]
     texts, docs = Packer(), Packer()
     for transition in transitions:
-        assert texts.transition_text(transition) == compact_json(docs.transition(transition))
+        text, doc = texts.transition_text(transition), docs.transition(transition)
+        if isinstance(doc.get("elapsed"), float) and math.isfinite(doc["elapsed"]):
+            assert f'"elapsed":{doc["elapsed"]:.6f}' in text  # kept to the microsecond
+            doc["elapsed"] = round(doc["elapsed"], 6)
+        assert json.loads(text) == json.loads(compact_json(doc))
     assert texts.message_texts() == [compact_json(d) for d in docs.message_docs()]
     assert texts.context_texts() == [compact_json(d) for d in docs.context_docs()]
 
@@ -591,7 +596,7 @@ def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
     )
 
     where = Transition("a", "b", "c", chain, 0.5, {"at": _Where("x.py", 3)})
-    assert Packer().transition_text(where) == compact_json(Packer().transition(where))
+    assert json.loads(Packer().transition_text(where)) == Packer().transition(where)
     assert json.loads(Packer().transition_text(where))["detail"] == {
         "at": {"file": "x.py", "line": 3}
     }
@@ -633,6 +638,49 @@ def test_a_store_made_before_the_log_loads_and_its_runs_go_on(db: Path, log: Pat
         ]
     con.close()
     assert left == [0] * 6
+
+
+def _file_format(db: Path) -> str:
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        return str(con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0])
+
+
+def test_a_format_1_store_is_read_and_its_first_write_makes_it_format_2(
+    db: Path, log: Path
+) -> None:
+    agent = make_agent(log)
+    with SQLiteStore(db) as store:
+        run = start_run(agent, AgentState.of(PROMPT), store, run_id="r")
+
+        async def reply_then_pause() -> None:
+            while run.state != "interrupt_check":  # the first reply is saved
+                await run.step()
+            run.request_pause("later")
+            await run.step()
+
+        asyncio.run(reply_then_pause())
+        before = load_run(store, "r", strict=False)
+    assert _file_format(db) == "agentfsm/2"
+    assert all(
+        isinstance(json.loads(doc).get("messages", [[0, {}]])[0][1], dict)
+        for doc in [text for (text,) in sqlite3.connect(db).execute("SELECT doc FROM log")]
+    )
+    as_format_1(db)
+    with SQLiteStore(db, read_only=True) as reader:  # reading changes nothing
+        assert load_run(reader, "r", strict=False).traces == before.traces
+    with SQLiteStore(db) as store:  # neither does opening it to write
+        assert _file_format(db) == "agentfsm/1"
+        again = load_run(store, "r", strict=False)
+        assert (again.status, again.state, again.steps) == (before.status, "paused", before.steps)
+        assert [m.text for m in again.chain.messages] == [m.text for m in before.chain.messages]
+        resumed = asyncio.run(restore_run(agent, "r", store))
+        resumed.run_sync()
+        assert _file_format(db) == "agentfsm/2"  # the resume's first write
+        done = load_run(store, "r", strict=False)
+    assert done.status == "ok"
+    assert [t.entry for t in done.traces] == ["expanding", done.traces[1].entry]
+    whole_path(done)
+    assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
 
 
 @pytest.mark.parametrize("moved", [False, True], ids=["one loop", "moved to another loop"])

@@ -19,7 +19,7 @@ from agentfsm import Agent, AgentState, Message
 from agentfsm.providers import ScriptedModel, call_tool
 from agentfsm.store import SQLiteStore, start_run
 from agentfsm.studio import _catalog
-from tests.support import add
+from tests.support import add, as_format_1
 from tests.test_studio import make_store
 
 
@@ -40,6 +40,22 @@ def large(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> Iterator[p
 
 def _page(catalog: _catalog.Catalog, **filters: Any) -> list[str]:
     return sorted(r["run_id"] for r in catalog.page(**filters)["runs"])
+
+
+def test_a_format_1_store_is_searched_as_a_format_2_one(large: pathlib.Path) -> None:
+    queries = [{"query": "finite-state"}, {"query": "ünïcode answer 3"}, {"tool": "add"}]
+    catalog = _catalog.Catalog(str(large))
+    try:
+        found = [_page(catalog, **q) for q in queries]
+    finally:
+        catalog.close()
+    assert all(found)
+    as_format_1(large)
+    catalog = _catalog.Catalog(str(large))
+    try:
+        assert [_page(catalog, **q) for q in queries] == found
+    finally:
+        catalog.close()
 
 
 def test_a_large_store_is_filtered_as_a_small_one_is(

@@ -417,7 +417,8 @@ class Checkpointer:
         self._lost: Exception | None = None
         self.create = False
         self.replace = False
-        self._written = -1
+        #: The message log of the last chain written: a chain that grew has another one.
+        self._written: object = None
         self._packer = packer
         self._prior_steps = prior_steps
         self._saved = saved
@@ -445,14 +446,18 @@ class Checkpointer:
         raise LookupError(f"{run!r} has no checkpointer; attach one with checkpoint()")
 
     def transition(self, run: Run, transition: Transition) -> None:
-        # Only the boundaries a resume needs: where the conversation grew (a reply, tool
-        # results, an expansion), the end, and a retry of a failed write. The states in
-        # between are pure: a resumed run does them again from the last one written.
-        if run.done or self.error is not None or len(run.chain.messages) != self._written:
+        # Only the boundaries a resume needs: where the conversation changed (a reply,
+        # tool results, an expansion), the end, and a retry of a failed write. The states
+        # in between are pure: a resumed run does them again from the last one written.
+        # A run's every move comes here, so a lease known held costs one clock reading.
+        ended = run.result is not None
+        if ended or self.error is not None or transition.chain.messages is not self._written:
             self.flush()
-        elif self._lease_until is not None or self._lost is not None:
+        elif self._lost is not None or (
+            self._lease_until is not None and time.time() >= self._lease_until
+        ):
             self._check_lease(run)
-        if self._lease_loop is not False and not run.done:
+        if self._lease_loop is not False and not ended:
             loop = asyncio._get_running_loop()
             if loop is not self._lease_loop and loop is not None:
                 self._keep_lease(loop)
@@ -554,7 +559,7 @@ class Checkpointer:
             self._lease_until = started + lease / 2  # a write holds the lease that long
         self.writes += 1
         self.create = False
-        self._written = len(run.chain.messages)
+        self._written = run.chain.messages
         self._header = None
         self._saved = write.steps - self._prior_steps
         self._messages_saved += len(write.messages)
@@ -567,7 +572,8 @@ class Checkpointer:
         trace = run.trace.transitions
         steps = len(trace)
         text = packer.transition_text
-        transitions = [(seq, text(trace[seq])) for seq in range(self._saved, steps)]
+        saved = self._saved
+        transitions = [(seq, text(t)) for seq, t in enumerate(trace[saved:], saved)]
         result = agent_state = summary = None
         status: RunStatus = "running"
         if run.result is not None:

@@ -18,7 +18,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Literal, TypeGuard
 
-from ..serialization import FORMAT, FormatError, check_format, compact_json, parse_json
+from ..serialization import FormatError, compact_json, parse_json
 from .base import (
     RunExistsError,
     RunFinishedError,
@@ -55,6 +55,13 @@ CREATE TABLE IF NOT EXISTS log (
 );
 CREATE INDEX IF NOT EXISTS log_run ON log (run_id);
 """
+#: The file's format. In format 2 a checkpoint's document holds its rows as JSON
+#: values; format 1 kept each one as a JSON string inside the document, escaped a
+#: second time. Both are read; a format-1 file becomes format 2 with its first write
+#: (so an agentfsm that reads only format 1 refuses it instead of misreading it).
+_FORMAT: Final = "agentfsm/2"
+_READS: Final = ("agentfsm/1", _FORMAT)
+
 # A checkpoint is one row of ``log``: every row it adds, as one JSON document. SQLite's
 # cost per commit is its pages (each a WAL frame and two writes): a row appended to one
 # table and one index entry is two pages, where a table per kind of row was five. The
@@ -166,7 +173,7 @@ def _open_read_only(path: str, timeout: float) -> sqlite3.Connection:
         if not {"meta", "runs"} <= tables:
             raise FormatError(f"{path} is not an agentfsm store (it has no agentfsm tables)")
         row = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-        check_format({"format": None if row is None else row[0]})
+        _check_format(path, None if row is None else row[0])
     except sqlite3.DatabaseError as exc:
         con.close()
         raise FormatError(f"{path} is not an agentfsm store, or a damaged one: {exc}") from exc
@@ -174,6 +181,25 @@ def _open_read_only(path: str, timeout: float) -> sqlite3.Connection:
         con.close()
         raise
     return con
+
+
+def _check_format(path: str, fmt: object) -> None:
+    """Refuse a store file of a format this version does not read."""
+    if fmt in _READS:
+        return
+    newer = (
+        isinstance(fmt, str)
+        and fmt.startswith("agentfsm/")
+        and fmt[9:].isascii()
+        and fmt[9:].isdigit()
+        and len(fmt) < 20
+    )
+    if newer:
+        raise FormatError(
+            f"{path} is a store in format {fmt!r}, written by a newer agentfsm; this version "
+            f"reads {_FORMAT!r} and older. Upgrade agentfsm to open it."
+        )
+    raise FormatError(f"{path} is not an agentfsm store (its format is {str(fmt)[:40]!r})")
 
 
 def _head(created: object, newest: object) -> str:
@@ -188,17 +214,20 @@ def _tables(con: sqlite3.Connection) -> tuple[str, ...]:
 
 
 def _checkpoint_doc(write: StoreWrite) -> str:
-    """A checkpoint's new rows as one JSON document; each row's text is kept as a string."""
-    doc: dict[str, Any] = {}
+    """A checkpoint's new rows as one JSON document, each row's JSON text set in as it
+    is: ``{"header": {...}, "messages": [[index, {...}], ...], ...}``. Escaping the rows
+    again as strings, as format 1 did, cost more than writing them."""
+    parts = []
     if write.header is not None:
-        doc["header"] = write.header
-    if write.messages:
-        doc["messages"] = write.messages
-    if write.contexts:
-        doc["contexts"] = write.contexts
-    if write.transitions:
-        doc["transitions"] = write.transitions
-    return compact_json(doc)
+        parts.append('"header":' + write.header)
+    for kind, rows in (
+        ("messages", write.messages),
+        ("contexts", write.contexts),
+        ("transitions", write.transitions),
+    ):
+        if rows:
+            parts.append(f'"{kind}":[' + ",".join([f"[{i},{text}]" for i, text in rows]) + "]")
+    return "{" + ",".join(parts) + "}"
 
 
 class _Rows:
@@ -251,12 +280,18 @@ class _Rows:
             raise self.damaged("has a checkpoint that is not one")
         header = doc.get("header")
         if header is not None:
-            if not isinstance(header, str):
-                raise self.damaged("has a segment header that is not text")
-            self.headers[segment] = header
+            self.headers[segment] = self._text(header, "a segment header")
         self.messages.update(self._pairs(doc, "messages"))
         self.contexts.update(self._pairs(doc, "contexts"))
         self.transitions.setdefault(segment, {}).update(self._pairs(doc, "transitions"))
+
+    def _text(self, row: object, what: str) -> str:
+        """A row as JSON text: format 2 holds it as an object, format 1 as its text."""
+        if isinstance(row, dict):
+            return compact_json(row)
+        if isinstance(row, str):
+            return row
+        raise self.damaged(f"has {what} that is neither an object nor text")
 
     def _pairs(self, doc: dict[str, Any], kind: str) -> list[tuple[int, str]]:
         pairs = doc.get(kind, [])
@@ -264,7 +299,7 @@ class _Rows:
             isinstance(p, list) and len(p) == 2 for p in pairs
         ):
             raise self.damaged(f"has {kind} that are not (index, text) pairs")
-        return self._checked(pairs)
+        return self._checked((index, self._text(row, kind)) for index, row in pairs)
 
     def stored(
         self,
@@ -361,6 +396,7 @@ class SQLiteStore:
         #: Seconds a running run stays claimed after its writer last renewed it.
         self.lease = lease
         self._lock = threading.Lock()
+        self._format_1 = False
         if os.path.isdir(self.path):
             raise StoreError(f"The store {self.path} is a directory, not a store file")
         with _guard(self.path):
@@ -398,7 +434,9 @@ class SQLiteStore:
             for column, kind in (("owner", "TEXT"), ("lease_until", "REAL")):
                 if column not in columns:  # a store written before leases
                     con.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
-            con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT,))
+            con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (_FORMAT,))
+            (fmt,) = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+            self._format_1 = fmt != _FORMAT  # its first write makes it format 2
             con.execute("COMMIT")
         except BaseException:
             if con.in_transaction:
@@ -435,10 +473,7 @@ class SQLiteStore:
             raise FormatError(
                 f"{self.path} is not an agentfsm store (it has other tables); it was left as it is"
             )
-        try:
-            check_format({"format": row[0]})
-        except FormatError as exc:
-            raise FormatError(f"{self.path}: {exc}") from exc
+        _check_format(self.path, row[0])
         return True
 
     def write(self, run_id: str, write: StoreWrite) -> None:
@@ -448,7 +483,8 @@ class SQLiteStore:
         with self._lock:
             con, cur = self._con, self._cursor
             try:
-                if write.head is None and self._append_held(cur, row, write, now):
+                upgrade = self._format_1
+                if write.head is None and not upgrade and self._append_held(cur, row, write, now):
                     return
                 cur.execute("BEGIN IMMEDIATE")
                 try:
@@ -456,7 +492,10 @@ class SQLiteStore:
                         self._check_head(cur, run_id, write.head)
                     self._write_run(cur, run_id, write, now)
                     cur.execute(_APPEND, row)
+                    if upgrade:
+                        cur.execute("UPDATE meta SET value = ? WHERE key = 'format'", (_FORMAT,))
                     cur.execute("COMMIT")
+                    self._format_1 = False
                 except BaseException:
                     if con.in_transaction:
                         cur.execute("ROLLBACK")

@@ -167,6 +167,17 @@ def _content_text(content: object) -> str:
     return ""
 
 
+def _saved_row(row: object) -> dict[str, Any] | None:
+    """A saved row as an object: as it is (format 2), parsed from its text (format 1);
+    None for anything else."""
+    if isinstance(row, str):
+        try:
+            row = json.loads(row)
+        except (ValueError, RecursionError):
+            return None
+    return row if isinstance(row, dict) else None
+
+
 class _Reader:
     """One run's facts gathered from its checkpoint documents (untrusted text: anything
     that is not what a store writes is left out; loading the run says what is wrong)."""
@@ -184,13 +195,9 @@ class _Reader:
             return
         if not isinstance(doc, dict):
             return
-        header = doc.get("header")
-        if isinstance(header, str):
-            try:
-                machine = json.loads(header).get("machine")
-            except (ValueError, RecursionError, AttributeError):
-                machine = None
-            self.machine = machine if isinstance(machine, str) else self.machine
+        header = _saved_row(doc.get("header"))  # an object, or its text in a format-1 store
+        machine = header.get("machine") if header is not None else None
+        self.machine = machine if isinstance(machine, str) else self.machine
         self._pairs(doc.get("messages"))
 
     def add_parts(self, messages: object, machine: object) -> None:
@@ -205,16 +212,12 @@ class _Reader:
 
     def _pairs(self, pairs: object) -> None:
         for pair in pairs if isinstance(pairs, list) else ():
-            if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], str):
-                self._message(pair[1])
+            if isinstance(pair, list) and len(pair) == 2:
+                message = _saved_row(pair[1])
+                if message is not None:
+                    self._message(message)
 
-    def _message(self, text: str) -> None:
-        try:
-            message = json.loads(text)
-        except (ValueError, RecursionError):
-            return
-        if not isinstance(message, dict):
-            return
+    def _message(self, message: dict[str, Any]) -> None:
         self.texts.append(_content_text(message.get("content")))
         calls = message.get("tool_calls")
         for call in calls if isinstance(calls, list) else ():
