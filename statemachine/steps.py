@@ -122,7 +122,8 @@ async def _model_call(chain: LLMChain, *, count: bool) -> Continue | Failed:
                     "invalid_response", f"The model returned {reply!r}, not an assistant Message"
                 ),
             )
-        changes: dict[str, Any] = {} if reply.is_tool_call else {"current_failure_count": 0}
+        # An assistant reply (checked above) asks for tools when it has calls.
+        changes: dict[str, Any] = {} if reply.tool_calls else {"current_failure_count": 0}
         if not chain.callbacks:
             if count:  # no callback sees the chain before it is counted: one copy
                 context = chain.custom_context
