@@ -46,6 +46,10 @@ def message_tuple(value: Iterable[Message]) -> tuple[Message, ...]:
     return value if type(value) is tuple else tuple(value)
 
 
+#: ``object.__new__``, looked up once: ``MessageLog.append`` runs for every message added.
+_new_log: Final = object.__new__
+
+
 class MessageLog(Sequence["Message"]):
     """An immutable sequence of messages whose ``append`` costs O(1).
 
@@ -83,9 +87,9 @@ class MessageLog(Sequence["Message"]):
                 items = [*items[:length], message]
         else:
             items = [*items[:length], message]
-        new = object.__new__(MessageLog)
+        new = _new_log(MessageLog)
         new._items = items
-        new._len = self._len + 1
+        new._len = length + 1
         return new
 
     def __len__(self) -> int:
