@@ -393,9 +393,9 @@ def expand_tool_results(result: PipelineResult, opts: Opts = None) -> PipelineRe
     if last is None or last.role != "tool":
         return result
     for tool_result in last.tool_results:
-        if tool_result.expandable:
+        if tool_result.expansion is not None and tool_result.expandable:
             break
-    else:
+    else:  # most turns: no result carries an expansion, and no property is called
         return result
     inserted: list[Message] = []
     rewritten: list[ToolResult] = []
