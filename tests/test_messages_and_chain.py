@@ -29,7 +29,9 @@ def test_needs_response_follows_the_last_message() -> None:
     assert chain.needs_response is False and chain.last_message is None
     chain = chain.add_message(Message.user("hi"))
     assert chain.needs_response is True
-    chain = chain.add_message(Message.assistant(None, [ToolCall("c1", "add", {})]))
+    chain = chain.add_message(
+        Message.assistant(None, [ToolCall(call_id="c1", name="add", arguments={})])
+    )
     assert chain.needs_response is True
     chain = chain.add_message(Message.tool([ToolResult("c1", "add", "3")]))
     assert chain.needs_response is True
@@ -43,6 +45,40 @@ def test_messages_given_at_construction_set_last_message_and_needs_response() ->
     chain = LLMChain(ScriptedModel([]), messages=[Message.system("s"), Message.user("u")])
     assert chain.last_message == Message.user("u")
     assert chain.needs_response is True
+
+
+def test_a_copied_chain_reads_needs_response_off_its_new_last_message() -> None:
+    chain = LLMChain(ScriptedModel([])).add_message(Message.user("hi"))
+    replied = chain.add_message(Message.assistant("hello"))
+    assert (replied.last_message, replied.needs_response) == (Message.assistant("hello"), False)
+    asked = replied.replace_last_message(
+        Message.assistant(None, [ToolCall(call_id="c1", name="add", arguments={})])
+    )
+    assert asked.needs_response is True and asked.last_message is not None
+    assert asked.last_message.tool_calls[0].name == "add"
+    counted = _replace(asked, current_failure_count=2)
+    assert (counted.last_message, counted.needs_response) == (asked.last_message, True)
+    assert chain.needs_response is True  # the chain copied from is as it was
+
+
+def test_a_needs_response_given_unlike_the_last_message_is_kept_until_a_message_is_added() -> None:
+    model = ScriptedModel([])
+    chain = LLMChain(model, messages=[Message.user("u")], needs_response=False)
+    assert chain.last_message == Message.user("u") and chain.needs_response is False
+    assert chain != LLMChain(model, messages=[Message.user("u")])
+    kept = [
+        attrs.evolve(chain, llm=ScriptedModel([])),
+        chain.update_custom_context({"k": 1}),
+        chain.clear_exchanged_messages(),
+        _replace(chain, current_failure_count=1),
+    ]
+    assert [c.needs_response for c in kept] == [False] * 4
+    assert chain.add_message(Message.user("again")).needs_response is True
+    assert chain.replace_last_message(Message.user("u2")).needs_response is True
+    # A given value that agrees with the last message is no override: the chains are equal.
+    same = LLMChain(model, messages=[Message.user("u")], needs_response=True)
+    assert same == attrs.evolve(chain, needs_response=True)
+    assert same.needs_response is True
 
 
 def test_add_message_refuses_what_is_not_a_message() -> None:

@@ -295,6 +295,20 @@ def looping_agent(turns: int) -> Agent:
     return Agent(ScriptedModel(script, model_name="alpha"), [add], max_runs=turns + 1)
 
 
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_stored_needs_response_loads_as_stored_whatever_the_last_message(stored: bool) -> None:
+    """A record's ``needs_response`` is the chain's, even where the last message says
+    otherwise, and it is written back the same."""
+    chain = LLMChain(MODELS["alpha"]).add_message(Message.user("hi"))
+    for last in (Message.user("go on"), say("done")):
+        doc = json.loads(dumps(chain.add_message(last)))
+        doc["value"]["needs_response"] = stored
+        loaded = loads(json.dumps(doc), LLMChain, **BIND)
+        assert loaded.last_message == last and loaded.needs_response is stored
+        assert json.loads(dumps(loaded))["value"] == doc["value"]
+        assert loaded.add_message(Message.user("more")).needs_response is True
+
+
 def test_a_long_trace_keeps_each_message_once() -> None:
     run = looping_agent(28).start(AgentState.of("count"))
     run.run_sync()
