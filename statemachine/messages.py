@@ -46,10 +46,6 @@ def message_tuple(value: Iterable[Message]) -> tuple[Message, ...]:
     return value if type(value) is tuple else tuple(value)
 
 
-#: ``object.__new__``, looked up once: ``MessageLog.append`` runs for every message added.
-_new_log: Final = object.__new__
-
-
 class MessageLog(Sequence["Message"]):
     """An immutable sequence of messages whose ``append`` costs O(1).
 
@@ -87,7 +83,7 @@ class MessageLog(Sequence["Message"]):
                 items = [*items[:length], message]
         else:
             items = [*items[:length], message]
-        new = _new_log(MessageLog)
+        new = object.__new__(MessageLog)
         new._items = items
         new._len = length + 1
         return new

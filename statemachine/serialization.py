@@ -221,21 +221,23 @@ def parse_json(text: str | bytes | bytearray) -> Any:
         raise FormatError(f"Not JSON: {exc}") from exc
 
 
-def check_format(data: Any) -> None:
-    """Refuse anything but a document of a format this version reads."""
+def check_format(data: Any, *, newest: int = FORMAT_VERSION) -> None:
+    """Refuse anything but a document of a format this version reads (``agentfsm/1`` up
+    to ``agentfsm/{newest}``)."""
+    reads = f"{_PREFIX}{newest}"
     fmt = data.get("format") if isinstance(data, Mapping) else None
     if not isinstance(fmt, str) or not fmt.startswith(_PREFIX):
         raise FormatError(
-            f"Not an agentfsm document: expected an object with 'format': {FORMAT!r}, "
+            f"Not an agentfsm document: expected an object with 'format': {reads!r}, "
             f"got format {fmt!r}."
         )
     version = fmt[len(_PREFIX) :]
     if not (version.isascii() and version.isdigit() and len(version) < 10) or int(version) < 1:
-        raise FormatError(f"Unknown document format {fmt!r}; this version reads {FORMAT!r}.")
-    if int(version) > FORMAT_VERSION:
+        raise FormatError(f"Unknown document format {fmt!r}; this version reads {reads!r}.")
+    if int(version) > newest:
         raise FormatError(
             f"The document is in format {fmt!r}, written by a newer agentfsm; this version "
-            f"reads {FORMAT!r}. Upgrade agentfsm to load it."
+            f"reads {reads!r}. Upgrade agentfsm to load it."
         )
 
 

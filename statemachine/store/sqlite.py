@@ -18,7 +18,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final, Literal, TypeGuard
 
-from ..serialization import FormatError, compact_json, parse_json
+from ..serialization import FormatError, check_format, compact_json, parse_json
 from .base import (
     RunExistsError,
     RunFinishedError,
@@ -59,8 +59,8 @@ CREATE INDEX IF NOT EXISTS log_run ON log (run_id);
 #: values; format 1 kept each one as a JSON string inside the document, escaped a
 #: second time. Both are read; a format-1 file becomes format 2 with its first write
 #: (so an agentfsm that reads only format 1 refuses it instead of misreading it).
-_FORMAT: Final = "agentfsm/2"
-_READS: Final = ("agentfsm/1", _FORMAT)
+_FORMAT_VERSION: Final = 2
+_FORMAT: Final = f"agentfsm/{_FORMAT_VERSION}"
 
 # A checkpoint is one row of ``log``: every row it adds, as one JSON document. SQLite's
 # cost per commit is its pages (each a WAL frame and two writes): a row appended to one
@@ -185,21 +185,10 @@ def _open_read_only(path: str, timeout: float) -> sqlite3.Connection:
 
 def _check_format(path: str, fmt: object) -> None:
     """Refuse a store file of a format this version does not read."""
-    if fmt in _READS:
-        return
-    newer = (
-        isinstance(fmt, str)
-        and fmt.startswith("agentfsm/")
-        and fmt[9:].isascii()
-        and fmt[9:].isdigit()
-        and len(fmt) < 20
-    )
-    if newer:
-        raise FormatError(
-            f"{path} is a store in format {fmt!r}, written by a newer agentfsm; this version "
-            f"reads {_FORMAT!r} and older. Upgrade agentfsm to open it."
-        )
-    raise FormatError(f"{path} is not an agentfsm store (its format is {str(fmt)[:40]!r})")
+    try:
+        check_format({"format": fmt}, newest=_FORMAT_VERSION)
+    except FormatError as exc:
+        raise FormatError(f"{path}: {exc}") from exc
 
 
 def _head(created: object, newest: object) -> str:
