@@ -188,9 +188,10 @@ class SSEDecoder:
         streams take, read here at once. The lines after its last blank line (the
         event a chunk cut in two begins) are read one by one, as in ``_blocks``.
 
-        Decoded whole and cut at each line end, each third line blank, the others
-        joined back and cut at each ``\\nevent: `` and ``\\ndata: ``: one piece per
-        line, or it is not the shape. Bounds as in ``_only_data``."""
+        Cut at each line end, each third line blank; the names and the data lines
+        each joined back, decoded and cut at each ``\\nevent: `` or ``\\ndata: ``:
+        one piece per line, or it is not the shape. Bounds and decoding as in
+        ``_only_data``."""
         whole = ended.rfind(b"\n\n") + 2  # the size of the events it ends (1: none)
         if (
             not ended.startswith(b"event: ")
@@ -199,13 +200,13 @@ class SSEDecoder:
             or (self._max_event is not None and whole > self._max_event)
         ):
             return False
-        lines = ended[:whole].decode("utf-8", "replace").split("\n")
+        lines = ended[:whole].split(b"\n")
         lines.pop()  # the empty text after the last blank line
         count = len(lines) // 3
         if len(lines) % 3 or any(lines[2::3]):  # not name, data, blank, name, ...
             return False
-        names = "\n".join(lines[::3]).split("\nevent: ")
-        values = "\n".join(lines[1::3]).split("\ndata: ")
+        names = b"\n".join(lines[::3]).decode("utf-8", "replace").split("\nevent: ")
+        values = b"\n".join(lines[1::3]).decode("utf-8", "replace").split("\ndata: ")
         if len(names) != count or len(values) != count or not values[0].startswith("data: "):
             return False
         names[0] = names[0][7:]
