@@ -110,12 +110,13 @@ class SSEDecoder:
 
     def _blocks(self, ended: bytes, events: list[ServerSentEvent]) -> None:
         """Lines ended by ``\\n`` alone. An event the last chunk began is finished line
-        by line; then, most often, every event left is one ``data: `` line, and the
-        chunk is read at once; otherwise it is cut at its blank lines, and a block of
-        one ``data`` line read as an event at once, the others line by line."""
+        by line; then, most often, every event left is one ``data: `` line, or one
+        ``event: `` line and one ``data: `` line, and the chunk is read at once;
+        otherwise it is cut at its blank lines, and a block of one ``data`` line read
+        as an event at once, the others line by line."""
         if self._data or self._event or ended[:1] == b"\n":
             ended = self._finish(ended, events)
-        if self._only_data(ended, events):
+        if self._only_data(ended, events) or self._named(ended, events):
             return
         blocks = ended.split(b"\n\n")
         rest = blocks.pop()  # the lines after the last blank one
@@ -179,6 +180,48 @@ class SSEDecoder:
             return False
         last_id, retry = self._id, self._retry
         events.extend([ServerSentEvent(data=value, id=last_id, retry=retry) for value in values])
+        return True
+
+    def _named(self, ended: bytes, events: list[ServerSentEvent]) -> bool:
+        """Whether ``ended`` (no event begun before it) is events of one ``event: ``
+        line and one ``data: `` line each, the shape Anthropic's and OpenAI's Responses
+        streams take, read here at once. The lines after its last blank line (the
+        event a chunk cut in two begins) are read one by one, as in ``_blocks``.
+
+        Cut at each line end, each third line blank; the names and the data lines
+        each joined back, decoded and cut at each ``\\nevent: `` or ``\\ndata: ``:
+        one piece per line, or it is not the shape. Bounds and decoding as in
+        ``_only_data``."""
+        whole = ended.rfind(b"\n\n") + 2  # the size of the events it ends (1: none)
+        if (
+            not ended.startswith(b"event: ")
+            or whole < 2
+            or (self._max_line is not None and whole > self._max_line)
+            or (self._max_event is not None and whole > self._max_event)
+        ):
+            return False
+        lines = ended[:whole].split(b"\n")
+        lines.pop()  # the empty text after the last blank line
+        count = len(lines) // 3
+        if len(lines) % 3 or any(lines[2::3]):  # not name, data, blank, name, ...
+            return False
+        names = b"\n".join(lines[::3]).decode("utf-8", "replace").split("\nevent: ")
+        values = b"\n".join(lines[1::3]).decode("utf-8", "replace").split("\ndata: ")
+        if len(names) != count or len(values) != count or not values[0].startswith("data: "):
+            return False
+        names[0] = names[0][7:]
+        values[0] = values[0][6:]
+        last_id, retry = self._id, self._retry
+        events.extend(
+            [
+                ServerSentEvent(event=name or "message", data=value, id=last_id, retry=retry)
+                for name, value in zip(names, values, strict=True)
+            ]
+        )
+        if whole < len(ended):
+            rest = ended[whole:].split(b"\n")
+            rest.pop()  # the empty text after the last line's end
+            self._lines(rest, events)
         return True
 
     def _lines(self, lines: list[bytes], events: list[ServerSentEvent]) -> None:

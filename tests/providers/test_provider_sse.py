@@ -109,6 +109,80 @@ def test_a_chunk_of_whole_events_keeps_the_bounds(limits: dict[str, int], what: 
     assert caught.value.what == what
 
 
+@pytest.mark.parametrize(
+    ("limits", "what"),
+    [
+        ({"max_line": 12}, "line"),
+        ({"max_event": 8}, "event"),
+        ({"max_line": 12, "max_event": 8}, "line"),
+    ],
+)
+def test_a_chunk_of_named_events_keeps_the_bounds(limits: dict[str, int], what: str) -> None:
+    decoder = SSEDecoder(**limits)
+    assert decoder.feed(b": start\n") == []
+    with pytest.raises(SSELimitError) as caught:
+        decoder.feed(b"event: e\ndata: y\n\nevent: e\ndata: 0123456789\n\n")
+    assert caught.value.what == what
+
+
+def test_named_events_before_a_line_past_the_bound() -> None:
+    # the events the chunk ends are within the bound, read at once; the line of the
+    # one it begins is not
+    decoder = SSEDecoder(max_line=20, max_event=20)
+    assert decoder.feed(b": start\n") == []
+    with pytest.raises(SSELimitError) as caught:
+        decoder.feed(b"event: e\ndata: y\n\nevent: 0123456789abcdef\n")
+    assert caught.value.what == "line"
+    decoder = SSEDecoder(max_line=20, max_event=20)
+    assert decoder.feed(b": start\n") == []
+    assert decoder.feed(b"event: e\ndata: y\n\nevent: 01234\n") == [ServerSentEvent("e", "y")]
+    assert decoder.pending
+
+
+def test_a_chunk_of_named_events() -> None:
+    # the shape Anthropic's and OpenAI's Responses streams take: one name, one data
+    decoder = SSEDecoder()
+    assert decoder.feed(b"id: 3\nretry: 5\n\n") == []
+    chunk = (
+        b'event: content_block_delta\ndata: {"a":1}\n\n'
+        b"event: \ndata: no name\n\n"
+        b"event: ping\ndata:  two spaces\n\n"
+        b"event: message_stop\ndata: {"
+    )
+    assert decoder.feed(chunk) == [
+        ServerSentEvent("content_block_delta", '{"a":1}', "3", 5),
+        ServerSentEvent("message", "no name", "3", 5),
+        ServerSentEvent("ping", " two spaces", "3", 5),
+    ]
+    assert decoder.pending
+    assert decoder.feed(b"}\n\n") == [ServerSentEvent("message_stop", "{}", "3", 5)]
+    assert not decoder.pending
+
+
+@pytest.mark.parametrize(
+    ("chunk", "expected"),
+    [
+        (b"event:e\ndata: x\n\nevent: f\ndata:y\n\n", [("e", "x"), ("f", "y")]),
+        (b"event: e\ndata: x\ndata: y\n\nevent: f\ndata: z\n\n", [("e", "x\ny"), ("f", "z")]),
+        (b"event: e\n\nevent: f\ndata: y\n\n", [("f", "y")]),
+        (b"event: e\ndata: x\n\n\nevent: f\ndata: y\n\n", [("e", "x"), ("f", "y")]),
+        (b"event: e\ndata: x\n\ndata: y\n\n", [("e", "x"), ("message", "y")]),
+        (b"event: e\ndata: x\n\n: note\nevent: f\ndata: y\n\n", [("e", "x"), ("f", "y")]),
+        (b"event:\ndata: x\n\nevent: e\nevent: f\ndata: y\n\n", [("message", "x"), ("f", "y")]),
+        (b"event: e\ndata: x\n\nevent: f\nid: 9\ndata: y\n\n", [("e", "x"), ("f", "y", "9")]),
+        (b"event: e\ndata: x\nid: 9\nevent: f\ndata: y\n\n", [("f", "x\ny", "9")]),
+    ],
+)
+def test_named_events_not_quite_the_shape(chunk: bytes, expected: list[tuple[str, ...]]) -> None:
+    # no space after a colon, two data lines, a name with no data, an extra blank
+    # line, a data-only event, a comment, an empty or a second name, an id (in the
+    # line a blank one would be in, the next name and data belong to the same event)
+    decoder = SSEDecoder()
+    assert decoder.feed(b": start\n") == []
+    assert decoder.feed(chunk) == [ServerSentEvent(*fields) for fields in expected]
+    assert decode(b": start\n" + chunk) == decode(*(bytes([b]) for b in chunk))
+
+
 # ---------------------------------------------------------------- any cut, any stream
 
 #: Pieces streams are made of: the common shape (one ``data: `` line per event) and
@@ -137,6 +211,33 @@ _PIECES = st.sampled_from(
         b" ",
     ]
 )
+#: The other common shape, one ``event: `` line and one ``data: `` line per event, in
+#: runs that may end in an event begun; and what takes it off its path.
+_NAMED_RUNS = st.builds(
+    lambda blocks, begun: b"".join(blocks) + begun,
+    st.lists(
+        st.sampled_from(
+            [
+                b"event: e\ndata: x\n\n",
+                b"event: content_block_delta\ndata: " + b"z" * 24 + b"\n\n",
+                b"event: \ndata: y\n\n",
+                b"event: \xc3\xa9\ndata: \xe2\x82\n\n",
+            ]
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.sampled_from([b"", b"event: f\n", b"event: f\ndata: ", b"event: e\ndata: x\n"]),
+)
+_NAMED = st.sampled_from(
+    [
+        b"event:e\ndata: x\n\n",
+        b"event: e\ndata:x\n\n",
+        b"event: e\ndata: x\ndata: y\n\n",
+        b"event: e\ndata: x\n: c\n",
+        b"event: ",
+    ]
+)
 _BOUNDS = st.one_of(st.none(), st.integers(min_value=1, max_value=40))
 
 
@@ -149,7 +250,7 @@ def _fed(decoder: SSEDecoder, chunk: bytes) -> list[ServerSentEvent] | SSELimitE
 
 @settings(max_examples=500, deadline=None)
 @given(
-    pieces=st.lists(_PIECES, max_size=40),
+    pieces=st.lists(_PIECES | _NAMED_RUNS | _NAMED, max_size=40),
     at_pieces=st.lists(st.integers(min_value=0, max_value=40), max_size=8),
     at_bytes=st.lists(st.integers(min_value=0, max_value=400), max_size=4),
     max_line=_BOUNDS,
