@@ -14,7 +14,8 @@
 * a streamed event through the providers' SSE decoder (``EventStream``, as a
   streaming provider reads it) against httpx's own ``aiter_lines``, per event of a
   loopback server in another process writing each event on its own (4,000 events
-  against 500);
+  against 500); one ``data:`` line each as chat completions stream, and named events
+  (an ``event:`` line and a ``data:`` line) as Anthropic's and the Responses API do;
 * ``import agentfsm`` in instructions (minus ``python -c pass``, bytecode already
   compiled) and in modules added to ``sys.modules``, against the same at each
   ``--base``, a commit of this repository (its ``statemachine/`` and ``providers/``
@@ -120,17 +121,22 @@ _EVENT = (
     b'data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":'
     b'[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
 )
+#: The same as a named event, as Anthropic's Messages and OpenAI's Responses stream it.
+_NAMED_EVENT = (
+    b"event: content_block_delta\n"
+    b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n'
+)
 
 
-async def _serve_events(count: int, ready: Any) -> None:
-    """A loopback server: each request gets ``count`` events, one TCP write each."""
+async def _serve_events(count: int, ready: Any, event: bytes) -> None:
+    """A loopback server: each request gets ``count`` copies of ``event``, one TCP write each."""
 
     async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
         writer.write(b"connection: close\r\n\r\n")
         for _ in range(count):
-            writer.write(_EVENT)
+            writer.write(event)
             await writer.drain()
         writer.close()
 
@@ -142,13 +148,21 @@ async def _serve_events(count: int, ready: Any) -> None:
 
 def _read_events(name: str, count: int) -> None:
     """Read ``count`` streamed events from a loopback server in another process: with
-    httpx's own line splitter (``sse_httpx``) or the providers' event stream."""
+    httpx's own line splitter (``sse_httpx``) or the providers' event stream
+    (``sse_ours``); named events with ``_named`` after either name."""
     import httpx
 
     from agentfsm.providers._transport import EventStream, HttpTransport
 
     server = subprocess.Popen(
-        [sys.executable, __file__, "--sse-server", "-k", str(count)],
+        [
+            sys.executable,
+            __file__,
+            "--sse-server",
+            "-k",
+            str(count),
+            *(["--named"] if name.endswith("_named") else []),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -158,7 +172,7 @@ def _read_events(name: str, count: int) -> None:
     async def read() -> int:
         seen = 0
         async with httpx.AsyncClient() as client, client.stream("GET", url) as response:
-            if name == "sse_httpx":
+            if name.startswith("sse_httpx"):
                 async for line in response.aiter_lines():
                     seen += line.startswith("data:")
             else:
@@ -308,11 +322,12 @@ def main() -> None:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--cpu-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sse-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--named", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sse_server:
-        asyncio.run(_serve_events(args.k, sys.stdout))
+        asyncio.run(_serve_events(args.k, sys.stdout, _NAMED_EVENT if args.named else _EVENT))
         return
-    if args.worker in ("sse_httpx", "sse_ours"):
+    if args.worker and args.worker.startswith("sse_"):
         _read_events(args.worker, args.k)
         return
     if args.worker:
@@ -326,7 +341,7 @@ def main() -> None:
     calls = {name: per_call(name, args.k, args.repeat) for name in names}
     events = {
         name: per_call(name, SSE_EVENTS, args.repeat, SSE_EVENTS // 8)
-        for name in ("sse_httpx", "sse_ours")
+        for name in ("sse_httpx", "sse_ours", "sse_httpx_named", "sse_ours_named")
     }
     tree_import, tree_modules = import_cost(None, args.repeat)
     bases = {}
@@ -369,6 +384,13 @@ def main() -> None:
             f"{events['sse_httpx']:,.0f} (httpx aiter_lines)",
             f"{events['sse_ours'] / events['sse_httpx']:.2f}x",
             "1.5x",
+        ],
+        [
+            "the same, a named event (event: and data: lines, Anthropic's shape)",
+            f"{events['sse_ours_named']:,.0f}",
+            f"{events['sse_httpx_named']:,.0f} (httpx aiter_lines)",
+            f"{events['sse_ours_named'] / events['sse_httpx_named']:.2f}x",
+            "",
         ],
     ]
     for commit, (base_import, base_modules) in bases.items():
