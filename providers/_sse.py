@@ -157,6 +157,13 @@ class SSEDecoder:
         self._lines(lines, events)
         return rest
 
+    def _bounded(self, size: int) -> bool:
+        """Whether no line and no event in ``size`` bytes can pass a bound: a part of a
+        chunk this small may be read at once, without the checks line by line."""
+        return (self._max_line is None or size <= self._max_line) and (
+            self._max_event is None or size <= self._max_event
+        )
+
     def _only_data(self, ended: bytes, events: list[ServerSentEvent]) -> bool:
         """Whether ``ended`` (no event begun before it) is only events of one
         ``data: `` line each, read here at once: decoded whole, cut at each
@@ -165,12 +172,10 @@ class SSEDecoder:
         No line or event in it can pass a bound its whole size is within; one that
         may is left to the checks line by line. Decoding the whole is decoding line
         by line: a line end is never part of a malformed sequence."""
-        size = len(ended)
         if (
             not ended.startswith(b"data: ")
             or not ended.endswith(b"\n\n")
-            or (self._max_line is not None and size > self._max_line)
-            or (self._max_event is not None and size > self._max_event)
+            or not self._bounded(len(ended))
         ):
             return False
         values = ended.decode("utf-8", "replace").split("\n\ndata: ")
@@ -193,12 +198,7 @@ class SSEDecoder:
         one piece per line, or it is not the shape. Bounds and decoding as in
         ``_only_data``."""
         whole = ended.rfind(b"\n\n") + 2  # the size of the events it ends (1: none)
-        if (
-            not ended.startswith(b"event: ")
-            or whole < 2
-            or (self._max_line is not None and whole > self._max_line)
-            or (self._max_event is not None and whole > self._max_event)
-        ):
+        if not ended.startswith(b"event: ") or whole < 2 or not self._bounded(whole):
             return False
         lines = ended[:whole].split(b"\n")
         lines.pop()  # the empty text after the last blank line
