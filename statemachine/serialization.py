@@ -46,6 +46,7 @@ from .messages import (
     MessageDelta,
     MessageExpansion,
     MessageLog,
+    Role,
     ToolCall,
     ToolResult,
 )
@@ -211,6 +212,80 @@ def _compact_any(value: Mapping[str, Any]) -> str:
         return _encoder.encode(converter.unstructure(dict(value)))
 
 
+def _message_text(message: Message) -> str:
+    """A message's document as compact JSON text, the converter's to the byte.
+
+    A run writes a reply and a tool message per model call, so the shapes a run makes
+    (text, tool calls, plain tool results, metadata of JSON values) are written here
+    directly; any other part (content parts, thinking, expansions, interrupts, values
+    that are not JSON) sends the whole message through the converter.
+    """
+    content = message.content
+    if (content is not None and content.__class__ is not str) or message.thinking:
+        return _converted_message(message)
+    try:
+        text = '{"role":' + _ROLES[message.role]
+        if content is not None:
+            text += ',"content":' + compact_json(content)
+        if message.tool_calls:
+            text += ',"tool_calls":[' + ",".join([_call_text(c) for c in message.tool_calls]) + "]"
+        if message.tool_results:
+            results = [_result_text(r) for r in message.tool_results]
+            text += ',"tool_results":[' + ",".join(results) + "]"
+        if message.status != "complete":
+            text += ',"status":' + compact_json(message.status)
+        if message.metadata:
+            text += ',"metadata":' + compact_json(message.metadata)
+    except (_Unusual, KeyError, TypeError, ValueError, RecursionError):
+        return _converted_message(message)
+    return text + "}"
+
+
+class _Unusual(Exception):
+    """A part :func:`_message_text` leaves to the converter."""
+
+
+def _converted_message(message: Message) -> str:
+    return compact_json(converter.unstructure(message, Message))
+
+
+def _call_text(call: ToolCall) -> str:
+    text = '{"call_id":' + compact_json(call.call_id) + ',"name":' + compact_json(call.name)
+    if call.arguments:
+        text += ',"arguments":' + compact_json(call.arguments)
+    if call.invalid_arguments is not None:
+        text += ',"invalid_arguments":' + compact_json(call.invalid_arguments)
+    return text + "}"
+
+
+def _result_text(result: ToolResult) -> str:
+    content = result.content
+    if (
+        (content is not None and content.__class__ is not str)
+        or result.is_interrupt
+        or result.interrupt_data is not None
+        or result.state_updates is not None
+        or result.expansion is not None
+    ):
+        raise _Unusual
+    text = (
+        '{"tool_call_id":'
+        + compact_json(result.tool_call_id)
+        + ',"name":'
+        + compact_json(result.name)
+        + ',"content":'
+        + ("null" if content is None else compact_json(content))
+    )
+    if result.is_error is True:
+        return text + ',"is_error":true}'
+    if result.is_error is not False:
+        raise _Unusual
+    return text + "}"
+
+
+_ROLES: Final = {role: compact_json(role) for role in typing.get_args(Role)}
+
+
 def parse_json(text: str | bytes | bytearray) -> Any:
     """JSON text as data; anything but JSON (or JSON nested too deeply) is a FormatError."""
     try:
@@ -315,6 +390,8 @@ class Packer:
         # transition_text's parts: the last chain's text (consecutive transitions share
         # their chain) and each edge's opening, bounded as a machine's edges are.
         self._chain_text: tuple[LLMChain, str] | None = None
+        #: The model and tools of the last chain written, and their text.
+        self._chain_head: tuple[str, tuple[Tool, ...], str, str] | None = None
         self._heads: dict[tuple[str, str, str], str] = {}
         self._texts: list[str] = []
 
@@ -381,6 +458,33 @@ class Packer:
             record["max_retries"] = chain.max_retry_count
         return record
 
+    def chain_text(self, chain: LLMChain) -> str:
+        """:meth:`chain` as compact JSON text, the same to the byte, written from its parts:
+        a run writes two chains per model call, and the generic encoder costs several
+        times more on so small a record."""
+        name, tools, head = chain.llm.name, chain.tools, self._chain_head
+        if head is None or head[0] != name or head[1] is not tools:
+            names = [t.name for t in tools]
+            head = (name, tools, compact_json(name), compact_json(names) if names else "")
+            self._chain_head = head
+        text = '{"llm":' + head[2] + ',"messages":' + _runs_text(self.runs(chain.messages))
+        pending = chain.needs_response
+        text += ',"needs_response":' + (
+            "true" if pending is True else "false" if pending is False else compact_json(pending)
+        )
+        text += ',"context":' + str(self.context(chain.custom_context))
+        if head[3]:
+            text += ',"tools":' + head[3]
+        if chain.exchanged_messages:
+            text += ',"exchanged":' + _runs_text(self.runs(chain.exchanged_messages))
+        if chain.last_message is not None:
+            text += ',"last":' + str(self.message(chain.last_message))
+        if chain.current_failure_count:
+            text += ',"failures":' + compact_json(chain.current_failure_count)
+        if chain.max_retry_count != _MAX_RETRY_DEFAULT:
+            text += ',"max_retries":' + compact_json(chain.max_retry_count)
+        return text + "}"
+
     def result(self, result: PipelineResult) -> dict[str, Any]:
         record: dict[str, Any] = {"type": type(result).__name__, "chain": self.chain(result.chain)}
         match result:
@@ -428,7 +532,7 @@ class Packer:
         if cached is not None and cached[0] is chain:
             chain_text = cached[1]
         else:
-            chain_text = compact_json(self.chain(chain))
+            chain_text = self.chain_text(chain)
             self._chain_text = (chain, chain_text)
         edge = (transition.source, transition.trigger, transition.dest)
         head = self._heads.get(edge)
@@ -458,7 +562,7 @@ class Packer:
 
     def message_texts(self, start: int = 0) -> list[str]:
         """:meth:`message_docs` as compact JSON text, kept for :meth:`agent_state_text`."""
-        texts = [compact_json(doc) for doc in self.message_docs(start)]
+        texts = [_message_text(message) for message in self.messages[start:]]
         known = self._texts
         known.extend([""] * (start - len(known)))  # a seeded table's rows: not written here
         known[start:] = texts
@@ -483,6 +587,12 @@ class Packer:
 
 
 _MAX_RETRY_DEFAULT: Final = attrs.fields(LLMChain).max_retry_count.default
+
+
+def _runs_text(runs: Runs) -> str:
+    return "[" + ",".join([f"[{start},{count}]" for start, count in runs]) + "]"
+
+
 _HEADS_MAX: Final = 256
 
 

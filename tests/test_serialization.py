@@ -35,8 +35,11 @@ from agentfsm.results import Continue, PipelineResult
 from agentfsm.serialization import (
     FORMAT,
     FormatError,
+    Packer,
     UnboundModel,
     UnknownToolError,
+    compact_json,
+    converter,
     dump,
     dump_trace,
     dumps,
@@ -282,6 +285,47 @@ def test_a_transition_alone_round_trips(trace: Trace) -> None:
             transition.chain,
             transition.detail,
         )
+
+
+@SETTINGS
+@given(st.lists(messages, max_size=4))
+def test_a_message_row_is_the_converters_text_to_the_byte(values: list[Message]) -> None:
+    """The store writes messages without the converter where it can: the text is the same."""
+    packer = Packer()
+    for message in values:
+        packer.message(message)
+    assert packer.message_texts() == [
+        compact_json(converter.unstructure(m, Message)) for m in values
+    ]
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{"t": (1, 2)}, {"s": {3}}, {"b": b"raw"}, {"p": ContentPart.text("x")}, {1: "int key"}],
+)
+def test_a_message_whose_values_are_not_json_is_written_as_the_converter_writes_it(
+    metadata: dict[Any, Any],
+) -> None:
+    values = [
+        Message.assistant("hi", metadata=metadata),
+        Message.assistant(None, [ToolCall("c", "add", metadata)]),
+        Message.tool([ToolResult("c", "add", "2", is_error=True)]),
+    ]
+    texts = Packer()
+    for message in values:
+        texts.message(message)
+    assert texts.message_texts() == [
+        compact_json(converter.unstructure(m, Message)) for m in values
+    ]
+
+
+@SETTINGS
+@given(st.lists(chains(), min_size=1, max_size=3))
+def test_a_chain_record_is_the_records_text_to_the_byte(values: list[LLMChain]) -> None:
+    texts, docs = Packer(), Packer()
+    for chain in [*values, *values]:  # again: the tables already hold every part
+        assert texts.chain_text(chain) == compact_json(docs.chain(chain))
+    assert texts.message_texts() == [compact_json(d) for d in docs.message_docs()]
 
 
 # ---------------------------------------------------------------- real runs
