@@ -226,7 +226,7 @@ def _message_text(message: Message) -> str:
     try:
         text = '{"role":' + _ROLES[message.role]
         if content is not None:
-            text += ',"content":' + compact_json(content)
+            text += ',"content":' + _string(content)
         if message.tool_calls:
             text += ',"tool_calls":[' + ",".join([_call_text(c) for c in message.tool_calls]) + "]"
         if message.tool_results:
@@ -249,8 +249,13 @@ def _converted_message(message: Message) -> str:
     return compact_json(converter.unstructure(message, Message))
 
 
+#: A string as JSON text, as :data:`compact_json` writes it, for a fraction of its cost;
+#: anything but a string is a TypeError (and the message goes through the converter).
+_string: Final[Callable[[str], str]] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
 def _call_text(call: ToolCall) -> str:
-    text = '{"call_id":' + compact_json(call.call_id) + ',"name":' + compact_json(call.name)
+    text = '{"call_id":' + _string(call.call_id) + ',"name":' + _string(call.name)
     if call.arguments:
         text += ',"arguments":' + compact_json(call.arguments)
     if call.invalid_arguments is not None:
@@ -270,11 +275,11 @@ def _result_text(result: ToolResult) -> str:
         raise _Unusual
     text = (
         '{"tool_call_id":'
-        + compact_json(result.tool_call_id)
+        + _string(result.tool_call_id)
         + ',"name":'
-        + compact_json(result.name)
+        + _string(result.name)
         + ',"content":'
-        + ("null" if content is None else compact_json(content))
+        + ("null" if content is None else _string(content))
     )
     if result.is_error is True:
         return text + ',"is_error":true}'
@@ -523,36 +528,46 @@ class Packer:
         }
 
     def transition_text(self, transition: Transition) -> str:
-        """:meth:`transition` as compact JSON text, the same record, written from parts
-        it caches: a chain is written once for the transitions in a row that carry it.
-        ``elapsed`` is kept to the microsecond (the shortest exact text of a float
-        costs several times as much to write)."""
-        chain = transition.chain
+        """:meth:`transition` as compact JSON text (see :meth:`transition_rows`)."""
+        return self.transition_rows((transition,), 0)[0][1]
+
+    def transition_rows(
+        self, transitions: Sequence[Transition], start: int
+    ) -> list[tuple[int, str]]:
+        """``transitions[start:]`` as ``(index, text)`` rows, each text :meth:`transition`
+        as compact JSON, written from parts it caches: a chain is written once for the
+        transitions in a row that carry it, an edge's opening once. A run writes seven
+        per model call, so their slots are read as they are (``detail`` through its
+        property: it is built when first read). ``elapsed`` is kept to the microsecond
+        (the shortest exact text of a float costs several times as much to write)."""
+        rows = []
+        heads = self._heads
         cached = self._chain_text
-        if cached is not None and cached[0] is chain:
-            chain_text = cached[1]
-        else:
-            chain_text = self.chain_text(chain)
-            self._chain_text = (chain, chain_text)
-        edge = (transition.source, transition.trigger, transition.dest)
-        head = self._heads.get(edge)
-        if head is None:
-            source, trigger, dest = (compact_json(name) for name in edge)
-            head = f'{{"source":{source},"trigger":{trigger},"dest":{dest},"chain":'
-            if len(self._heads) < _HEADS_MAX:
-                self._heads[edge] = head
-        text = head + chain_text
-        elapsed = transition.elapsed
-        if elapsed:
-            plain = type(elapsed) is float and math.isfinite(elapsed)
-            text += ',"elapsed":' + (f"{elapsed:.6f}" if plain else compact_json(elapsed))
-        detail = transition.detail
-        if detail is not None:
-            text += ',"detail":' + _compact_any(detail)
-        children = transition.children
-        if children:
-            text += ',"children":' + compact_json([self.trace(c) for c in children])
-        return text + "}"
+        for index in range(start, len(transitions)):
+            transition = transitions[index]
+            chain = transition._chain
+            if cached is None or cached[0] is not chain:
+                cached = self._chain_text = (chain, self.chain_text(chain))
+            edge = (transition._source, transition._trigger, transition._dest)
+            head = heads.get(edge)
+            if head is None:
+                source, trigger, dest = (compact_json(name) for name in edge)
+                head = f'{{"source":{source},"trigger":{trigger},"dest":{dest},"chain":'
+                if len(heads) < _HEADS_MAX:
+                    heads[edge] = head
+            text = head + cached[1]
+            elapsed = transition._elapsed
+            if elapsed:
+                plain = type(elapsed) is float and math.isfinite(elapsed)
+                text += ',"elapsed":' + (f"{elapsed:.6f}" if plain else compact_json(elapsed))
+            detail = transition.detail
+            if detail is not None:
+                text += ',"detail":' + _compact_any(detail)
+            children = transition._children
+            if children:
+                text += ',"children":' + compact_json([self.trace(c) for c in children])
+            rows.append((index, text + "}"))
+        return rows
 
     def message_docs(self, start: int = 0) -> list[Any]:
         return [converter.unstructure(m, Message) for m in self.messages[start:]]

@@ -29,7 +29,8 @@ class Transition:
 
     A run records seven of these per model call, so a record is a few plain
     slots written once (a frozen attrs class costs several times as much to
-    build); the fields are read-only properties.
+    build); the fields are read-only properties (the store's packer, which writes
+    every one of them, reads the slots).
     """
 
     __slots__ = (

@@ -571,9 +571,7 @@ class Checkpointer:
         packer = self._packer
         trace = run.trace.transitions
         steps = len(trace)
-        text = packer.transition_text
-        saved = self._saved
-        transitions = [(seq, text(t)) for seq, t in enumerate(trace[saved:], saved)]
+        transitions = packer.transition_rows(trace, self._saved)
         result = agent_state = summary = None
         status: RunStatus = "running"
         if run.result is not None:
@@ -980,7 +978,7 @@ def _write_fork(
             header = {**headers[number], "chain": packer.chain(firsts[number])}
             if number == 0:
                 header["forked_from"] = {"run_id": parent[0], "step": parent[1]}
-            transitions = [(seq, packer.transition_text(t)) for seq, t in enumerate(trace)]
+            transitions = packer.transition_rows(trace, 0)
             steps += len(trace)
             store.write(
                 fork_id,
