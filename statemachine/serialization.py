@@ -579,9 +579,19 @@ class Packer:
         """:meth:`message_docs` as compact JSON text, kept for :meth:`agent_state_text`."""
         texts = [_message_text(message) for message in self.messages[start:]]
         known = self._texts
-        known.extend([""] * (start - len(known)))  # a seeded table's rows: not written here
-        known[start:] = texts
+        if len(known) != start:
+            known.extend([""] * (start - len(known)))  # a seeded table's rows: not written here
+            del known[start:]
+        known += texts
         return texts
+
+    def message_rows(self, start: int) -> list[tuple[int, str]]:
+        """:meth:`message_texts` from ``start`` as ``(index, text)`` rows."""
+        return list(enumerate(self.message_texts(start), start))
+
+    def context_rows(self, start: int) -> list[tuple[int, str]]:
+        """:meth:`context_texts` from ``start`` as ``(index, text)`` rows."""
+        return list(enumerate(self.context_texts(start), start))
 
     def agent_state_text(self, state: AgentState) -> str:
         """``state`` as compact JSON; messages :meth:`message_texts` wrote are not written again."""
@@ -605,6 +615,9 @@ _MAX_RETRY_DEFAULT: Final = attrs.fields(LLMChain).max_retry_count.default
 
 
 def _runs_text(runs: Runs) -> str:
+    if len(runs) == 1:  # a log that only grew: one run
+        start, count = runs[0]
+        return f"[[{start},{count}]]"
     return "[" + ",".join([f"[{start},{count}]" for start, count in runs]) + "]"
 
 

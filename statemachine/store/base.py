@@ -47,7 +47,7 @@ RUN_STATUS: Final[Mapping[type, RunStatus]] = {
 }
 
 
-@attrs.frozen
+@attrs.define
 class StoreWrite:
     """One checkpoint: what is new since the last one, applied all or nothing.
 

@@ -451,7 +451,7 @@ class Checkpointer:
         # in between are pure: a resumed run does them again from the last one written.
         # A run's every move comes here, so a lease known held costs one clock reading.
         ended = run.result is not None
-        if ended or self.error is not None or transition.chain.messages is not self._written:
+        if ended or self.error is not None or run.chain.messages is not self._written:
             self.flush()
         elif self._lost is not None or (
             self._lease_until is not None and time.time() >= self._lease_until
@@ -585,8 +585,8 @@ class Checkpointer:
                 except Exception:  # an after_model hook's failure is the host's to see
                     agent_state = None
         header = None if self._header is None else compact_json(self._header)
-        messages = list(enumerate(packer.message_texts(self._messages_saved), self._messages_saved))
-        contexts = list(enumerate(packer.context_texts(self._contexts_saved), self._contexts_saved))
+        messages = packer.message_rows(self._messages_saved)
+        contexts = packer.context_rows(self._contexts_saved)
         return StoreWrite(
             segment=self.segment,
             state=run.state,
@@ -988,8 +988,8 @@ def _write_fork(
                     status="running",
                     steps=steps,
                     header=compact_json(header),
-                    messages=list(enumerate(packer.message_texts(marks[0]), marks[0])),
-                    contexts=list(enumerate(packer.context_texts(marks[1]), marks[1])),
+                    messages=packer.message_rows(marks[0]),
+                    contexts=packer.context_rows(marks[1]),
                     transitions=transitions,
                     summary=f"forked from {parent[0]} at step {parent[1]}",
                     owner=owner,
