@@ -91,6 +91,14 @@ class MessageLog(Sequence["Message"]):
     def __len__(self) -> int:
         return self._len
 
+    def added_since(self, earlier: MessageLog) -> list[Message] | None:
+        """The messages this log appended to ``earlier``, if it grew from it by appends
+        (the two share their list, so the shorter is a prefix of the longer); None
+        when it did not grow from it, or cannot tell."""
+        if self._items is not earlier._items or self._len < earlier._len:
+            return None
+        return self._items[earlier._len : self._len]
+
     @overload
     def __getitem__(self, index: int) -> Message: ...
     @overload

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -251,7 +252,7 @@ def _converted_message(message: Message) -> str:
 
 #: A string as JSON text, as :data:`compact_json` writes it, for a fraction of its cost;
 #: anything but a string is a TypeError (and the message goes through the converter).
-_string: Final[Callable[[str], str]] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_string: Final[Callable[[str], str]] = json.encoder.encode_basestring
 
 
 def _call_text(call: ToolCall) -> str:
@@ -392,9 +393,7 @@ class Packer:
         self._context_index = {id(c): i for i, c in enumerate(self.contexts)}
         self._runs: dict[int, tuple[Sequence[Message], Runs]] = {}
         self._grown: dict[int, tuple[list[Message], int, Runs]] = {}
-        # transition_text's parts: the last chain's text (consecutive transitions share
-        # their chain) and each edge's opening, bounded as a machine's edges are.
-        self._chain_text: tuple[LLMChain, str] | None = None
+        # Each edge's opening in a transition's text, bounded as a machine's edges are.
         #: The model and tools of the last chain written, and their text.
         self._chain_head: tuple[str, tuple[Tool, ...], str, str] | None = None
         self._heads: dict[tuple[str, str, str], str] = {}
@@ -534,20 +533,23 @@ class Packer:
     def transition_rows(
         self, transitions: Sequence[Transition], start: int
     ) -> list[tuple[int, str]]:
-        """``transitions[start:]`` as ``(index, text)`` rows, each text :meth:`transition`
-        as compact JSON, written from parts it caches: a chain is written once for the
-        transitions in a row that carry it, an edge's opening once. A run writes seven
-        per model call, so their slots are read as they are (``detail`` through its
-        property: it is built when first read). ``elapsed`` is kept to the microsecond
-        (the shortest exact text of a float costs several times as much to write)."""
+        """``transitions[start:]`` as ``(index, text)`` rows, each :meth:`transition` as
+        compact JSON, except that a chain which grew from the row before's is written as
+        what it changed (:meth:`grown_text`): a run carries one chain through several
+        steps and grows it by a message or two per step.
+
+        A run writes seven rows per model call, so a transition's slots are read as
+        they are (``detail`` through its property: it is built when first read), and an
+        edge's opening is written once. ``elapsed`` is kept to the microsecond (the
+        shortest exact text of a float costs several times as much to write)."""
         rows = []
         heads = self._heads
-        cached = self._chain_text
+        before = transitions[start - 1]._chain if start else None
         for index in range(start, len(transitions)):
             transition = transitions[index]
             chain = transition._chain
-            if cached is None or cached[0] is not chain:
-                cached = self._chain_text = (chain, self.chain_text(chain))
+            grown = None if before is None else self.grown_text(before, chain)
+            before = chain
             edge = (transition._source, transition._trigger, transition._dest)
             head = heads.get(edge)
             if head is None:
@@ -555,7 +557,7 @@ class Packer:
                 head = f'{{"source":{source},"trigger":{trigger},"dest":{dest},"chain":'
                 if len(heads) < _HEADS_MAX:
                     heads[edge] = head
-            text = head + cached[1]
+            text = head + (self.chain_text(chain) if grown is None else grown)
             elapsed = transition._elapsed
             if elapsed:
                 plain = type(elapsed) is float and math.isfinite(elapsed)
@@ -568,6 +570,42 @@ class Packer:
                 text += ',"children":' + compact_json([self.trace(c) for c in children])
             rows.append((index, text + "}"))
         return rows
+
+    def grown_text(self, before: LLMChain, after: LLMChain) -> str | None:
+        """``after`` as a record of what it changed in ``before`` (which the reader has
+        read just before it): the messages it appended (``"add"``, message-table
+        indices) and the fields that differ, ``{}`` for the same chain. None when
+        ``after`` did not grow from ``before`` (another model or tools, a conversation
+        that was cut or replaced): its full record is written instead."""
+        if after is before:
+            return "{}"
+        if (
+            after.llm is not before.llm
+            or after.tools is not before.tools
+            or after.max_retry_count != before.max_retry_count
+        ):
+            return None
+        added = after.messages.added_since(before.messages)
+        exchanged = after.exchanged_messages.added_since(before.exchanged_messages)
+        if (  # the two logs grew by the same messages
+            added is None
+            or exchanged is None
+            or len(exchanged) != len(added)
+            or not all(map(operator.is_, exchanged, added))
+        ):
+            return None
+        if after.last_message is not (added[-1] if added else before.last_message):
+            return None
+        parts = []
+        if added:
+            parts.append('"add":[' + ",".join([str(self.message(m)) for m in added]) + "]")
+        if after.needs_response != before.needs_response:
+            parts.append('"needs_response":' + ("true" if after.needs_response else "false"))
+        if after.custom_context is not before.custom_context:
+            parts.append('"context":' + str(self.context(after.custom_context)))
+        if after.current_failure_count != before.current_failure_count:
+            parts.append('"failures":' + compact_json(after.current_failure_count))
+        return "{" + ",".join(parts) + "}"
 
     def message_docs(self, start: int = 0) -> list[Any]:
         return [converter.unstructure(m, Message) for m in self.messages[start:]]
@@ -669,8 +707,12 @@ class Unpacker:
             raise IndexError(f"message index {index!r} is outside the message table")
         return self.messages[index]
 
-    def chain(self, record: Any) -> LLMChain:
+    def chain(self, record: Any, before: LLMChain | None = None) -> LLMChain:
+        """A chain's record: a full one, or (after ``before``, the chain read just before
+        it) one of what it changed (see :meth:`Packer.grown_text`)."""
         record = _mapping(record, "a chain")
+        if before is not None and "llm" not in record:
+            return self._grown(record, before)
         context = record["context"]
         if not isinstance(context, int) or not 0 <= context < len(self.contexts):
             raise IndexError(f"context index {context!r} is outside the context table")
@@ -686,6 +728,36 @@ class Unpacker:
             callbacks=self.binder.callbacks,
             current_failure_count=int(record.get("failures", 0)),
             max_retry_count=int(record.get("max_retries", _MAX_RETRY_DEFAULT)),
+        )
+
+    def _grown(self, record: Mapping[str, Any], before: LLMChain) -> LLMChain:
+        if not record:
+            return before  # consecutive transitions carry one chain
+        added = record.get("add", [])
+        if not isinstance(added, list):
+            raise TypeError(f"a chain's added messages must be a list, got {added!r}")
+        messages, exchanged = before.messages, before.exchanged_messages
+        for index in added:
+            message = self.message(index)
+            messages, exchanged = messages.append(message), exchanged.append(message)
+        context = record.get("context")
+        if context is not None and not (
+            isinstance(context, int) and 0 <= context < len(self.contexts)
+        ):
+            raise IndexError(f"context index {context!r} is outside the context table")
+        needs_response = record.get("needs_response")
+        failures = record.get("failures")
+        return before._replace(
+            messages=messages,
+            exchanged_messages=exchanged,
+            last_message=messages[-1] if added else before.last_message,
+            needs_response=before.needs_response
+            if needs_response is None
+            else bool(needs_response),
+            custom_context=before.custom_context if context is None else self.contexts[context],
+            current_failure_count=before.current_failure_count
+            if failures is None
+            else int(failures),
         )
 
     def result(self, record: Any) -> PipelineResult:
@@ -705,14 +777,15 @@ class Unpacker:
             return Failed(chain, _error_in(record["error"], ChainError))
         raise ValueError(f"unknown result type {kind!r}")
 
-    def transition(self, record: Any) -> Transition:
+    def transition(self, record: Any, before: LLMChain | None = None) -> Transition:
+        """A transition's record (``before``: the chain of the one read just before it)."""
         record = _mapping(record, "a transition")
         detail = record.get("detail")
         transition = Transition(
             str(record["source"]),
             str(record["trigger"]),
             str(record["dest"]),
-            self.chain(record["chain"]),
+            self.chain(record["chain"], before),
             float(record.get("elapsed", 0.0)),
             None if detail is None else dict(_mapping(detail, "a detail")),
         )
@@ -723,11 +796,23 @@ class Unpacker:
             transition.with_children([self.trace(child) for child in children])
         return transition
 
+    def transitions(self, records: Iterable[Any]) -> list[Transition]:
+        """A trace's transition records in order, each chain read after the one before."""
+        if not isinstance(records, list):
+            raise TypeError(f"a trace's transitions must be a list, got {records!r}")
+        transitions: list[Transition] = []
+        before = None
+        for record in records:
+            transition = self.transition(record, before)
+            before = transition.chain
+            transitions.append(transition)
+        return transitions
+
     def trace(self, value: Any) -> Trace:
         value = _mapping(value, "a trace")
         return Trace(
             entry=str(value["entry"]),
-            transitions=[self.transition(t) for t in value["transitions"]],
+            transitions=self.transitions(value["transitions"]),
             machine=str(value.get("machine", "standard")),
             machine_version=_optional(value.get("machine_version"), int),
             machine_fingerprint=_optional(value.get("machine_fingerprint"), str),

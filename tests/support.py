@@ -12,6 +12,8 @@ from typing import Any
 
 from agentfsm import LLMChain, Message, ToolOutput, tool
 from agentfsm.providers import ScriptedModel
+from agentfsm.serialization import Packer
+from agentfsm.store import SQLiteStore, load_run
 
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
 
@@ -153,18 +155,30 @@ def edit_saved(
     assert edited, f"run {run_id!r} has no saved {kind} {index}"
 
 
-def as_format_1(db: str | os.PathLike[str]) -> None:
-    """Rewrite a store file as format 1 wrote it: each row's JSON a string in its document."""
+def as_format(db: str | os.PathLike[str], version: int) -> None:
+    """Rewrite a store file as an older format wrote it: format 2 wrote every chain in
+    full, format 1 also each row's JSON as a string in its document."""
+    with SQLiteStore(db, read_only=True) as store:
+        saved = {info.run_id: load_run(store, info.run_id, strict=False) for info in store.runs()}
     with contextlib.closing(sqlite3.connect(db)) as con:
-        for rowid, text in con.execute("SELECT rowid, doc FROM log").fetchall():
+        rows = con.execute("SELECT rowid, run_id, segment, doc FROM log").fetchall()
+        for rowid, run_id, segment, text in rows:
             doc = json.loads(text)
-            if "header" in doc:
-                doc["header"] = json.dumps(doc["header"])
-            for kind in ("messages", "contexts", "transitions"):
-                if kind in doc:
-                    doc[kind] = [[i, json.dumps(row)] for i, row in doc[kind]]
+            run = saved[run_id]
+            packer = Packer(run.messages, run.contexts)  # the file's own tables
+            trace = run.traces[segment].transitions
+            if "transitions" in doc:
+                doc["transitions"] = [
+                    [i, packer.transition(trace[i])] for i, _ in doc["transitions"]
+                ]
+            if version == 1:
+                if "header" in doc:
+                    doc["header"] = json.dumps(doc["header"])
+                for kind in ("messages", "contexts", "transitions"):
+                    if kind in doc:
+                        doc[kind] = [[i, json.dumps(row)] for i, row in doc[kind]]
             con.execute("UPDATE log SET doc = ? WHERE rowid = ?", (json.dumps(doc), rowid))
-        con.execute("UPDATE meta SET value = 'agentfsm/1' WHERE key = 'format'")
+        con.execute("UPDATE meta SET value = ? WHERE key = 'format'", (f"agentfsm/{version}",))
         con.commit()
 
 

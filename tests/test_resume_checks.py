@@ -14,7 +14,7 @@ from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, tool
 from agentfsm.errors import InvariantError
 from agentfsm.machine import UnknownMachineError
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.serialization import FormatError, loads
+from agentfsm.serialization import FormatError, Packer, loads
 from agentfsm.store import SQLiteStore, load_run, start_run
 from agentfsm.testing import assert_path
 from tests.support import edit_saved, edit_store
@@ -79,10 +79,15 @@ def test_two_sql_updates_do_not_run_a_gated_tool(interrupted: Path) -> None:
 
 
 def test_a_forged_run_window_at_interrupt_check_asks_again(interrupted: Path) -> None:
-    # Cut the run back to interrupt_check and hide the pending reply from the check.
+    # Cut the run back to interrupt_check and hide the pending reply from the check:
+    # the reply's chain written in full, without the messages the run exchanged.
+    with SQLiteStore(interrupted, read_only=True) as store:
+        saved = load_run(store, "r", strict=False)
+    forged = Packer(saved.messages, saved.contexts).chain(saved.traces[0].transitions[1].chain)
+    del forged["exchanged"]
     edit_saved(interrupted, "transitions", 2, None)
     edit_store(interrupted, "UPDATE runs SET result = NULL")
-    edit_transition(interrupted, 1, lambda r: r["chain"].pop("exchanged"))
+    edit_transition(interrupted, 1, lambda r: r.update(chain=forged))
     with SQLiteStore(interrupted) as store:
         state = agent().resume_run_sync("r", store)
     assert state.status == "interrupted" and DELETED == []

@@ -34,10 +34,12 @@ from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.results import Continue, PipelineResult
 from agentfsm.serialization import (
     FORMAT,
+    Binder,
     FormatError,
     Packer,
     UnboundModel,
     UnknownToolError,
+    Unpacker,
     compact_json,
     converter,
     dump,
@@ -326,6 +328,90 @@ def test_a_chain_record_is_the_records_text_to_the_byte(values: list[LLMChain]) 
     for chain in [*values, *values]:  # again: the tables already hold every part
         assert texts.chain_text(chain) == compact_json(docs.chain(chain))
     assert texts.message_texts() == [compact_json(d) for d in docs.message_docs()]
+
+
+@st.composite
+def runs_of_chains(draw: st.DrawFn) -> list[LLMChain]:
+    """The chains of a run's transitions: each the one before, kept or grown as a run
+    grows it (messages appended, context, counters), or changed another way."""
+    chain = draw(chains())
+    values = [chain]
+    for _ in range(draw(st.integers(1, 8))):
+        step = draw(
+            st.sampled_from(["same", "add", "apart", "context", "failures", "flag", "other"])
+        )
+        if step == "add":
+            chain = chain.add_messages(draw(st.lists(messages, min_size=1, max_size=2)))
+        elif step == "apart":  # the two logs grow by different messages
+            said, kept = draw(messages), draw(messages)
+            chain = chain._replace(
+                messages=chain.messages.append(said),
+                exchanged_messages=chain.exchanged_messages.append(kept),
+                last_message=said,
+            )
+        elif step == "context":
+            chain = chain.update_custom_context(draw(json_objects))
+        elif step == "failures":
+            chain = chain._replace(current_failure_count=draw(st.integers(0, 5)))
+        elif step == "flag":
+            chain = chain._replace(needs_response=not chain.needs_response)
+        elif step == "other":
+            chain = draw(chains(base=chain))
+        values.append(chain)
+    return values
+
+
+@SETTINGS
+@given(runs_of_chains(), st.data())
+def test_transition_rows_read_back_chain_for_chain(
+    values: list[LLMChain], data: st.DataObject
+) -> None:
+    transitions = [Transition("a", "b", "c", chain, 0.5) for chain in values]
+    packer = Packer()
+    rows = packer.transition_rows(transitions, 0)
+    cut = data.draw(st.integers(0, len(transitions)))  # as two checkpoints write them
+    again = Packer()
+    assert (
+        again.transition_rows(transitions, 0)[:cut] + again.transition_rows(transitions, cut)
+        == rows
+    )
+    records = [json.loads(text) for _, text in rows]
+    assert "llm" in records[0]["chain"]
+    binder = Binder(MODELS, TOOLS, CALLBACKS, strict=True)
+    unpacker = Unpacker(packer.message_docs(), packer.context_docs(), binder)
+    read = unpacker.transitions(records)
+    for index, (written, back) in enumerate(zip(transitions, read, strict=True)):
+        before, chain, loaded = values[index - 1], written.chain, back.chain
+        if index > 0 and chain is before:  # one chain, as the run carried it
+            assert records[index]["chain"] == {} and loaded is read[index - 1].chain
+        assert (loaded.llm.name, [t.name for t in loaded.tools]) == (
+            chain.llm.name,
+            [t.name for t in chain.tools],
+        )
+        assert tuple(loaded.messages) == tuple(chain.messages)
+        assert tuple(loaded.exchanged_messages) == tuple(chain.exchanged_messages)
+        assert loaded.last_message == chain.last_message
+        assert loaded.needs_response == chain.needs_response
+        assert loaded.custom_context == chain.custom_context
+        assert loaded.current_failure_count == chain.current_failure_count
+        assert loaded.max_retry_count == chain.max_retry_count
+
+
+def test_a_grown_chain_is_written_as_what_it_changed() -> None:
+    chain = LLMChain(MODELS["alpha"], tools=TOOLS).add_message(Message.user("hi"))
+    reply = chain.add_message(Message.assistant("hello")).update_custom_context({"k": 1})
+    packer = Packer()
+    rows = packer.transition_rows([Transition("a", "b", "c", c) for c in (chain, chain, reply)], 0)
+    assert [json.loads(text)["chain"] for _, text in rows][1:] == [
+        {},
+        {"add": [1], "needs_response": False, "context": 1},
+    ]
+    with pytest.raises(FormatError, match="Malformed LLMChain"):  # nothing before to grow from
+        loads(
+            json.dumps({"format": FORMAT, "type": "LLMChain", "value": {"add": []}}),
+            LLMChain,
+            **BIND,
+        )
 
 
 # ---------------------------------------------------------------- real runs

@@ -52,7 +52,7 @@ from agentfsm.store import (
     start_run,
 )
 from tests._crash_worker import PROMPT, make_agent
-from tests.support import add, as_format_1, edit_store, saved_rows
+from tests.support import add, as_format, edit_store, saved_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -244,7 +244,7 @@ def test_runs_that_are_over_or_missing_are_not_resumed(db: Path, log: Path) -> N
 def test_a_store_from_a_newer_format_is_refused(db: Path) -> None:
     SQLiteStore(db).close()
     con = sqlite3.connect(db)
-    con.execute("UPDATE meta SET value = 'agentfsm/3' WHERE key = 'format'")
+    con.execute("UPDATE meta SET value = 'agentfsm/4' WHERE key = 'format'")
     con.commit()
     con.close()
     with pytest.raises(FormatError, match="newer agentfsm"):
@@ -645,9 +645,12 @@ def _file_format(db: Path) -> str:
         return str(con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0])
 
 
-def test_a_format_1_store_is_read_and_its_first_write_makes_it_format_2(
-    db: Path, log: Path
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_store_is_read_and_its_first_write_makes_it_current(
+    db: Path, log: Path, version: int
 ) -> None:
+    """Format 1 kept each row as text in its checkpoint's document, format 2 every chain
+    in full; both are read, and the first write makes the file format 3."""
     agent = make_agent(log)
     with SQLiteStore(db) as store:
         run = start_run(agent, AgentState.of(PROMPT), store, run_id="r")
@@ -660,22 +663,22 @@ def test_a_format_1_store_is_read_and_its_first_write_makes_it_format_2(
 
         asyncio.run(reply_then_pause())
         before = load_run(store, "r", strict=False)
-    assert _file_format(db) == "agentfsm/2"
-    assert all(
-        isinstance(json.loads(doc).get("messages", [[0, {}]])[0][1], dict)
-        for doc in [text for (text,) in sqlite3.connect(db).execute("SELECT doc FROM log")]
-    )
-    as_format_1(db)
+    assert _file_format(db) == "agentfsm/3"
+    docs = [json.loads(text) for (text,) in sqlite3.connect(db).execute("SELECT doc FROM log")]
+    assert all(isinstance(doc.get("messages", [[0, {}]])[0][1], dict) for doc in docs)
+    chains = [row["chain"] for doc in docs for _, row in doc.get("transitions", [])]
+    assert "llm" in chains[0] and any("llm" not in chain for chain in chains)  # grown ones
+    as_format(db, version)
     with SQLiteStore(db, read_only=True) as reader:  # reading changes nothing
         assert load_run(reader, "r", strict=False).traces == before.traces
     with SQLiteStore(db) as store:  # neither does opening it to write
-        assert _file_format(db) == "agentfsm/1"
+        assert _file_format(db) == f"agentfsm/{version}"
         again = load_run(store, "r", strict=False)
         assert (again.status, again.state, again.steps) == (before.status, "paused", before.steps)
         assert [m.text for m in again.chain.messages] == [m.text for m in before.chain.messages]
         resumed = asyncio.run(restore_run(agent, "r", store))
         resumed.run_sync()
-        assert _file_format(db) == "agentfsm/2"  # the resume's first write
+        assert _file_format(db) == "agentfsm/3"  # the resume's first write
         done = load_run(store, "r", strict=False)
     assert done.status == "ok"
     assert [t.entry for t in done.traces] == ["expanding", done.traces[1].entry]

@@ -19,7 +19,7 @@ from agentfsm import Agent, AgentState, Message
 from agentfsm.providers import ScriptedModel, call_tool
 from agentfsm.store import SQLiteStore, start_run
 from agentfsm.studio import _catalog
-from tests.support import add, as_format_1
+from tests.support import add, as_format
 from tests.test_studio import make_store
 
 
@@ -50,7 +50,7 @@ def test_a_format_1_store_is_searched_as_a_format_2_one(large: pathlib.Path) -> 
     finally:
         catalog.close()
     assert all(found)
-    as_format_1(large)
+    as_format(large, 1)
     catalog = _catalog.Catalog(str(large))
     try:
         assert [_page(catalog, **q) for q in queries] == found

@@ -267,7 +267,7 @@ def _segments(
         traces.append(
             Trace(
                 entry=str(header["entry"]),
-                transitions=[unpacker.transition(parse_json(t)) for t in transitions],
+                transitions=unpacker.transitions([parse_json(t) for t in transitions]),
                 machine=str(header["machine"]),
                 **_identity(header),
             )
@@ -978,7 +978,7 @@ def _write_fork(
             header = {**headers[number], "chain": packer.chain(firsts[number])}
             if number == 0:
                 header["forked_from"] = {"run_id": parent[0], "step": parent[1]}
-            transitions = packer.transition_rows(trace, 0)
+            transitions = packer.transition_rows(trace.transitions, 0)
             steps += len(trace)
             store.write(
                 fork_id,

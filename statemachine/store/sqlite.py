@@ -55,11 +55,13 @@ CREATE TABLE IF NOT EXISTS log (
 );
 CREATE INDEX IF NOT EXISTS log_run ON log (run_id);
 """
-#: The file's format. In format 2 a checkpoint's document holds its rows as JSON
-#: values; format 1 kept each one as a JSON string inside the document, escaped a
-#: second time. Both are read; a format-1 file becomes format 2 with its first write
-#: (so an agentfsm that reads only format 1 refuses it instead of misreading it).
-_FORMAT_VERSION: Final = 2
+#: The file's format. In format 3 a transition's chain may be a record of what it
+#: changed in the chain of the transition before it; format 2 wrote every chain in
+#: full, with a checkpoint's rows as JSON values in its document; format 1 kept each
+#: row as a JSON string inside the document, escaped a second time. All are read; an
+#: older file becomes format 3 with its first write (so an agentfsm that reads only
+#: the older formats refuses it instead of misreading it).
+_FORMAT_VERSION: Final = 3
 _FORMAT: Final = f"agentfsm/{_FORMAT_VERSION}"
 
 # A checkpoint is one row of ``log``: every row it adds, as one JSON document. SQLite's
@@ -385,7 +387,7 @@ class SQLiteStore:
         #: Seconds a running run stays claimed after its writer last renewed it.
         self.lease = lease
         self._lock = threading.Lock()
-        self._format_1 = False
+        self._older = False
         if os.path.isdir(self.path):
             raise StoreError(f"The store {self.path} is a directory, not a store file")
         with _guard(self.path):
@@ -425,7 +427,7 @@ class SQLiteStore:
                     con.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
             con.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (_FORMAT,))
             (fmt,) = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-            self._format_1 = fmt != _FORMAT  # its first write makes it format 2
+            self._older = fmt != _FORMAT  # its first write makes it the current format
             con.execute("COMMIT")
         except BaseException:
             if con.in_transaction:
@@ -472,7 +474,7 @@ class SQLiteStore:
         with self._lock:
             con, cur = self._con, self._cursor
             try:
-                upgrade = self._format_1
+                upgrade = self._older
                 if write.head is None and not upgrade and self._append_held(cur, row, write, now):
                     return
                 cur.execute("BEGIN IMMEDIATE")
@@ -484,7 +486,7 @@ class SQLiteStore:
                     if upgrade:
                         cur.execute("UPDATE meta SET value = ? WHERE key = 'format'", (_FORMAT,))
                     cur.execute("COMMIT")
-                    self._format_1 = False
+                    self._older = False
                 except BaseException:
                     if con.in_transaction:
                         cur.execute("ROLLBACK")
