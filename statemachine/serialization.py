@@ -393,9 +393,9 @@ class Packer:
         self._context_index = {id(c): i for i, c in enumerate(self.contexts)}
         self._runs: dict[int, tuple[Sequence[Message], Runs]] = {}
         self._grown: dict[int, tuple[list[Message], int, Runs]] = {}
-        # Each edge's opening in a transition's text, bounded as a machine's edges are.
         #: The model and tools of the last chain written, and their text.
         self._chain_head: tuple[str, tuple[Tool, ...], str, str] | None = None
+        # Each edge's opening in a transition's text, bounded as a machine's edges are.
         self._heads: dict[tuple[str, str, str], str] = {}
         self._texts: list[str] = []
 

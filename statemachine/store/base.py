@@ -52,7 +52,9 @@ class StoreWrite:
     """One checkpoint: what is new since the last one, applied all or nothing.
 
     Rows are JSON text, so a store only keeps strings. Rows may be written again
-    after a failed write; a store replaces a row it already has.
+    after a failed write; a store replaces a row it already has. A record is made
+    anew for each write and only read by the store (a plain attrs class: a frozen
+    one would write each field through ``object.__setattr__``, twice per model call).
     """
 
     segment: int
