@@ -74,6 +74,8 @@ class MessageLog(Sequence["Message"]):
         No lock: ``list.append`` is atomic, and a list only ever grows. When two
         logs of one length append at once, the one whose message did not land
         right after its prefix copies it; the other's slot is never overwritten.
+        A log whose list already goes on with ``message`` shares it (a loaded
+        chain's messages and exchanged messages are one log, and grow together).
         """
         items = self._items
         length = self._len
@@ -81,7 +83,7 @@ class MessageLog(Sequence["Message"]):
             items.append(message)
             if items[length] is not message:  # another log took the slot first
                 items = [*items[:length], message]
-        else:
+        elif items[length] is not message:  # a longer log goes on with another message
             items = [*items[:length], message]
         new = object.__new__(MessageLog)
         new._items = items

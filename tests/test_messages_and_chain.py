@@ -163,6 +163,17 @@ def test_a_message_log_is_never_changed_by_appends_to_it_or_its_branches() -> No
     assert [m.text for m in first.append(Message.user("c"))] == ["hi", "a", "c"]
 
 
+def test_a_log_grown_by_the_message_its_list_goes_on_with_shares_the_list() -> None:
+    base = MessageLog([Message.user("hi")])
+    reply = Message.assistant("a")
+    grown = base.append(reply)
+    again = base.append(reply)  # the same message after the same prefix: one list
+    assert again.added_since(base) == [reply] and again.added_since(grown) == []
+    other = base.append(Message.assistant("a"))  # an equal message is another one
+    assert other.added_since(grown) is None and list(other) == list(grown)
+    assert [m.text for m in grown.append(Message.user("c"))] == ["hi", "a", "c"]
+
+
 def test_message_logs_appended_to_from_many_threads_keep_their_own_messages() -> None:
     latest = [MessageLog([Message.user("hi")])]  # threads race to grow the newest log
     grown: list[tuple[MessageLog, Message, MessageLog]] = []

@@ -276,7 +276,15 @@ def test_a_machine_of_its_own_checkpoints_and_is_restored_by_name(tmp_path: Path
     restored.trace = saved.trace
     checkpoint(restored, store, saved=saved)
     assert isinstance(restored.run_sync(), Ok)
-    assert load_run(store, "e1").trace.path == "drafting reviewing drafting reviewing accepted"
+    loaded = load_run(store, "e1").trace
+    assert loaded.path == "drafting reviewing drafting reviewing accepted"
+    # each step's chain reads back as the run carried it, across the resume too
+    assert [list(t.chain.messages) for t in loaded] == [
+        list(t.chain.messages) for t in restored.trace
+    ]
+    assert [t.chain.custom_context for t in loaded] == [
+        t.chain.custom_context for t in restored.trace
+    ]
 
 
 def test_a_run_saved_on_a_machine_not_declared_here_is_refused(
