@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from agentfsm import LLMChain, Message, ToolCall, tool
+from agentfsm import Continue, LLMChain, Message, Ok, ToolCall, tool
 from agentfsm.modes.standard import StandardMode
 from agentfsm.providers import ScriptedModel
 
@@ -44,6 +44,25 @@ async def _one(k: int) -> float:
     assert type(result).__name__ == "Ok", result
     assert len(run.trace) == 7 * (k + 1)
     return elapsed / (k + 1) * 1e6
+
+
+async def steps_alone(k: int) -> None:
+    """The run of :func:`_one`, each state's work driven by a loop written by hand: no
+    trigger, no transition record, no trace, and each state goes on with the result the
+    last one left, as a run does. What ``_one`` costs more is the engine's."""
+    run = StandardMode().start(
+        LLMChain(_script(k), tools=[add]).add_message(Message.user("go")), max_runs=k + 2
+    )
+    table, opts, state = run.table, run.opts, run.state
+    work, triggers, successors = table.work(opts.extra_steps), table.triggers, table.successors
+    result = Continue(run.chain)
+    moves = 0
+    while state not in table.terminals:
+        outcome = work[state](result, opts)
+        result = (outcome if outcome.__class__ is tuple else await outcome)[0]  # type: ignore[misc]
+        state = successors[state][triggers[state][result.__class__]]
+        moves += 1
+    assert type(result) is Ok and moves == 7 * (k + 1), (result, moves)
 
 
 async def measure(ks: Sequence[int], repeats: int) -> dict[int, tuple[float, float]]:

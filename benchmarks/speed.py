@@ -7,7 +7,10 @@
   not. The floors are two of the peer benchmark's rows: the loop written by hand on
   asyncio, and the same loop firing agentfsm's seven lean triggers. agentfsm's row
   is the peer benchmark's (``Agent.execute``); a second runs ``overhead.py``'s chain
-  under the standard mode, with no agent around it;
+  under the standard mode, with no agent around it, and a third that chain's steps
+  on a loop written by hand (each state's work, then the next state from the table:
+  no trigger, no transition record, no trace), which parts the steps' cost from the
+  engine's;
 * what ``SQLiteStore`` adds per model call: the same run saved as it goes
   (``start_run`` on a fresh store file), minus the agentfsm row. Callgrind counts the
   process's own instructions, not the kernel's work of writing the file;
@@ -68,13 +71,19 @@ def _run_adapter(name: str, k: int) -> None:
     """One warm-up run of ``name``, then the measured one of size ``k`` (gc off).
 
     ``chain`` is not a peer adapter: ``overhead.py``'s run of a chain under the
-    standard mode, which has no agent around it.
+    standard mode, which has no agent around it; ``steps`` is that run's work driven
+    by a loop written by hand, without the engine.
     """
     if name == "chain":
         from overhead import _one
 
         def run_once(size: int) -> Any:
             return _one(size)
+    elif name == "steps":
+        from overhead import steps_alone
+
+        def run_once(size: int) -> Any:
+            return steps_alone(size)
     elif name == "store":
         run_once = _stored_runs()
     else:
@@ -337,7 +346,7 @@ def main() -> None:
         _cpu_per_call(args.k, args.runs)
         return
 
-    names = ("floor_asyncio", "floor_lean", "agentfsm", "chain", "store")
+    names = ("floor_asyncio", "floor_lean", "agentfsm", "chain", "steps", "store")
     calls = {name: per_call(name, args.k, args.repeat) for name in names}
     events = {
         name: per_call(name, SSE_EVENTS, args.repeat, SSE_EVENTS // 8)
@@ -349,6 +358,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             bases[commit] = import_cost(_unpacked(commit, Path(scratch)), args.repeat)
     store = calls["store"] - calls["agentfsm"]
+    engine = calls["chain"] - calls["steps"]
+    triggers = calls["floor_lean"] - calls["floor_asyncio"]
     rows = [
         [
             f"instructions per model call, K={args.k}",
@@ -369,6 +380,20 @@ def main() -> None:
             f"{calls['chain']:,.0f}",
             f"{calls['floor_asyncio']:,.0f} (asyncio loop)",
             f"{calls['chain'] / calls['floor_asyncio']:.1f}x",
+            "",
+        ],
+        [
+            f"the same chain's steps alone, on a loop written by hand (no engine), K={args.k}",
+            f"{calls['steps']:,.0f}",
+            f"{calls['floor_asyncio']:,.0f} (asyncio loop)",
+            f"{calls['steps'] / calls['floor_asyncio']:.1f}x",
+            "",
+        ],
+        [
+            f"what the engine adds to those steps per model call, K={args.k}",
+            f"{engine:,.0f}",
+            f"{triggers:,.0f} (7 lean triggers)",
+            f"{engine / triggers:.2f}x",
             "",
         ],
         [
