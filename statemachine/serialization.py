@@ -707,15 +707,17 @@ class Unpacker:
             raise IndexError(f"message index {index!r} is outside the message table")
         return self.messages[index]
 
+    def context(self, index: Any) -> Mapping[str, Any]:
+        if not isinstance(index, int) or not 0 <= index < len(self.contexts):
+            raise IndexError(f"context index {index!r} is outside the context table")
+        return self.contexts[index]
+
     def chain(self, record: Any, before: LLMChain | None = None) -> LLMChain:
         """A chain's record: a full one, or (after ``before``, the chain read just before
         it) one of what it changed (see :meth:`Packer.grown_text`)."""
         record = _mapping(record, "a chain")
         if before is not None and "llm" not in record:
             return self._grown(record, before)
-        context = record["context"]
-        if not isinstance(context, int) or not 0 <= context < len(self.contexts):
-            raise IndexError(f"context index {context!r} is outside the context table")
         last = record.get("last")
         return LLMChain(
             self.binder.model(str(record["llm"])),
@@ -724,7 +726,7 @@ class Unpacker:
             exchanged_messages=self.log(record.get("exchanged", ())),
             last_message=None if last is None else self.message(last),
             needs_response=bool(record["needs_response"]),
-            custom_context=self.contexts[context],
+            custom_context=self.context(record["context"]),
             callbacks=self.binder.callbacks,
             current_failure_count=int(record.get("failures", 0)),
             max_retry_count=int(record.get("max_retries", _MAX_RETRY_DEFAULT)),
@@ -741,10 +743,6 @@ class Unpacker:
             message = self.message(index)
             messages, exchanged = messages.append(message), exchanged.append(message)
         context = record.get("context")
-        if context is not None and not (
-            isinstance(context, int) and 0 <= context < len(self.contexts)
-        ):
-            raise IndexError(f"context index {context!r} is outside the context table")
         needs_response = record.get("needs_response")
         failures = record.get("failures")
         return before._replace(
@@ -754,7 +752,7 @@ class Unpacker:
             needs_response=before.needs_response
             if needs_response is None
             else bool(needs_response),
-            custom_context=before.custom_context if context is None else self.contexts[context],
+            custom_context=before.custom_context if context is None else self.context(context),
             current_failure_count=before.current_failure_count
             if failures is None
             else int(failures),
@@ -796,7 +794,7 @@ class Unpacker:
             transition.with_children([self.trace(child) for child in children])
         return transition
 
-    def transitions(self, records: Iterable[Any]) -> list[Transition]:
+    def transitions(self, records: Any) -> list[Transition]:
         """A trace's transition records in order, each chain read after the one before."""
         if not isinstance(records, list):
             raise TypeError(f"a trace's transitions must be a list, got {records!r}")
