@@ -9,6 +9,7 @@ not pay for them.
 from typing import TYPE_CHECKING, Any
 
 from . import modes as _modes  # noqa: F401  (registers the built-in modes by name)
+from .approval import ActionRequest, Approval, Decision, DecisionError
 from .chain import LLMChain
 from .errors import AgentfsmError, ChainError, IllegalTransitionError
 from .hooks import RunHook
@@ -33,13 +34,17 @@ from .trace import Trace, Transition
 
 __all__ = [
     "STANDARD",
+    "ActionRequest",
     "Agent",
     "AgentfsmError",
     "AgentRun",
     "AgentState",
+    "Approval",
     "ChainError",
     "ContentPart",
     "Continue",
+    "Decision",
+    "DecisionError",
     "Edge",
     "Failed",
     "HumanInTheLoop",

@@ -509,7 +509,11 @@ def resume_hint(run_id: str, interrupt_data: Mapping[str, Any] | None, db: str) 
         config = configs.get(request.get("tool_name")) if isinstance(configs, Mapping) else None
         if isinstance(config, Mapping) and isinstance(config.get("allowed_decisions"), list):
             allowed.update(str(d) for d in config["allowed_decisions"])
-    example = json.dumps([{"type": "approve"}] * max(len(requests), 1))
+    # Bound to what is shown: each decision carries its request's digest.
+    example = json.dumps(
+        [{"type": "approve", "digest": request_digest(r)} for r in requests]
+        or [{"type": "approve"}]
+    )
     return (
         f"waiting for a decision on {names}; answer with: agentfsm runs resume "
         f"{shlex.quote(run_id)}{db_flag(db)} --decisions {shlex.quote(example)}"

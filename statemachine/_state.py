@@ -28,6 +28,9 @@ class AgentState:
     state: Mapping[str, Any] = attrs.field(factory=dict)
     status: Status = "new"
     interrupt_data: Mapping[str, Any] | None = None
+    #: The working state that asked, when the run ended interrupted: an answer enters
+    #: the machine there (:meth:`agentfsm.Agent.resume`).
+    interrupted_at: str | None = None
     pause_reason: Any = None
     error: ChainError | None = None
     tool_result: ToolResult | None = None

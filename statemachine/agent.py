@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from ._invariants import check_decisions_fit
+from ._answers import NO_INTERRUPT, Answer, check_approval, check_tool_answers
 from ._registry import fire_on_error
 from ._state import AgentState
 from ._sync import run_sync
+from .approval import ANSWER, Approval
+from .middleware.human_in_the_loop import HumanInTheLoop
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
 from .hooks import Hook
@@ -57,6 +60,38 @@ def collapse_until_tool(
     if until_tool is not None:
         return until_tool, False
     return None, False
+
+
+def _check_gates(middleware: Sequence[Any], tools: Sequence[Tool], machine: MachineTable) -> None:
+    """Refuse an approval gate that would never be asked: one naming a tool the agent
+    lacks, or any on a machine with no state whose steps ask for approval."""
+    from .testing._checks import effects_of  # the effects' home; imported when needed
+
+    gates = [m for m in middleware if isinstance(m, HumanInTheLoop)]
+    if not gates:
+        return
+    names = [t.name for t in tools]
+    for gate in gates:
+        for name in gate.interrupt_on:
+            if name not in names:
+                close = difflib.get_close_matches(name, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(
+                    f"{type(gate).__name__} gates the tool {name!r}, which the agent does not "
+                    f"have (its tools: {names}){hint}"
+                )
+    asks = any(
+        "approval" in (effects_of(step) or ())
+        for steps in machine.steps.values()
+        for step in steps
+    )
+    if not asks:
+        raise ValueError(
+            f"{type(gates[0]).__name__} asks for approval at the machine's approval state, and "
+            f"the {machine.name} machine has none (no state's step declares the 'approval' "
+            "effect): its gated calls would run unasked. Add a state with check_approvals, "
+            "or derive the machine from STANDARD"
+        )
 
 
 class AgentRun(Run):
@@ -147,6 +182,7 @@ class Agent:
                     "derive the machine from STANDARD_OUTPUT"
                 )
         self.middleware = check_sequence("middleware", middleware)
+        _check_gates(self.middleware, self.tools, machine)
         self.system_prompt = check_optional("system_prompt", system_prompt, str)
         self.max_runs = None if max_runs is None else check_max_runs(max_runs)
         self.token_budget = check_token_budget(token_budget)
@@ -196,6 +232,17 @@ class Agent:
             extra_steps=extra_steps,
             token_budget=token_budget,
         )
+        return self._begin(state, options, hooks)
+
+    def _begin(
+        self,
+        state: AgentState,
+        options: StandardOptions,
+        hooks: Sequence[Hook] = (),
+        answer: Answer | None = None,
+    ) -> AgentRun:
+        """The run over ``state``: ``before_model`` hooks first, then the machine, entered
+        where the conversation says, or where ``answer`` enters it, carrying it in."""
         for middleware in self.middleware:
             hook = getattr(middleware, "before_model", None)
             if hook is not None:
@@ -205,12 +252,21 @@ class Agent:
             error = ChainError("no_messages", NO_MESSAGES_MESSAGE, retryable=False)
             chain.fire("on_error", chain, error)
             raise error
-        return self._start(chain, options, hooks)
+        at = None
+        if answer is not None:
+            chain = chain.update_custom_context({ANSWER: answer.value})
+            at = answer.state
+        return self._start(chain, options, hooks, at=at)
 
     def _start(
-        self, chain: LLMChain, options: StandardOptions, hooks: Sequence[Hook] = ()
+        self,
+        chain: LLMChain,
+        options: StandardOptions,
+        hooks: Sequence[Hook] = (),
+        *,
+        at: str | None = None,
     ) -> AgentRun:
-        run = self.mode.start(chain, options, run_class=self.run_class, hooks=hooks)
+        run = self.mode.start(chain, options, run_class=self.run_class, hooks=hooks, at=at)
         assert isinstance(run, AgentRun)
         run.agent = self
         return run
@@ -324,7 +380,12 @@ class Agent:
                 )
             case Interrupted(_, data):
                 return AgentState(
-                    messages, agent_state, status="interrupted", interrupt_data=data, usage=usage
+                    messages,
+                    agent_state,
+                    status="interrupted",
+                    interrupt_data=data,
+                    interrupted_at=result.state,
+                    usage=usage,
                 )
             case Failed(_, failure):
                 if failure.type == "exceeded_max_runs":
@@ -334,44 +395,42 @@ class Agent:
 
     # ------------------------------------------------------------ resuming
 
-    async def resume(self, state: AgentState, answer: Any, **options: Any) -> AgentState:
+    async def resume(
+        self, state: AgentState, answer: Any, *, unbound: bool = False, **options: Any
+    ) -> AgentState:
         """Answer the interrupt of ``state`` and run on to a terminal.
 
-        The middleware that owns the interrupt takes ``answer``: for
-        :class:`~agentfsm.middleware.HumanInTheLoop`, one decision per gated
-        call in action-request order (``{"type": "approve"}``, ``{"type":
-        "edit", "arguments": {...}}`` or ``{"type": "reject"}``). The answered
-        state then runs as :meth:`execute` runs it, ``before_model`` hooks
-        included; ``options`` are :meth:`start`'s. Options and answers that do
-        not fit, or an interrupt no middleware claims, raise ValueError and
-        change nothing. :meth:`start_resume` is the same, stepped by the host.
+        The answer enters the machine at the state that asked, as a new segment's
+        input: for an approval, one decision per gated call in action-request order
+        (``approval.requests[i].approve()``, ``.edit({...})``, ``.reject()``, or their
+        dict forms carrying the request's ``"digest"``; ``unbound=True`` accepts
+        decisions without one), which the approval state applies before
+        ``executing`` runs what was approved; for a tool's own interrupt, the text
+        that becomes the tool's result at ``propagating``. The run then goes on as
+        :meth:`execute` runs it, ``before_model`` hooks included; ``options`` are
+        :meth:`start`'s. Options and answers that do not fit raise ValueError
+        (:class:`~agentfsm.approval.DecisionError` for decisions) and change nothing.
+        :meth:`start_resume` is the same, stepped by the host.
         """
-        state, children = await self._answer(state, answer, options)
         try:
-            run = self.start(state, **options)
+            run = await self.start_resume(state, answer, unbound=unbound, **options)
         except ChainError as error:
             return attrs.evolve(state, status="error", error=error)
-        for child in children:
-            run.adopt(child)
         await run.run()
         return run.agent_state
 
-    def resume_sync(self, state: AgentState, answer: Any, **options: Any) -> AgentState:
-        return run_sync(self.resume(state, answer, **options), self.model)
+    def resume_sync(
+        self, state: AgentState, answer: Any, *, unbound: bool = False, **options: Any
+    ) -> AgentState:
+        return run_sync(self.resume(state, answer, unbound=unbound, **options), self.model)
 
-    async def start_resume(self, state: AgentState, answer: Any, **options: Any) -> AgentRun:
-        """:meth:`resume`, returning the run at its entry for the host to step."""
-        state, children = await self._answer(state, answer, options)
-        run = self.start(state, **options)
-        for child in children:
-            run.adopt(child)
-        return run
+    async def start_resume(
+        self, state: AgentState, answer: Any, *, unbound: bool = False, **options: Any
+    ) -> AgentRun:
+        """:meth:`resume`, returning the run at the state that asked, for the host to step.
 
-    async def _answer(
-        self, state: AgentState, answer: Any, options: Mapping[str, Any]
-    ) -> tuple[AgentState, tuple[Trace, ...]]:
-        """The state once its interrupt's owner took ``answer``, ready to run, and the
-        traces of the subagents the answer resumed (the run's first transition nests them)."""
+        A ChainError of a ``before_model`` hook is raised, as :meth:`start` raises it.
+        """
         unknown = set(options) - _START_OPTIONS
         if unknown:
             raise TypeError(
@@ -380,25 +439,44 @@ class Agent:
         self.options(**{k: v for k, v in options.items() if k != "hooks"})
         data = state.interrupt_data
         if not data:
-            raise ValueError(
-                "No interrupt data found in state. "
-                "Cannot process decisions without interrupt context."
-            )
-        check_decisions_fit(state.messages, data, self.middleware)
-        if not any(getattr(t, "agent", None) is not None for t in self.tools):
-            return await self._handled(state, answer, data), ()
-        from .subagents import collecting, resume_subagents
+            raise ValueError(NO_INTERRUPT)
+        if Approval.is_approval(data):
+            decisions = check_approval(state, self.tools, self.middleware, answer, unbound=unbound)
+            answered = Answer(state=state.interrupted_at, value=decisions.to_data())
+            return self._start_answered(state, answered, options)
+        if any(getattr(t, "agent", None) is not None for t in self.tools):
+            from .subagents import resume_subagents
 
-        resumed = await resume_subagents(self, state, answer)
-        if resumed is not None:
-            ready, children = resumed
-            return attrs.evolve(ready, status="new", interrupt_data=None), children
-        with collecting() as started:  # subagent calls a middleware runs (approved ones)
-            answered = await self._handled(state, answer, data)
-        return answered, tuple(started)
+            resumed = await resume_subagents(self, state, answer, unbound=unbound)
+            if resumed is not None:
+                ready, children = resumed
+                run = self.start(attrs.evolve(ready, status="new", interrupt_data=None), **options)
+                for child in children:
+                    run.adopt(child)
+                return run
+        handled = await self._handled(state, answer)
+        if handled is not None:  # a middleware's own interrupt, answered its own way
+            return self.start(handled, **options)
+        results = check_tool_answers(state, answer)
+        return self._start_answered(state, Answer(state=state.interrupted_at, value=results), options)
 
-    async def _handled(self, state: AgentState, answer: Any, data: Mapping[str, Any]) -> AgentState:
-        """The state the middleware that owns the interrupt made of ``answer``."""
+    def start_resume_sync(
+        self, state: AgentState, answer: Any, *, unbound: bool = False, **options: Any
+    ) -> AgentRun:
+        """:meth:`start_resume` for scripts and tests."""
+        return run_sync(self.start_resume(state, answer, unbound=unbound, **options), self.model)
+
+    def _start_answered(
+        self, state: AgentState, answer: Answer, options: Mapping[str, Any]
+    ) -> AgentRun:
+        """A new segment at the state that asked, carrying the answer in for it to take."""
+        asked = attrs.evolve(state, status="new", interrupt_data=None, interrupted_at=None)
+        checked = self.options(**{k: v for k, v in options.items() if k != "hooks"})
+        return self._begin(asked, checked, options.get("hooks", ()), answer)
+
+    async def _handled(self, state: AgentState, answer: Any) -> AgentState | None:
+        """The state a middleware that owns the interrupt made of ``answer`` (an adapter
+        for custom interrupts: :meth:`Middleware.handle_resume`); None when none does."""
         for middleware in self.middleware:
             hook = getattr(middleware, "handle_resume", None)
             answered = None if hook is None else await hook(self, state, answer)
@@ -410,14 +488,8 @@ class Agent:
                     f"{type(answered).__name__}; it returns an AgentState, or None when the "
                     "interrupt is not its own"
                 )
-            return attrs.evolve(answered, status="new", interrupt_data=None)
-        owners = [type(m).__name__ for m in self.middleware if hasattr(m, "handle_resume")]
-        kind = str(data.get("type"))[:60]
-        raise ValueError(
-            f"No middleware handled the resume for this interrupt (type {kind!r}); "
-            f"the agent's middleware that can resume: {owners}. Add the middleware that "
-            "raised it, e.g. HumanInTheLoop for tool approvals."
-        )
+            return attrs.evolve(answered, status="new", interrupt_data=None, interrupted_at=None)
+        return None
 
     async def resume_run(
         self,
@@ -428,17 +500,20 @@ class Agent:
         should_pause: Callable[[], bool] | None = None,
         extra_steps: Mapping[str, Sequence[Any]] | None = None,
         strict: bool = True,
+        unbound: bool = False,
     ) -> AgentState:
         """Continue the run saved in ``store`` and run it to a terminal.
 
         A run that had not ended (a crash) goes on from its last checkpoint; a
         paused one from its chain. An interrupted one needs ``answer``, taken as
-        :meth:`resume` takes it. The run keeps checkpointing; ``until_tool`` and
-        ``max_runs`` are the saved ones. See :mod:`agentfsm.store`.
+        :meth:`resume` takes it (``unbound`` as there): it enters the machine at the
+        state that asked, in a new segment, so approved calls run at ``executing``
+        and are checkpointed like any other. The run keeps checkpointing;
+        ``until_tool`` and ``max_runs`` are the saved ones. See :mod:`agentfsm.store`.
 
-        The resume claims the run before anything runs, approved calls included: a
-        run another process holds, or one that went on or ended since it was loaded
-        here, is refused with :class:`~agentfsm.store.RunInUseError` (or its
+        The resume claims the run before anything runs: a run another process
+        holds, or one that went on or ended since it was loaded here, is refused with
+        :class:`~agentfsm.store.RunInUseError` (or its
         :class:`~agentfsm.store.RunFinishedError`) and runs nothing.
         """
         from .store.checkpoint import restore_run  # the store is imported when first used
@@ -451,6 +526,7 @@ class Agent:
             should_pause=should_pause,
             extra_steps=extra_steps,
             strict=strict,
+            unbound=unbound,
         )
         await run.run()
         return run.agent_state

@@ -50,10 +50,15 @@ class Paused:
 
 @attrs.frozen
 class Interrupted:
-    """A tool or a middleware needs someone outside the run (a human, usually)."""
+    """A tool or a middleware needs someone outside the run (a human, usually).
+
+    ``state`` is the working state that asked: an answer enters the machine there
+    (:meth:`agentfsm.Agent.resume`). The run sets it when it ends.
+    """
 
     chain: LLMChain
     data: Mapping[str, Any]
+    state: str | None = attrs.field(default=None, kw_only=True)
 
 
 @attrs.frozen

@@ -30,7 +30,7 @@ from .hooks import Hook, current_global_hooks
 from .machine import Detail, MachineTable, Outcome
 from .messages import Usage
 from .options import Options
-from .results import Continue, Failed, Paused, PipelineResult, Terminal
+from .results import Continue, Failed, Interrupted, Paused, PipelineResult, Terminal
 from .steps import Step, get_run_count, normalize_pause
 from .trace import Trace, Transition, total_usage
 
@@ -385,6 +385,9 @@ class Run:
         if dest in self._terminals:
             if result.__class__ is Paused:
                 self.pause_reason = result.reason
+            elif result.__class__ is Interrupted and result.state is None:  # type: ignore[union-attr]
+                # The state that asked is where the answer enters the machine.
+                result = Interrupted(chain=result.chain, data=result.data, state=source)  # type: ignore[union-attr]
             terminal = normalize_pause(result)
             assert not isinstance(terminal, Continue)
             self.result = terminal = self._settle(terminal)

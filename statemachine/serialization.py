@@ -498,6 +498,8 @@ class Packer:
                 record["reason"] = converter.unstructure(reason)
             case Interrupted(_, data):
                 record["data"] = converter.unstructure(dict(data))
+                if result.state is not None:
+                    record["state"] = result.state
             case Failed(_, error):
                 record["error"] = _error_out(error)
         return record
@@ -770,7 +772,10 @@ class Unpacker:
         if kind == "Paused":
             return Paused(chain, record.get("reason"))
         if kind == "Interrupted":
-            return Interrupted(chain, dict(_mapping(record["data"], "interrupt data")))
+            state = record.get("state")
+            if state is not None and not isinstance(state, str):
+                raise FormatError(f"An interrupt's state {state!r:.60} is not a state's name")
+            return Interrupted(chain, dict(_mapping(record["data"], "interrupt data")), state=state)
         if kind == "Failed":
             return Failed(chain, _error_in(record["error"], ChainError))
         raise ValueError(f"unknown result type {kind!r}")

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from .approval import ANSWER, DECIDED, rejected, without_answer
 from .chain import LLMChain
 from .errors import ChainError
 from .messages import Message, ToolCall, ToolResult
@@ -49,6 +50,7 @@ __all__ = [
     "add_tool_message",
     "run_tool_calls",
     "reset_run_count",
+    "take_tool_answers",
 ]
 
 Opts = Mapping[str, Any] | None
@@ -289,9 +291,24 @@ async def execute_tools(result: PipelineResult, opts: Opts = None) -> PipelineRe
     if not calls:
         return result
     try:  # what execute_tool_calls does, without a coroutine of its own
+        if DECIDED in chain.custom_context:
+            return Continue(chain=await _execute_decided(chain, calls))
         return Continue(chain=add_tool_message(chain, await run_tool_calls(chain, calls)))
     except ChainError as error:
         return Failed(chain, error)
+
+
+async def _execute_decided(chain: LLMChain, calls: Sequence[ToolCall]) -> LLMChain:
+    """The calls of a batch a reviewer decided: the approved and edited ones run (an edit
+    is already in the call), a rejected one gets its rejection result; one tool message,
+    in call order, and the decisions are cleared."""
+    decided = chain.custom_context.get(DECIDED) or {}
+    context = {k: v for k, v in chain.custom_context.items() if k != DECIDED}
+    chain = attrs.evolve(chain, custom_context=context)
+    approved = [c for c in calls if decided.get(c.call_id) != "reject"]
+    ran = iter(await run_tool_calls(chain, approved))
+    results = [rejected(c) if decided.get(c.call_id) == "reject" else next(ran) for c in calls]
+    return add_tool_message(chain, results)
 
 
 # ------------------------------------------------------------------ checks
@@ -485,3 +502,38 @@ def propagate_state(result: PipelineResult, opts: Opts = None) -> PipelineResult
     if state is None:
         return result
     return Continue(result.chain.update_custom_context({"state": state}))
+
+
+def _answered(waiting: ToolResult, data: Mapping[str, Any]) -> ToolResult:
+    return ToolResult(
+        tool_call_id=waiting.tool_call_id,
+        name=waiting.name,
+        content=str(data.get("content", "")),
+        is_error=bool(data.get("is_error", False)),
+        state_updates=data.get("state_updates"),
+    )
+
+
+def take_tool_answers(result: PipelineResult, opts: Opts = None) -> PipelineResult:
+    """The answers a resume brought to this turn's tool interrupts become their results.
+
+    The first step of ``propagating``: it runs before the state updates are merged and
+    interrupts checked, so an answer's updates merge and an answered tool no longer
+    interrupts. A run with no answer passes unchanged.
+    """
+    if not isinstance(result, Continue):
+        return result
+    chain = result.chain
+    answers = chain.custom_context.get(ANSWER)
+    if answers is None:
+        return result
+    chain = without_answer(chain)
+    last: Message | None = chain.last_message
+    if last is None or last.role != "tool" or not isinstance(answers, list | tuple):
+        return Continue(chain=chain)
+    by_id = {a.get("tool_call_id"): a for a in answers if isinstance(a, Mapping)}
+    results = tuple(
+        _answered(r, by_id[r.tool_call_id]) if r.is_interrupt and r.tool_call_id in by_id else r
+        for r in last.tool_results
+    )
+    return Continue(chain=chain.replace_last_message(attrs.evolve(last, tool_results=results)))

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from ._invariants import check_decisions_fit
 from ._state import AgentState
 from .chain import LLMChain
 from .errors import ChainError
 from .machine import MachineTable
 from .messages import ToolResult
-from .middleware.human_in_the_loop import HumanInTheLoop, check_decisions
+from ._answers import check_approval
+from .approval import Approval
 from .options import Options
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
 from .run import Run, current_run
@@ -442,7 +442,7 @@ def _subagent_interrupts(data: Mapping[str, Any]) -> list[Mapping[str, Any]] | N
 
 
 async def resume_subagents(
-    agent: Agent, state: AgentState, answer: Any
+    agent: Agent, state: AgentState, answer: Any, *, unbound: bool = False
 ) -> tuple[AgentState, tuple[Trace, ...]] | None:
     """Hand ``answer`` to the subagent(s) ``state`` waits on; None for another interrupt.
 
@@ -466,12 +466,14 @@ async def resume_subagents(
                 "in the order of the interrupt's 'interrupts'"
             )
         answers = list(answer)
-    waiting = [_waiting(agent, i, given) for i, given in zip(interrupts, answers, strict=True)]
+    waiting = [
+        _waiting(agent, i, given, unbound) for i, given in zip(interrupts, answers, strict=True)
+    ]
     children: list[Trace] = []
     for interrupt, (name, child_agent, child_state), given in zip(
         interrupts, waiting, answers, strict=True
     ):
-        child = await child_agent.start_resume(child_state, given)
+        child = await child_agent.start_resume(child_state, given, unbound=unbound)
         await _run_child(child)
         children.append(child.trace)
         outcome = _outcome(name, child.agent_state)
@@ -480,15 +482,17 @@ async def resume_subagents(
     return state, tuple(children)
 
 
-def check_answer(agent: Agent, interrupt: Mapping[str, Any], answer: Any) -> None:
+def check_answer(
+    agent: Agent, interrupt: Mapping[str, Any], answer: Any, *, unbound: bool = False
+) -> None:
     """Refuse ``answer`` (ValueError) unless it answers the request the subagent
     ``interrupt`` of ``agent``'s run waits on, as a resume checks it: for a host that
     takes answers before it resumes (a durable run's engine)."""
-    _waiting(agent, interrupt, answer)
+    _waiting(agent, interrupt, answer, unbound)
 
 
 def _waiting(
-    agent: Agent, interrupt: Mapping[str, Any], answer: Any
+    agent: Agent, interrupt: Mapping[str, Any], answer: Any, unbound: bool
 ) -> tuple[str, Agent, AgentState]:
     """The subagent ``interrupt`` waits on, its agent and its saved state, once ``answer``
     is checked against its request (ValueError before any child runs anything)."""
@@ -512,22 +516,20 @@ def _waiting(
             f"The {name} subagent's saved state is not the one its request came from; "
             "nothing was run"
         )
-    _check_answer(tool.agent, state, data, answer)
+    _check_answer(tool.agent, state, data, answer, unbound)
     return name, tool.agent, state
 
 
-def _check_answer(agent: Agent, state: AgentState, data: Mapping[str, Any], answer: Any) -> None:
-    """Refuse an approval answer that does not fit the child's request as it stands."""
-    check_decisions_fit(state.messages, data, agent.middleware)
-    if "hitl_tool_call_ids" in data:
-        for middleware in agent.middleware:
-            if isinstance(middleware, HumanInTheLoop):
-                check_decisions(data, answer, middleware.configs)
-                return
+def _check_answer(
+    agent: Agent, state: AgentState, data: Mapping[str, Any], answer: Any, unbound: bool
+) -> None:
+    """Refuse an answer that does not fit the child's request as it stands."""
+    if Approval.is_approval(data):
+        check_approval(state, agent.tools, agent.middleware, answer, unbound=unbound)
         return
     inner = _subagent_interrupts(data)
     if inner is not None and len(inner) == 1:
-        _waiting(agent, inner[0], answer)
+        _waiting(agent, inner[0], answer, unbound)
 
 
 def _result(call_id: str, name: str, outcome: str | ToolOutput) -> ToolResult:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..agent import Agent
-from ..middleware import check_decisions
+from ..approval import Approval
 from ..subagents import SUBAGENT
 from ..subagents import check_answer as _check_subagent_answer
 
@@ -52,16 +52,22 @@ def innermost(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_answer(
-    data: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]], agent: Agent | None
-) -> None:
+    data: Mapping[str, Any],
+    decisions: Sequence[Mapping[str, Any]],
+    agent: Agent | None,
+    *,
+    unbound: bool = False,
+) -> list[dict[str, Any]]:
     """ValueError unless ``decisions`` answer the request ``data`` waits on.
 
     Count, types, call ids and digests are checked against the innermost request as
     the HITL path checks them; with the run's ``agent`` at hand, a subagent's request
     is also checked as a resume checks it (its saved state is the one it came from,
-    its own middleware allows the decisions).
+    its own middleware allows the decisions). The decisions come back bound to their
+    requests (each with its digest): what the run is sent.
     """
     request, names = _descent(data)
-    check_decisions(request, decisions)
+    bound = Approval.of(request).check(decisions, unbound=unbound).to_data()
     if names and agent is not None:
-        _check_subagent_answer(agent, data, decisions)
+        _check_subagent_answer(agent, data, bound)
+    return bound

@@ -16,7 +16,8 @@ from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer, SetWorkflowID
 from dbos._error import DBOSWorkflowIDInUseError
 from sqlalchemy.exc import IntegrityError
 
-from .._invariants import check_decisions_fit
+from .._answers import check_approval
+from ..approval import Approval
 from .._state import AgentState
 from ..agent import Agent
 from ..errors import AgentfsmError, DecisionConflictError
@@ -505,7 +506,9 @@ class Engine:
                 raise TimeoutError(f"Run {run_id!r} is still {status.status.lower()}")
             time.sleep(self.polling_interval / 2)
 
-    def decide(self, run_id: str, decisions: Sequence[Mapping[str, Any]]) -> None:
+    def decide(
+        self, run_id: str, decisions: Sequence[Mapping[str, Any]], *, unbound: bool = False
+    ) -> None:
         """Answer the approval requests of a run, from any process.
 
         A run that waits for them gets them at once. A run whose wait timed out
@@ -531,7 +534,9 @@ class Engine:
         waiting = self.client.get_event(tip, WAITING_EVENT, timeout_seconds=0)
         agent = AGENTS.get(_agent(status.input) or "")
         if isinstance(waiting, Mapping):
-            check_answer(waiting.get("interrupt") or {}, decisions, agent)
+            decisions = check_answer(
+                waiting.get("interrupt") or {}, decisions, agent, unbound=unbound
+            )
             segment = int(waiting.get("segment") or 0)
             self._claim(run_id, tip, segment, decisions)
             message = {"segment": segment, "decisions": [dict(d) for d in decisions]}
@@ -562,8 +567,9 @@ class Engine:
                 f"Run {run_id!r} ended interrupted by {str(data.get('type'))[:60]!r}, not "
                 "waiting for approval; resume its state with agent.resume(state, answer)."
             )
-        check_answer(data, decisions, agent)
-        check_decisions_fit(ended.state.messages, data, agent.middleware if agent else ())
+        decisions = check_answer(data, decisions, agent, unbound=unbound)
+        if agent is not None and Approval.is_approval(data):
+            check_approval(ended.state, agent.tools, agent.middleware, decisions)
         self._claim(run_id, tip, len(ended.traces), decisions)
         self._fork(
             run_id,

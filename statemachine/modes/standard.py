@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from ..approval import DECIDED
 from ..chain import LLMChain
 from ..errors import ChainError
 from ..hooks import Hook
@@ -37,6 +38,7 @@ from ..steps import (
     expand_tool_results,
     propagate_state,
     reset_run_count,
+    take_tool_answers,
 )
 from ..trace import Trace
 
@@ -138,6 +140,17 @@ def _called(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any]:
     return detail
 
 
+def _gated(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any] | None:
+    """What the approval state asked (an interrupt), or the decisions it applied."""
+    if isinstance(result, Interrupted):
+        requests = result.data.get("action_requests") or ()
+        return {"asked": [r.get("tool_name") for r in requests if isinstance(r, Mapping)]}
+    decided = result.chain.custom_context.get(DECIDED)
+    if not decided or decided is chain.custom_context.get(DECIDED):
+        return None
+    return {"decisions": dict(decided)}
+
+
 def _executed(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any] | None:
     last = result.chain.last_message
     if last is None or last is chain.last_message or last.role != "tool":
@@ -159,7 +172,7 @@ STANDARD = MachineTable(
         "calling": (call_llm, check_response_complete, check_pause),
         "interrupt_check": (check_approvals,),
         "executing": (execute_tools,),
-        "propagating": (propagate_state, _this_turns_interrupts),
+        "propagating": (take_tool_answers, propagate_state, _this_turns_interrupts),
         "until_check": (_check_until,),
         "deciding": (_decide,),
     },
@@ -264,7 +277,12 @@ STANDARD = MachineTable(
             why="max_runs reached, or the model stopped without calling the target tool",
         ),
     ),
-    details={"expanding": _expanded, "calling": _called, "executing": _executed},
+    details={
+        "expanding": _expanded,
+        "calling": _called,
+        "interrupt_check": _gated,
+        "executing": _executed,
+    },
     options=StandardOptions,
 )
 
@@ -383,10 +401,20 @@ class StandardMode:
         *,
         run_class: type[Run] = Run,
         hooks: Iterable[Hook] = (),
+        at: str | None = None,
         **kw: Any,
     ) -> Run:
-        """A run over ``chain``, at its entry state, not yet stepped; ``hooks`` observe it."""
+        """A run over ``chain``, at its entry state, not yet stepped; ``hooks`` observe it.
+
+        ``at`` enters another working state: the one that asked what the chain now
+        carries the answer to (a resume).
+        """
         options = self.options(opts, **kw)
+        if at is not None and at not in self.table.steps:
+            raise ValueError(
+                f"The run was interrupted at {at!r}, which is no working state of the "
+                f"{self.table.name} machine (its working states: {list(self.table.working)})"
+            )
         situation = _situation(chain)
         chain = reset_run_count(chain)  # creates mode_state when there is none
         if situation == _PENDING and chain.last_message not in chain.exchanged_messages:
@@ -395,7 +423,7 @@ class StandardMode:
             chain = attrs.evolve(
                 chain, exchanged_messages=(*chain.exchanged_messages, chain.last_message)
             )
-        return self._run(run_class, chain, self.table.entries[situation], options, hooks)
+        return self._run(run_class, chain, at or self.table.entries[situation], options, hooks)
 
     def restore(
         self,

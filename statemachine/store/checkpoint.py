@@ -768,6 +768,7 @@ async def restore_run(
     should_pause: Callable[[], bool | str] | None = None,
     extra_steps: Mapping[str, Sequence[Any]] | None = None,
     strict: bool = True,
+    unbound: bool = False,
 ) -> AgentRun:
     """The run behind :meth:`Agent.resume_run <agentfsm.Agent.resume_run>`, checkpointed,
     not stepped: for a host that steps a saved run.
@@ -795,7 +796,11 @@ async def restore_run(
         shared = tuple(saved.result.chain.messages)[-len(state.messages) :]
         if state.messages and shared == state.messages:
             state = attrs.evolve(state, messages=shared)
-        # Claim first: the approved calls run only in the one process that holds the run.
+        if state.interrupted_at is None:  # a state saved before it was recorded
+            last = saved.trace.transitions[-1].source if saved.trace.transitions else None
+            state = attrs.evolve(state, interrupted_at=saved.result.state or last)
+        # Claim first: the answer enters the machine only in the one process that holds
+        # the run (a waiting subagent's child is resumed as the run starts).
         owner = _new_owner()
         _claim(store, run_id, owner, saved.head)
         try:
@@ -803,6 +808,7 @@ async def restore_run(
                 resumed = await agent.start_resume(
                     state,
                     answer,
+                    unbound=unbound,
                     should_pause=should_pause,
                     extra_steps=extra_steps,
                     **execute_options(saved.options),

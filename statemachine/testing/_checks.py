@@ -42,6 +42,7 @@ from ..steps import (
     execute_tools,
     expand_tool_results,
     propagate_state,
+    take_tool_answers,
 )
 
 __all__ = ["EFFECTS", "Effect", "MachineProblem", "check_machine", "effects", "effects_of"]
@@ -90,6 +91,7 @@ _BUILT_IN: Final[Mapping[object, frozenset[str]]] = {
             check_until_tool_success,
             expand_tool_results,
             propagate_state,
+            take_tool_answers,
             _standard._check_until,
             _standard._this_turns_interrupts,
             langchain.finish,
