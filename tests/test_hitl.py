@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from agentfsm import (
+    STANDARD,
+    Approval,
+    DecisionError,
     Agent,
     AgentState,
     HumanInTheLoop,
@@ -43,14 +47,12 @@ def delete(path: str) -> str:
     return f"deleted {path}"
 
 
-HITL = HumanInTheLoop(
-    {
-        "write_file": True,
-        "delete": {"allowed_decisions": ["approve", "reject"]},
-        "read": False,
-        "submit": True,
-    }
-)
+GATES = {
+    "write_file": True,
+    "delete": {"allowed_decisions": ["approve", "reject"]},
+    "read": False,
+    "submit": True,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +61,10 @@ def _clear() -> None:
 
 
 def make(model: ScriptedModel, *tools: Any) -> Agent:
-    return Agent(model, tools or (write_file, read, delete), middleware=[HITL])
+    tools = tools or (write_file, read, delete)
+    names = {t.name for t in tools}
+    hitl = HumanInTheLoop({name: c for name, c in GATES.items() if name in names})
+    return Agent(model, tools, middleware=[hitl])
 
 
 async def interrupted(a: Agent) -> AgentState:
@@ -101,21 +106,29 @@ async def test_15_gated_call_interrupts_and_nothing_runs() -> None:
     }
 
 
-async def test_16_approve_runs_the_tool_outside_and_reenters_at_propagating() -> None:
+async def test_16_approve_enters_at_the_state_that_asked_and_runs_at_executing() -> None:
     model = ScriptedModel([call_tool("write_file", path="a", text="x"), say("written")])
     a = make(model)
     state = await interrupted(a)
-    run = await a.start_resume(state, [{"type": "approve"}])
-    assert run.state == "propagating" and executed == [("write_file", {"path": "a", "text": "x"})]
+    assert state.interrupted_at == "interrupt_check"
+    request = Approval.of(state.interrupt_data).requests[0]
+    run = await a.start_resume(state, [request.approve()])
+    assert run.state == "interrupt_check" and executed == []  # nothing runs before a step
     await run.run()
-    assert_path(run, f"propagating until_check deciding {LOOP} ok")
+    assert_path(run, f"interrupt_check executing propagating until_check deciding {LOOP} ok")
+    assert executed == [("write_file", {"path": "a", "text": "x"})]
+    gate = run.trace.transitions[0]
+    assert (gate.trigger, gate.detail) == (
+        "clear",
+        {"decisions": {request.tool_call_id: "approve"}},
+    )
     assert texts(run.chain)[-2:] == [("tool", "wrote a: x"), ("assistant", "written")]
 
 
 async def test_17_reject_is_information_for_the_model() -> None:
     model = ScriptedModel([call_tool("delete", path="a"), say("ok, not deleting")])
     a = make(model)
-    state = await a.resume(await interrupted(a), [{"type": "reject"}])
+    state = await a.resume(await interrupted(a), [{"type": "reject"}], unbound=True)
     assert state.status == "ok" and executed == []
     tool_message = state.messages[2]
     (result,) = tool_message.tool_results
@@ -129,7 +142,9 @@ async def test_17_reject_is_information_for_the_model() -> None:
 async def test_18_edit_runs_with_new_arguments() -> None:
     a = make(ScriptedModel([call_tool("write_file", path="a", text="x"), say("done")]))
     state = await a.resume(
-        await interrupted(a), [{"type": "edit", "arguments": {"path": "b", "text": "y"}}]
+        await interrupted(a),
+        [{"type": "edit", "arguments": {"path": "b", "text": "y"}}],
+        unbound=True,
     )
     assert executed == [("write_file", {"path": "b", "text": "y"})]
     assert state.messages[2].tool_results[0].content == "wrote b: y"
@@ -145,7 +160,7 @@ async def test_19_an_approved_tools_expansion_applies_before_the_next_call() -> 
 
     model = ScriptedModel([call_tool("write_and_show", path="p"), say("seen")])
     a = Agent(model, [write_and_show], middleware=[HumanInTheLoop({"write_and_show": True})])
-    state = await a.resume(await interrupted(a), [{"type": "approve"}])
+    state = await a.resume(await interrupted(a), [{"type": "approve"}], unbound=True)
     assert state.status == "ok"
     seen = model.requests[1].messages
     assert seen[-2].tool_results[0].content == "shown below"
@@ -164,7 +179,7 @@ async def test_20_and_32_ungated_sibling_waits_and_both_results_in_call_order() 
     assert executed == []
     assert state.interrupt_data is not None
     assert [r["tool_name"] for r in state.interrupt_data["action_requests"]] == ["write_file"]
-    done = await a.resume(state, [{"type": "approve"}])
+    done = await a.resume(state, [{"type": "approve"}], unbound=True)
     assert [r.content for r in done.messages[2].tool_results] == ["content of r", "wrote w: t"]
     assert [name for name, _ in executed] == ["read", "write_file"]
 
@@ -175,9 +190,11 @@ async def test_30_resumed_target_tool_satisfies_until_tool_without_a_model_call(
     run = a.start(AgentState.of("go"), until_tool="submit")
     await run.run()
     assert_path(run, "expanding calling interrupt_check interrupted")
-    resumed = await a.start_resume(run.agent_state, [{"type": "approve"}], until_tool="submit")
+    resumed = await a.start_resume(
+        run.agent_state, [{"type": "approve"}], until_tool="submit", unbound=True
+    )
     await resumed.run()
-    assert_path(resumed, "propagating until_check ok")
+    assert_path(resumed, "interrupt_check executing propagating until_check ok")
     assert resumed.agent_state.tool_result is not None
     assert resumed.agent_state.tool_result.content == "submitted 42"
     assert model.calls == 1
@@ -197,6 +214,7 @@ async def test_31_two_gated_calls_approve_and_edit() -> None:
     state = await a.resume(
         await interrupted(a),
         [{"type": "approve"}, {"type": "edit", "arguments": {"path": "2", "text": "B"}}],
+        unbound=True,
     )
     assert [r.content for r in state.messages[2].tool_results] == ["wrote 1: a", "wrote 2: B"]
 
@@ -212,9 +230,10 @@ async def test_a_resumed_result_that_interrupts_again_interrupts_again() -> None
         [ask],
         middleware=[HumanInTheLoop({"ask": True})],
     )
-    resumed = await a.start_resume(await interrupted(a), [{"type": "approve"}])
+    resumed = await a.start_resume(await interrupted(a), [{"type": "approve"}], unbound=True)
     await resumed.run()
-    assert_path(resumed, "propagating interrupted")
+    assert_path(resumed, "interrupt_check executing propagating interrupted")
+    assert resumed.agent_state.interrupted_at == "propagating"
     assert resumed.agent_state.interrupt_data is not None
     assert resumed.agent_state.interrupt_data["question"] == "why?"
 
@@ -248,13 +267,73 @@ async def test_decisions_that_do_not_fit_change_nothing(decisions: list[Any], me
 async def test_edit_needs_arguments() -> None:
     a = make(ScriptedModel([call_tool("write_file", path="a", text="x")]))
     with pytest.raises(ValueError, match="needs 'arguments'"):
-        await a.resume(await interrupted(a), [{"type": "edit"}])
+        await a.resume(await interrupted(a), [{"type": "edit"}], unbound=True)
 
 
 async def test_no_interrupt_in_state() -> None:
     a = make(ScriptedModel([]))
     with pytest.raises(ValueError) as info:
-        await a.resume(AgentState.of("go"), [{"type": "approve"}])
+        await a.resume(AgentState.of("go"), [{"type": "approve"}], unbound=True)
     assert str(info.value) == (
         "No interrupt data found in state. Cannot process decisions without interrupt context."
     )
+
+
+# ---------------------------------------------------------------- bound decisions, gates checked
+
+
+async def test_a_decision_without_the_requests_digest_is_refused_unless_unbound() -> None:
+    model = ScriptedModel([call_tool("write_file", path="a", text="x"), say("done")])
+    a = make(model)
+    state = await interrupted(a)
+    with pytest.raises(DecisionError, match="carries no digest"):
+        await a.resume(state, [{"type": "approve"}])
+    assert executed == [] and model.calls == 1
+    request = Approval.of(state.interrupt_data).requests[0]
+    wire = {"type": "approve", "digest": request.digest}  # what the CLI's hint shows
+    done = await a.resume(state, [wire])
+    assert done.status == "ok" and executed == [("write_file", {"path": "a", "text": "x"})]
+
+
+async def test_an_edit_of_the_saved_request_after_the_review_does_not_run() -> None:
+    """The reviewer saw path 'a'; the state was edited to ask about path 'b' since."""
+    a = make(ScriptedModel([call_tool("write_file", path="a", text="x"), say("done")]))
+    state = await interrupted(a)
+    seen = Approval.of(state.interrupt_data).requests[0].approve()
+    reply = state.messages[-1]
+    edited_call = attrs.evolve(reply.tool_calls[0], arguments={"path": "b", "text": "x"})
+    edited = attrs.evolve(
+        state, messages=(*state.messages[:-1], attrs.evolve(reply, tool_calls=(edited_call,)))
+    )
+    data = dict(edited.interrupt_data or {})
+    data["action_requests"] = [
+        {**data["action_requests"][0], "arguments": {"path": "b", "text": "x"}}
+    ]
+    edited = attrs.evolve(edited, interrupt_data=data)
+    with pytest.raises(DecisionError, match="was made on another action request"):
+        await a.resume(edited, [seen])
+    assert executed == []
+
+
+def test_a_gate_naming_a_tool_the_agent_lacks_is_refused_with_a_suggestion() -> None:
+    @tool
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return path
+
+    with pytest.raises(ValueError, match="'delete_files'.*did you mean 'delete_file'"):
+        Agent(ScriptedModel([]), [delete_file], middleware=[HumanInTheLoop({"delete_files": True})])
+
+
+def test_a_gate_on_a_machine_without_an_approval_state_is_refused() -> None:
+    def let_through(result: Any, opts: Any = None) -> Any:
+        return result
+
+    no_gate = STANDARD.replace("interrupt_check", [let_through], name="hitl_no_gate")
+    with pytest.raises(ValueError, match="has none .*'approval' effect"):
+        Agent(
+            ScriptedModel([]),
+            [write_file],
+            middleware=[HumanInTheLoop({"write_file": True})],
+            machine=no_gate,
+        )
