@@ -457,6 +457,13 @@ class Agent:
         handled = await self._handled(state, answer)
         if handled is not None:  # a middleware's own interrupt, answered its own way
             return self.start(handled, **options)
+        if "tool_call_id" not in data and data.get("type") != "multiple_interrupts":
+            owners = [type(m).__name__ for m in self.middleware if hasattr(m, "handle_resume")]
+            raise ValueError(
+                f"No middleware handled the resume for this interrupt (type "
+                f"{str(data.get('type'))[:60]!r}): no tool asked it, and the agent's middleware "
+                f"that can resume ({owners}) did not take it. Add the middleware that raised it."
+            )
         results = check_tool_answers(state, answer)
         return self._start_answered(state, Answer(state=state.interrupted_at, value=results), options)
 

@@ -9,10 +9,10 @@ import pytest
 
 from agentfsm import (
     STANDARD,
-    Approval,
-    DecisionError,
     Agent,
     AgentState,
+    Approval,
+    DecisionError,
     HumanInTheLoop,
     Message,
     MessageExpansion,
@@ -321,7 +321,7 @@ def test_a_gate_naming_a_tool_the_agent_lacks_is_refused_with_a_suggestion() -> 
         """Delete a file."""
         return path
 
-    with pytest.raises(ValueError, match="'delete_files'.*did you mean 'delete_file'"):
+    with pytest.raises(ValueError, match=r"'delete_files'.*did you mean 'delete_file'"):
         Agent(ScriptedModel([]), [delete_file], middleware=[HumanInTheLoop({"delete_files": True})])
 
 
@@ -330,7 +330,7 @@ def test_a_gate_on_a_machine_without_an_approval_state_is_refused() -> None:
         return result
 
     no_gate = STANDARD.replace("interrupt_check", [let_through], name="hitl_no_gate")
-    with pytest.raises(ValueError, match="has none .*'approval' effect"):
+    with pytest.raises(ValueError, match=r"has none .*'approval' effect"):
         Agent(
             ScriptedModel([]),
             [write_file],

@@ -29,8 +29,28 @@ from agentfsm.testing import assert_path
 from tests.support import LOOP, add
 
 EXAMPLE = runpy.run_path(str(Path(__file__).parent.parent / "examples" / "ask_user.py"))
-AskUser: type[Middleware] = EXAMPLE["AskUser"]
 ask_user = EXAMPLE["ask_user"]
+
+
+class AskUser(Middleware):
+    """A middleware that answers ``ask_user`` interrupts its own way (the adapter for
+    custom interrupts): the answer becomes the tool's result, reworded."""
+
+    async def handle_resume(
+        self, agent: Agent, state: AgentState, answer: Any
+    ) -> AgentState | None:
+        data = state.interrupt_data or {}
+        if data.get("type") != "ask_user":
+            return None  # another middleware's interrupt
+        if not isinstance(answer, str) or not answer.strip():
+            raise ValueError(f"An ask_user answer is the user's reply as text, got: {answer!r}")
+        result = ToolResult(
+            tool_call_id=data["tool_call_id"],
+            name="ask_user",
+            content=f"The user answered: {answer}",
+        )
+        return state.replace_tool_result(result)
+
 
 executed: list[str] = []
 
@@ -92,9 +112,10 @@ async def test_resume_without_the_owning_middleware_is_refused_and_runs_nothing(
     bare = Agent(model, [write_file], callbacks=[recorder.handlers()])
     for resume in (bare.resume, bare.start_resume):
         with pytest.raises(ValueError) as info:
-            await resume(state, [{"type": "approve"}])
+            await resume(state, [{"type": "approve"}], unbound=True)
         assert str(info.value).startswith(
-            "No middleware handled the resume for this interrupt (type 'hitl')"
+            "The run waits on an approval, but no HumanInTheLoop middleware of this agent "
+            "gates its calls ['write_file']"
         )
     assert executed == [] and model.calls == 1 and recorder.fired == []
 
@@ -115,7 +136,7 @@ async def test_resume_options_are_checked_before_any_tool_runs(
     agent = gated(model)
     state = await interrupted(agent)
     with pytest.raises(error):
-        await agent.resume(state, [{"type": "approve"}], **options)
+        await agent.resume(state, [{"type": "approve"}], **options, unbound=True)
     assert executed == [] and model.calls == 1
 
 
@@ -129,14 +150,12 @@ async def test_a_handle_resume_that_returns_something_else_is_a_type_error() -> 
         await agent.resume(AgentState.of("go").interrupt({"type": "x"}), "yes")
 
 
-async def test_an_interrupt_no_middleware_owns_is_refused_even_with_hitl() -> None:
-    model = ScriptedModel([call_tool("ask_user", question="why?")])
-    agent = Agent(model, [ask_user], middleware=[HumanInTheLoop({"write_file": True})])
-    run = agent.start(AgentState.of("go"))
-    await run.run()
-    assert_path(run, "expanding calling interrupt_check executing propagating interrupted")
-    with pytest.raises(ValueError, match=r"No middleware handled .* \(type 'ask_user'\)"):
-        await agent.resume(run.agent_state, "because")
+async def test_an_interrupt_no_tool_and_no_middleware_owns_is_refused_even_with_hitl() -> None:
+    model = ScriptedModel([say("done")])
+    agent = Agent(model, [write_file], middleware=[HumanInTheLoop({"write_file": True})])
+    state = (await agent.execute(AgentState.of("go"))).interrupt({"type": "custom"})
+    with pytest.raises(ValueError, match=r"No middleware handled .* \(type 'custom'\)"):
+        await agent.resume(state, "because")
     assert model.calls == 1
 
 
@@ -148,7 +167,7 @@ async def test_the_base_class_hooks_do_nothing() -> None:
     assert_path(run, f"{LOOP} {LOOP} ok")
     assert run.agent_state.messages[-1].text == "3"
     interrupted_state = run.agent_state.interrupt({"type": "custom"})
-    with pytest.raises(ValueError, match=r"resume: \['Middleware'\]"):
+    with pytest.raises(ValueError, match=r"resume \(\['Middleware'\]\)"):
         await agent.resume(interrupted_state, "anything")
     assert model.calls == 2
 
@@ -174,16 +193,17 @@ async def test_before_model_runs_again_on_resume() -> None:
     agent = gated(model, Count())
     state = await interrupted(agent)
     assert calls == ["before"]  # an interrupted run does not reach after_model
-    run = await agent.start_resume(state, [{"type": "approve"}])
-    assert calls == ["before", "before"] and executed == ["a"]
+    run = await agent.start_resume(state, [{"type": "approve"}], unbound=True)
+    assert calls == ["before", "before"] and executed == []
     await run.run()
-    assert_path(run, f"propagating until_check deciding {LOOP} ok")
+    assert_path(run, f"interrupt_check executing propagating until_check deciding {LOOP} ok")
+    assert executed == ["a"]
     assert calls == ["before", "before"]  # after_model runs when the state is read
     assert run.agent_state.state == {"before": 2} and calls[-1] == "after"
     assert model.calls == 2
 
 
-async def test_a_before_model_error_on_resume_keeps_the_answered_calls() -> None:
+async def test_a_before_model_error_on_resume_runs_nothing() -> None:
     class Refuse(Middleware):
         def __init__(self) -> None:
             self.armed = False
@@ -196,10 +216,10 @@ async def test_a_before_model_error_on_resume_keeps_the_answered_calls() -> None
 
     model = ScriptedModel([call_tool("write_file", path="a"), say("written")])
     agent = gated(model, Refuse())
-    state = await agent.resume(await interrupted(agent), [{"type": "approve"}])
+    state = await agent.resume(await interrupted(agent), [{"type": "approve"}], unbound=True)
     assert (state.status, state.error and state.error.type) == ("error", "refused")
-    assert [m.role for m in state.messages] == ["user", "assistant", "tool"]
-    assert executed == ["a"] and model.calls == 1
+    assert [m.role for m in state.messages] == ["user", "assistant"]
+    assert executed == [] and model.calls == 1
 
 
 # ---------------------------------------------------------------- on_error
@@ -237,7 +257,7 @@ async def test_on_error_does_not_fire_for_runs_that_do_not_fail() -> None:
     recorder = Recorder()
     model = ScriptedModel([call_tool("write_file", path="a"), say("written")])
     agent = gated(model, callbacks=[recorder.handlers()])
-    state = await agent.resume(await interrupted(agent), [{"type": "approve"}])
+    state = await agent.resume(await interrupted(agent), [{"type": "approve"}], unbound=True)
     assert state.status == "ok"
     assert recorder.fired == [("on_tool_execution_started", "write_file")]
 
@@ -246,9 +266,11 @@ async def test_a_resumed_run_that_fails_fires_on_error_once() -> None:
     recorder = Recorder()
     model = ScriptedModel([call_tool("write_file", path="a"), fail("server_error")])
     agent = gated(model, callbacks=[recorder.handlers()])
-    run = await agent.start_resume(await interrupted(agent), [{"type": "approve"}])
+    run = await agent.start_resume(await interrupted(agent), [{"type": "approve"}], unbound=True)
     await run.run()
-    assert_path(run, "propagating until_check deciding expanding calling error")
+    assert_path(
+        run, "interrupt_check executing propagating until_check deciding expanding calling error"
+    )
     assert recorder.fired == [
         ("on_tool_execution_started", "write_file"),
         ("on_error", "server_error"),
@@ -336,7 +358,7 @@ async def test_an_ask_user_interrupt_resumes_through_its_middleware() -> None:
     assert state.interrupt_data["question"] == "Which database?"
 
     with pytest.raises(ValueError, match="answer is the user's reply as text"):
-        await agent.resume(state, [{"type": "approve"}])
+        await agent.resume(state, [{"type": "approve"}], unbound=True)
     assert model.calls == 1
 
     run = await agent.start_resume(state, "PostgreSQL")
@@ -377,9 +399,38 @@ def test_the_ask_user_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
 
     asyncio.run(EXAMPLE["main"]())
     assert capsys.readouterr().out.splitlines() == [
-        "the agent asks: 'Which database should the project use?'",
+        "the agent asks: 'Which database should the project use?' (at propagating)",
         "ok: 'Setting the project up with PostgreSQL.'",
     ]
+
+
+async def test_a_tools_own_interrupt_is_answered_at_propagating_with_no_middleware() -> None:
+    model = asking()
+    agent = Agent(model, [ask_user])
+    first = agent.start(AgentState.of("set up the project"))
+    await first.run()
+    assert first.agent_state.interrupted_at == "propagating"
+    with pytest.raises(ValueError, match="becomes its result: give text"):
+        await agent.resume(first.agent_state, [{"type": "approve"}], unbound=True)
+    run = await agent.start_resume(first.agent_state, "PostgreSQL")
+    await run.run()
+    assert_path(run, f"propagating until_check deciding {LOOP} ok")
+    (answer,) = model.requests[1].messages[-1].tool_results
+    assert (answer.content, answer.is_interrupt) == ("PostgreSQL", False)
+    assert "answer" not in run.chain.custom_context
+
+
+def test_a_saved_tool_interrupt_is_answered_in_a_new_segment_at_propagating(
+    tmp_path: Path,
+) -> None:
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        start_run(Agent(asking(), [ask_user]), AgentState.of("go"), store, run_id="q").run_sync()
+        model = ScriptedModel([say("Postgres it is")])
+        state = Agent(model, [ask_user]).resume_run_sync("q", store, "PostgreSQL")
+        saved = load_run(store, "q", strict=False)
+    assert state.status == "ok"
+    assert [t.entry for t in saved.traces] == ["expanding", "propagating"]
+    assert model.requests[0].messages[-1].tool_results[0].text == "PostgreSQL"
 
 
 def test_replace_tool_result_needs_the_call() -> None:
@@ -394,9 +445,9 @@ async def test_an_approved_question_interrupts_again_and_its_middleware_answers_
     agent = Agent(model, [ask_user], middleware=[HumanInTheLoop({"ask_user": True}), AskUser()])
     approval = await interrupted(agent)
     assert approval.interrupt_data is not None and approval.interrupt_data["type"] == "hitl"
-    asked = await agent.start_resume(approval, [{"type": "approve"}])
+    asked = await agent.start_resume(approval, [{"type": "approve"}], unbound=True)
     await asked.run()
-    assert_path(asked, "propagating interrupted")
+    assert_path(asked, "interrupt_check executing propagating interrupted")
     question = asked.agent_state
     assert question.interrupt_data is not None and question.interrupt_data["type"] == "ask_user"
     answered = await agent.start_resume(question, "PostgreSQL")
