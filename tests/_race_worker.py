@@ -71,9 +71,13 @@ def resume(db: Path, ledger: Path, run_id: str) -> str:
     """Approve every request until the run ends; what happened, in one word."""
     try:
         with SQLiteStore(db) as store:
-            state = make_agent(ledger).resume_run_sync(run_id, store, [{"type": "approve"}])
+            state = make_agent(ledger).resume_run_sync(
+                run_id, store, [{"type": "approve"}], unbound=True
+            )
             while state.status == "interrupted":
-                state = make_agent(ledger).resume_run_sync(run_id, store, [{"type": "approve"}])
+                state = make_agent(ledger).resume_run_sync(
+                    run_id, store, [{"type": "approve"}], unbound=True
+                )
     except (RunInUseError, ResumeError, StoreError, FormatError) as exc:
         return type(exc).__name__
     return str(state.status)

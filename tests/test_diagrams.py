@@ -48,7 +48,7 @@ def _demo_traces(decision: str) -> list[Trace]:
     async def go() -> list[Trace]:
         first = agent.start(AgentState.of(DEMO_PROMPT))
         await first.run()
-        second = await agent.start_resume(first.agent_state, [{"type": decision}])
+        second = await agent.start_resume(first.agent_state, [{"type": decision}], unbound=True)
         await second.run()
         return [first.trace, second.trace]
 

@@ -178,11 +178,11 @@ def test_an_interrupted_run_waits_for_decisions_sent_from_anywhere(engine: Engin
         engine.decide(run_id, [])
     other = Engine(engine.url)  # another process's view: a client only
     try:
-        other.decide(run_id, [{"type": "approve"}])
+        other.decide(run_id, [{"type": "approve"}], unbound=True)
         _wait_for_decisions(engine, run_id, "ask-1")  # the second call is gated too
-        other.decide(run_id, [{"type": "reject"}])
+        other.decide(run_id, [{"type": "reject"}], unbound=True)
         _wait_for_decisions(engine, run_id, "ask-2")
-        other.decide(run_id, [{"type": "edit", "arguments": {"note": "edited"}}])
+        other.decide(run_id, [{"type": "edit", "arguments": {"note": "edited"}}], unbound=True)
         result = other.result(run_id, timeout=30)
     finally:
         other.close()
@@ -195,7 +195,7 @@ def test_an_interrupted_run_waits_for_decisions_sent_from_anywhere(engine: Engin
     assert [t.entry for t in result.traces] == ["expanding", *["propagating"] * 3]
     _assert_paths(result)
     with pytest.raises(ResumeError, match="not waiting for decisions"):
-        engine.decide(run_id, [{"type": "approve"}])
+        engine.decide(run_id, [{"type": "approve"}], unbound=True)
 
 
 def _decide_elsewhere(url: str, run_id: str, decisions: list[dict[str, Any]]) -> None:
@@ -234,15 +234,17 @@ def test_a_run_whose_wait_timed_out_is_resumed_later_from_anywhere(
         _decide_elsewhere(engine.url, run_id, [{"type": "approve"}])
         # each continuation waits in vain for the next approval, and is resumed in turn
         assert other.result(run_id, timeout=30).status == "interrupted"
-        other.decide(f"{run_id}/resume-1", [{"type": "reject"}])  # a continuation's id: the run's
+        other.decide(
+            f"{run_id}/resume-1", [{"type": "reject"}], unbound=True
+        )  # a continuation's id: the run's
         assert other.result(run_id, timeout=30).status == "interrupted"
-        other.decide(run_id, [{"type": "edit", "arguments": {"note": "edited"}}])
+        other.decide(run_id, [{"type": "edit", "arguments": {"note": "edited"}}], unbound=True)
         result = other.result(run_id, timeout=30)
         assert other.result(f"{run_id}/resume-1", timeout=30) == result
         with pytest.raises(ResumeError, match=r"did not end interrupted \(it is ok\)"):
-            other.decide(run_id, [{"type": "approve"}])
+            other.decide(run_id, [{"type": "approve"}], unbound=True)
         with pytest.raises(RunNotFoundError):
-            other.decide("nobody", [{"type": "approve"}])
+            other.decide("nobody", [{"type": "approve"}], unbound=True)
         [record] = other.runs()
     finally:
         other.close()
@@ -284,10 +286,10 @@ def test_only_a_run_that_waited_for_approval_is_resumed_by_decide(engine: Engine
         "expanding calling interrupt_check executing propagating interrupted"
     ]
     with pytest.raises(ResumeError, match=r"interrupted by 'ask_user', not waiting for approval"):
-        engine.decide(asked.run_id, [{"type": "approve"}])
+        engine.decide(asked.run_id, [{"type": "approve"}], unbound=True)
     gated = engine.submit(AgentState.of("busy"), agent="gated")
     _wait_for_decisions(engine, gated, "busy-0")
-    engine.decide(gated, [{"type": "approve"}])
+    engine.decide(gated, [{"type": "approve"}], unbound=True)
     _wait_for_decisions(engine, gated, "busy-1")
     assert engine.client.list_workflows(forked_from=gated) == []  # a waiting run needs no fork
     assert len(engine.runs()) == 2
@@ -307,7 +309,7 @@ def test_two_processes_resuming_at_once_resume_once(
     def decide(client: Engine) -> None:
         barrier.wait()
         try:
-            client.decide(run_id, [{"type": "approve"}])
+            client.decide(run_id, [{"type": "approve"}], unbound=True)
             outcomes.append("sent")
         except ResumeError as exc:
             outcomes.append(str(exc))
@@ -340,7 +342,7 @@ def test_decisions_sent_as_the_wait_times_out_go_on_in_a_continuation(engine: En
     other = Engine(engine.url)
     try:
         other.client.get_event = lambda *_, **__: seen  # type: ignore[method-assign]
-        other.decide(run_id, [{"type": "reject"}])
+        other.decide(run_id, [{"type": "reject"}], unbound=True)
     finally:
         other.close()
     # the continuation took the rejection and waits on the next call

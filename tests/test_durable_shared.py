@@ -95,7 +95,7 @@ def race_decides(url: str, run_id: str) -> tuple[str, DecisionConflictError]:
         client.client.get_event = lambda *_, **__: seen  # type: ignore[method-assign]
         barrier.wait()
         try:
-            client.decide(run_id, [{"type": decision}])
+            client.decide(run_id, [{"type": decision}], unbound=True)
             outcomes[decision] = "sent"
         except DecisionConflictError as exc:
             outcomes[decision] = exc
@@ -129,9 +129,9 @@ def test_of_two_concurrent_decides_the_loser_is_told_which_won(db: str) -> None:
         assert lost.decisions == [{"type": won}] and lost.run_id == run_id
         assert won in str(lost)
         _wait_for_decisions(engine, run_id, "pick-1")  # the winner's decision was taken
-        engine.decide(run_id, [{"type": "approve"}])
+        engine.decide(run_id, [{"type": "approve"}], unbound=True)
         _wait_for_decisions(engine, run_id, "pick-2")
-        engine.decide(run_id, [{"type": "approve"}])
+        engine.decide(run_id, [{"type": "approve"}], unbound=True)
         result = engine.result(run_id, timeout=30)
         texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]
     rejected = texts[0] == "Tool call 'record' was rejected by a human reviewer."
@@ -148,13 +148,15 @@ def test_a_decide_that_claimed_but_never_sent_is_retried_and_others_still_lose(d
         segment = engine.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)["segment"]
         assert engine.ledger.claim(run_id, segment, [{"type": "approve"}]) is None
         with pytest.raises(DecisionConflictError) as lost:
-            engine.decide(run_id, [{"type": "reject"}])
+            engine.decide(run_id, [{"type": "reject"}], unbound=True)
         assert lost.value.decisions == [{"type": "approve"}]
-        engine.decide(run_id, [{"type": "approve"}])  # the same decisions, again: sent
+        engine.decide(
+            run_id, [{"type": "approve"}], unbound=True
+        )  # the same decisions, again: sent
         _wait_for_decisions(engine, run_id, "retry-1")
-        engine.decide(run_id, [{"type": "approve"}])
+        engine.decide(run_id, [{"type": "approve"}], unbound=True)
         _wait_for_decisions(engine, run_id, "retry-2")
-        engine.decide(run_id, [{"type": "approve"}])
+        engine.decide(run_id, [{"type": "approve"}], unbound=True)
         result = engine.result(run_id, timeout=30)
     assert result.status == "ok"
     texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]

@@ -190,13 +190,13 @@ def test_a_subagents_request_waits_and_an_approval_runs_the_child_on(
     lines = log.read_text().splitlines()
     assert [x for x in lines if x.startswith(("start", "done"))] == ["start bees", "done bees"]
     with pytest.raises(ResumeError, match="not waiting for decisions"):
-        engine.decide(run_id, [{"type": "approve"}])
+        engine.decide(run_id, [{"type": "approve"}], unbound=True)
 
 
 def test_a_rejection_reaches_the_child_and_its_answer_the_parent(engine: Engine) -> None:
     run_id = engine.submit(AgentState.of("wasps"), agent="coordinator")
     _wait_for_decisions(engine, run_id, "wasps-publish")
-    engine.decide(run_id, [{"type": "reject"}])
+    engine.decide(run_id, [{"type": "reject"}], unbound=True)
     result = engine.result(run_id, timeout=30)
     assert result.status == "ok"
     assert _tool_texts(result) == [f"writer: {REJECTED}"]
@@ -221,7 +221,7 @@ def test_decisions_that_do_not_answer_the_request_are_refused_and_nothing_is_sen
                     client.decide(run_id, wrong)
         assert engine.ledger.latest(run_id) is None  # nothing claimed
         assert engine.waiting(run_id) == request  # nothing sent: it still waits
-        other.decide(run_id, [{"type": "approve"}])
+        other.decide(run_id, [{"type": "approve"}], unbound=True)
         assert other.result(run_id, timeout=30).status == "ok"
     finally:
         other.close()
@@ -250,7 +250,7 @@ def test_a_subagent_request_whose_wait_timed_out_is_resumed_by_decide(engine: En
         assert [w.workflow_id for w in other.client.list_workflows(name=WORKFLOW)] == [
             "late"
         ]  # none queued
-        other.decide(run_id, [{"type": "approve"}])
+        other.decide(run_id, [{"type": "approve"}], unbound=True)
         result = other.result(run_id, timeout=30)
     finally:
         other.close()
@@ -276,10 +276,10 @@ def _assert_children(result: Any) -> None:
 def test_a_child_that_asks_again_makes_the_run_wait_again(engine: Engine) -> None:
     run_id = engine.submit(AgentState.of("twice"), agent="coordinator")
     _wait_for_decisions(engine, run_id, "twice-publish")
-    engine.decide(run_id, [{"type": "approve"}])
+    engine.decide(run_id, [{"type": "approve"}], unbound=True)
     request = _wait_for_decisions(engine, run_id, "twice-again")
     assert request["action_requests"][0]["arguments"] == {"text": "twice again"}
-    engine.decide(run_id, [{"type": "reject"}])
+    engine.decide(run_id, [{"type": "reject"}], unbound=True)
     result = engine.result(run_id, timeout=30)
     assert result.status == "ok"
     assert _tool_texts(result) == [f"writer: published twice; {REJECTED}"]
@@ -291,7 +291,7 @@ def test_a_nested_subagents_request_is_answered_innermost(engine: Engine) -> Non
     run_id = engine.submit(AgentState.of("owls"), agent="chief")
     request = _wait_for_decisions(engine, run_id, "owls-publish")
     assert request["child_path"] == ["editor", "writer"]
-    engine.decide(run_id, [{"type": "approve"}])
+    engine.decide(run_id, [{"type": "approve"}], unbound=True)
     result = engine.result(run_id, timeout=30)
     assert result.status == "ok"
     assert result.state.messages[-1].text == "chief: editor: writer: published owls"
@@ -302,7 +302,7 @@ def test_two_subagents_waiting_at_once_end_the_run_interrupted(engine: Engine) -
     assert result.status == "interrupted" and result.state.interrupt_data is not None
     assert result.state.interrupt_data["type"] == "multiple_interrupts"
     with pytest.raises(ResumeError, match="'multiple_interrupts', not waiting for approval"):
-        engine.decide(result.run_id, [{"type": "approve"}])
+        engine.decide(result.run_id, [{"type": "approve"}], unbound=True)
 
 
 # ---------------------------------------------------------------- a subagent's child workflow
@@ -372,7 +372,7 @@ def test_a_nested_subagent_is_a_child_of_its_parents_child_workflow(engine: Engi
     assert _names(engine, editor) == ["model:editor@expanded>calling#1", "agentfsm.subagent"]
     assert _names(engine, writer) == ["model:writer@expanded>calling#1"]
     assert [r.run_id for r in engine.runs()] == [run_id]
-    engine.decide(run_id, [{"type": "approve"}])
+    engine.decide(run_id, [{"type": "approve"}], unbound=True)
     assert engine.result(run_id, timeout=30).status == "ok"
 
 
@@ -416,7 +416,7 @@ def test_a_worker_stopped_after_the_decision_runs_no_recorded_step_of_the_parent
         run_id = client.submit(AgentState.of("kill"), agent="coordinator", run_id="kill")
         _wait_for_decisions(client, run_id, "kill-publish")
         mark = len(group.lines())
-        client.decide(run_id, [{"type": "approve"}])
+        client.decide(run_id, [{"type": "approve"}], unbound=True)
         # inside the child's approved call, or inside the parent's call for its final reply
         group.wait_for("start" if where == "publish" else "coordinator", mark)
         _take_over(group, first, stop, "coordinator")

@@ -31,7 +31,7 @@ def _parent(tmp_path: pathlib.Path) -> tuple[pathlib.Path, SQLiteStore]:
     store = SQLiteStore(tmp_path / "runs.db")
     agent = demo_agent(delay=0, stream=False, folder=tmp_path)
     start_run(agent, AgentState.of(DEMO_PROMPT), store, run_id="parent").run_sync()
-    agent.resume_run_sync("parent", store, [{"type": "approve"}])
+    agent.resume_run_sync("parent", store, [{"type": "approve"}], unbound=True)
     return tmp_path / "runs.db", store
 
 

@@ -246,5 +246,7 @@ def test_an_agent_run_takes_hooks_at_its_start_and_at_its_resume() -> None:
     run = agent.start(AgentState.of("go"), hooks=[Ends()])
     run.run_sync()
     assert heard == ["interrupted"]
-    resumed = agent.resume_sync(run.agent_state, [{"type": "approve"}], hooks=[Ends()])
+    resumed = agent.resume_sync(
+        run.agent_state, [{"type": "approve"}], hooks=[Ends()], unbound=True
+    )
     assert resumed.status == "ok" and heard == ["interrupted", "ok"]

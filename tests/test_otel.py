@@ -358,7 +358,7 @@ def test_an_interrupted_run_resumed_links_to_the_run_it_continues(telemetry: Tel
     assert interrupted.status.status_code is StatusCode.UNSET
     assert not interrupted.links
 
-    second = agent.resume_sync(first.agent_state, [{"type": "approve"}])
+    second = agent.resume_sync(first.agent_state, [{"type": "approve"}], unbound=True)
     assert second.status == "ok"
     resumed = [s for s in telemetry.named("invoke_agent") if s is not interrupted]
     resumed_run = one(resumed)
@@ -649,7 +649,7 @@ def test_a_resumed_run_keeps_the_conversation_id(telemetry: Telemetry) -> None:
     )
     first = agent.execute_sync(AgentState.of("write a.txt"))
     assert first.status == "interrupted"
-    second = agent.resume_sync(first, [{"type": "approve"}])
+    second = agent.resume_sync(first, [{"type": "approve"}], unbound=True)
     assert second.status == "ok"
     first_span, second_span = sorted(
         telemetry.named("invoke_agent writer"), key=lambda s: s.start_time or 0

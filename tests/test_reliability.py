@@ -503,7 +503,7 @@ def _forged_decision(tmp: pathlib.Path) -> Any:
         "UPDATE runs SET result = json_set(result, "
         "'$.data.action_requests[0].arguments.path', 'notes.txt')",
     )
-    return agent.resume_run_sync("r", store, [{"type": "approve"}])
+    return agent.resume_run_sync("r", store, [{"type": "approve"}], unbound=True)
 
 
 def _made_up_state(tmp: pathlib.Path) -> Any:
@@ -614,7 +614,7 @@ async def test_hitl_decisions_that_do_not_fit_change_nothing() -> None:
     agent = Agent(model, [gated], middleware=[HumanInTheLoop({"gated": True})])
     state = await agent.execute(AgentState.of("go"))
     with pytest.raises(ValueError, match=re.escape("Decision count (2) does not match")):
-        await agent.resume(state, [{"type": "approve"}, {"type": "approve"}])
+        await agent.resume(state, [{"type": "approve"}, {"type": "approve"}], unbound=True)
     assert state.status == "interrupted" and model.calls == 1
 
 

@@ -74,7 +74,7 @@ def test_two_sql_updates_do_not_run_a_gated_tool(interrupted: Path) -> None:
             "expanding calling interrupt_check executing",
             "interrupt_check interrupted",
         ]
-        state = agent(say("ok")).resume_run_sync("r", store, [{"type": "reject"}])
+        state = agent(say("ok")).resume_run_sync("r", store, [{"type": "reject"}], unbound=True)
     assert state.status == "ok" and DELETED == []
 
 
@@ -159,7 +159,7 @@ def test_a_made_up_machine_state_or_path_is_refused(
     edit(interrupted)
     refused = (FormatError, UnknownMachineError)  # a machine not declared here is its own case
     with SQLiteStore(interrupted) as store, pytest.raises(refused, match=message):
-        agent().resume_run_sync("r", store, [{"type": "approve"}])
+        agent().resume_run_sync("r", store, [{"type": "approve"}], unbound=True)
     with SQLiteStore(interrupted) as store, pytest.raises(refused, match=message):
         load_run(store, "r", tools=[delete])
     assert DELETED == []
@@ -210,9 +210,9 @@ async def test_an_edited_agent_state_in_memory_is_refused_too() -> None:
     _other_arguments(data)
     forged = AgentState(state.messages, status="interrupted", interrupt_data=data)
     with pytest.raises(InvariantError, match="is not a pending call"):
-        await gated.resume(forged, [{"type": "approve"}])
+        await gated.resume(forged, [{"type": "approve"}], unbound=True)
     assert DELETED == []
-    done = await gated.resume(state, [{"type": "approve"}])
+    done = await gated.resume(state, [{"type": "approve"}], unbound=True)
     assert done.status == "ok" and DELETED == ["/etc/passwd"]
 
 

@@ -219,9 +219,9 @@ def test_an_interrupted_run_resumes_with_decisions(db: Path, log: Path) -> None:
     assert run.agent_state.status == "interrupted"
     with pytest.raises(ResumeError, match="resume it with an answer"):
         asyncio.run(restore_run(gated(), "hitl", store))
-    state = gated().resume_run_sync("hitl", store, [{"type": "approve"}])
+    state = gated().resume_run_sync("hitl", store, [{"type": "approve"}], unbound=True)
     assert state.status == "interrupted"  # the second call needs approval too
-    state = gated().resume_run_sync("hitl", store, [{"type": "approve"}])
+    state = gated().resume_run_sync("hitl", store, [{"type": "approve"}], unbound=True)
     assert state.status == "ok"
     saved = load_run(store, "hitl", strict=False)
     assert [t.entry for t in saved.traces] == ["expanding", "propagating", "propagating"]

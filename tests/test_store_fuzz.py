@@ -152,7 +152,11 @@ def _checked(db: Path) -> None:
     with SQLiteStore(db) as store, contextlib.suppress(*RESUME_ERRORS, ValueError):
         import asyncio
 
-        asyncio.run(restore_run(race.make_agent(ledger, nap=0), "r", store, [{"type": "reject"}]))
+        asyncio.run(
+            restore_run(
+                race.make_agent(ledger, nap=0), "r", store, [{"type": "reject"}], unbound=True
+            )
+        )
     assert not ledger.exists()  # a rejection runs nothing, whatever the rows say
 
 

@@ -183,7 +183,7 @@ def test_decisions_that_do_not_fit_give_the_claim_back(db: Path, ledger: Path) -
     race.interrupted(db, ledger)
     with SQLiteStore(db) as store:
         with pytest.raises(ValueError, match="not allowed"):
-            race.make_agent(ledger).resume_run_sync("r", store, [{"type": "nope"}])
+            race.make_agent(ledger).resume_run_sync("r", store, [{"type": "nope"}], unbound=True)
         assert race.resume(db, ledger, "r") == "ok"  # not refused as in use
     assert launched(ledger) == {"moon": 1, "mars": 1}
 

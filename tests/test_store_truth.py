@@ -73,7 +73,7 @@ def test_an_agent_state_edited_to_run_another_call_is_refused_as_it_loads(
         with pytest.raises(FormatError, match="agent state does not match"):
             load_run(store, "r", strict=False)
         with pytest.raises(FormatError, match="Nothing was run"):
-            race.make_agent(ledger).resume_run_sync("r", store, [{"type": "approve"}])
+            race.make_agent(ledger).resume_run_sync("r", store, [{"type": "approve"}], unbound=True)
     assert cli("runs", "show", "r", "--db", str(db))[0] == 2
     assert not ledger.exists()
 

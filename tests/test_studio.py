@@ -89,7 +89,7 @@ def make_store(tmp_path: pathlib.Path) -> pathlib.Path:
     with SQLiteStore(db) as store:
         agent = demo_agent(delay=0, stream=False, folder=tmp_path)
         start_run(agent, AgentState.of(DEMO_PROMPT), store, run_id="finished").run_sync()
-        agent.resume_run_sync("finished", store, [{"type": "approve"}])
+        agent.resume_run_sync("finished", store, [{"type": "approve"}], unbound=True)
         agent = approval_agent(tmp_path)
         start_run(agent, AgentState.of("write it " + HOSTILE), store, run_id="waiting").run_sync()
         start_run(

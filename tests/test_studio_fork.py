@@ -136,7 +136,7 @@ def test_compare_two_runs_picked_on_the_index(
     with SQLiteStore(db) as store:
         fork_run(store, "finished", 16, new_id="rejected")
         agent.resume_run_sync("rejected", store)  # asks for the approval again
-        agent.resume_run_sync("rejected", store, [{"type": "reject"}])
+        agent.resume_run_sync("rejected", store, [{"type": "reject"}], unbound=True)
     browser.get_log("browser")
     browser.get(base + "/")
     for run_id in ("finished", "rejected"):

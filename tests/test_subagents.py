@@ -304,7 +304,7 @@ async def test_a_subagents_approval_interrupts_the_parent_and_resumes_the_child(
     assert_path(writer, "expanding calling interrupt_check interrupted")
     assert published == []
 
-    resumed = await coordinator.start_resume(state, [{"type": "approve"}])
+    resumed = await coordinator.start_resume(state, [{"type": "approve"}], unbound=True)
     await resumed.run()
     assert published == ["Bees dance."]
     assert resumed.agent_state.status == "ok"
@@ -453,7 +453,7 @@ async def test_a_nested_subagent_request_resumes_the_innermost_run() -> None:
     data = state.interrupt_data or {}
     assert data["subagent"] == "editor" and data["request"]["subagent"] == "writer"
     assert [r["tool_name"] for r in data["action_requests"]] == ["publish"]
-    state = await chief.resume(state, [{"type": "approve"}])
+    state = await chief.resume(state, [{"type": "approve"}], unbound=True)
     assert state.status == "ok" and state.messages[-1].text == "Out."
     assert published == ["Bees dance."]
 
@@ -623,7 +623,7 @@ async def test_two_waiting_subagents_take_one_answer_each() -> None:
     assert data["type"] == "multiple_interrupts"
     assert [i["subagent"] for i in data["interrupts"]] == ["a", "b"]
     with pytest.raises(ValueError, match="2 subagents wait: answer with a list of one answer"):
-        await lead.resume(state, [{"type": "approve"}])
+        await lead.resume(state, [{"type": "approve"}], unbound=True)
     with pytest.raises(ValueError, match=r"Decision count \(0\) does not match"):
         await lead.resume(state, [[{"type": "approve"}], []])  # b's is checked before a runs
     assert published == []
@@ -644,7 +644,7 @@ async def test_a_subagent_call_the_parent_gates_nests_under_the_resumed_run() ->
     state = await lead.execute(AgentState.of("go"))
     assert state.status == "interrupted" and state.interrupt_data is not None
     assert state.interrupt_data["type"] == "hitl"
-    run = await lead.start_resume(state, [{"type": "approve"}])
+    run = await lead.start_resume(state, [{"type": "approve"}], unbound=True)
     await run.run()
     assert run.agent_state.status == "ok"
     (child,) = run.trace.transitions[0].children
@@ -662,7 +662,7 @@ async def test_an_edited_subagent_request_is_refused_and_runs_nothing() -> None:
     shown = [{**data["action_requests"][0], "arguments": {"text": "Something else."}}]
     edited = attrs.evolve(state, interrupt_data={**data, "action_requests": shown})
     with pytest.raises(ValueError, match="not the one its request came from"):
-        await coordinator.resume(edited, [{"type": "approve"}])
+        await coordinator.resume(edited, [{"type": "approve"}], unbound=True)
     assert published == []
 
 

@@ -36,7 +36,7 @@ def _demo_traces() -> list[Trace]:
     async def go() -> list[Trace]:
         first = agent.start(AgentState.of(DEMO_PROMPT))
         await first.run()
-        second = await agent.start_resume(first.agent_state, [{"type": "approve"}])
+        second = await agent.start_resume(first.agent_state, [{"type": "approve"}], unbound=True)
         await second.run()
         return [first.trace, second.trace]
 
