@@ -30,7 +30,7 @@ from pathlib import Path
 
 import attrs
 
-from agentfsm import Agent, AgentState, HumanInTheLoop, Message, ToolContext, tool
+from agentfsm import Agent, AgentState, Approval, HumanInTheLoop, Message, ToolContext, tool
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.store import (
     ResumeError,
@@ -103,7 +103,7 @@ def resumer(db: Path, ledger: Path, run_id: str, lease: float, seconds: float = 
                 answer = None
                 if saved.status == "interrupted":
                     data = saved.agent_state.interrupt_data if saved.agent_state else None
-                    answer = [{"type": "approve"}] * len((data or {}).get("action_requests", ()))
+                    answer = Approval.of(data).approve_all()
                 make_agent(ledger).resume_run_sync(run_id, store, answer)
             except (RunInUseError, StoreError, ResumeError):
                 time.sleep(rng.uniform(0.02, 0.2))

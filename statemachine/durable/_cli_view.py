@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from .._printable import message_line, printable
+from ..approval import request_digest
 from ..machine import machine_named
 from ..results import Failed, Interrupted, Ok, Paused, Terminal
 from ..serialization import dump_trace
@@ -143,7 +144,11 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
     if waiting is not None:
         requests = [r for r in waiting.get("action_requests") or () if isinstance(r, Mapping)]
         names = ", ".join(str(r.get("tool_name")) for r in requests) or "its interrupt"
-        example = json.dumps([{"type": "approve"}] * max(len(requests), 1))
+        # Bound to what is shown: each decision carries its request's digest.
+        example = json.dumps(
+            [{"type": "approve", "digest": request_digest(r)} for r in requests]
+            or [{"type": "approve"}]
+        )
         _say(
             out,
             f"waiting for a decision on {names}; answer with: agentfsm runs resume "
