@@ -18,6 +18,9 @@ catches them all; each also keeps the standard base it had (in brackets), so an
     │   ├── FormatError                  (ValueError) not a document this version reads
     │   ├── UnknownToolError             (LookupError) a loaded chain names a tool not passed
     │   └── InvariantError               (ValueError) decisions that contradict the run
+    ├── approvals: agentfsm.approval
+    │   └── DecisionError                (ValueError) decisions that do not answer the
+    │                                    approval as it stands (count, type, digest, ...)
     ├── the store: agentfsm.store
     │   ├── RunNotFoundError             (LookupError) no run of that id
     │   ├── ResumeError                  (ValueError) the run cannot be resumed as asked
@@ -41,7 +44,8 @@ classes of their own: every exception above subclasses ``AgentfsmError`` directl
 ``DecisionConflictError``, a ``ResumeError`` (the run cannot take the loser's decisions),
 ``CassetteMismatchError``, a ``ChainError`` so that the model call it ends fails the run, and
 ``OutputError``, a ``ChainError``: the error of a run whose answer never fit its output type.
-``MachineDefinitionError``, ``UnknownMachineError``, ``DurableError``, ``UsageError``,
+``MachineDefinitionError``, ``UnknownMachineError``, ``DecisionError``, ``DurableError``,
+``UsageError``,
 ``Unsupported``, ``CassetteMismatchError`` and ``OutputError`` are defined in their own
 modules; the rest here, and re-exported where they are raised.
 """

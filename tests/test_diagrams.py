@@ -228,14 +228,15 @@ def test_run_dot_thickens_and_counts_the_edges_taken() -> None:
     traces = _demo_traces("approve")
     text = d.run_dot(traces)
     assert 'label="loop x3"' in text and "penwidth=" in text
-    assert 'label="tool results x1"' in text and 'label="fresh x1"' in text
+    # the resumed segment enters where the approval was asked
+    assert 'label="pending tool calls x1"' in text and 'label="fresh x1"' in text
     assert re.search(r'"ok" \[label=<Ok<BR/><FONT POINT-SIZE="9">x1</FONT>>', text)
 
 
 def test_a_run_and_its_resume_are_one_story() -> None:
     first, second = _demo_traces("reject")
     assert first.terminal == "interrupted" and first.entry == "expanding"
-    assert second.entry == "propagating" and second.terminal == "ok"
+    assert second.entry == "interrupt_check" and second.terminal == "ok"
     for trace in (first, second):
         assert STANDARD.is_path(trace.states, trace.triggers)
     page = d.run_markdown([first, second], title="demo")
