@@ -35,6 +35,9 @@ class Answer:
     state: str | None
     #: What that state takes, as data (a checkpoint saves it with the segment's chain).
     value: Any
+    #: Calls decided already (``{call_id: "approve"}``): a waiting subagent's call, which
+    #: passed its gate when it first ran, is not asked about again.
+    decided: Mapping[str, str] | None = None
 
 
 def _gate(middleware: Sequence[Any], calls: Sequence[Any]) -> HumanInTheLoop | None:

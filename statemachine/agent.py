@@ -13,7 +13,7 @@ from ._answers import NO_INTERRUPT, Answer, check_approval, check_tool_answers
 from ._registry import fire_on_error
 from ._state import AgentState
 from ._sync import run_sync
-from .approval import ANSWER, Approval
+from .approval import ANSWER, DECIDED, Approval
 from .middleware.human_in_the_loop import HumanInTheLoop
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
@@ -254,7 +254,10 @@ class Agent:
             raise error
         at = None
         if answer is not None:
-            chain = chain.update_custom_context({ANSWER: answer.value})
+            carried = {ANSWER: answer.value}
+            if answer.decided:
+                carried[DECIDED] = dict(answer.decided)
+            chain = chain.update_custom_context(carried)
             at = answer.state
         return self._start(chain, options, hooks, at=at)
 
@@ -445,15 +448,17 @@ class Agent:
             answered = Answer(state=state.interrupted_at, value=decisions.to_data())
             return self._start_answered(state, answered, options)
         if any(getattr(t, "agent", None) is not None for t in self.tools):
-            from .subagents import resume_subagents
+            from .subagents import SUBAGENT_ANSWERS, answer_subagents
 
-            resumed = await resume_subagents(self, state, answer, unbound=unbound)
-            if resumed is not None:
-                ready, children = resumed
-                run = self.start(attrs.evolve(ready, status="new", interrupt_data=None), **options)
-                for child in children:
-                    run.adopt(child)
-                return run
+            waiting = answer_subagents(self, state, answer, unbound=unbound)
+            if waiting is not None:  # the waiting calls run again, their children resumed
+                ready, carried = waiting
+                answered = Answer(
+                    state=self.mode.table.entries["pending tool calls"],
+                    value=carried,
+                    decided=dict.fromkeys(carried[SUBAGENT_ANSWERS], "approve"),
+                )
+                return self._start_answered(ready, answered, options)
         handled = await self._handled(state, answer)
         if handled is not None:  # a middleware's own interrupt, answered its own way
             return self.start(handled, **options)

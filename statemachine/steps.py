@@ -288,27 +288,55 @@ async def execute_tools(result: PipelineResult, opts: Opts = None) -> PipelineRe
         return result
     chain = result.chain
     calls = pending_calls(chain.last_message)
+    context = chain.custom_context
+    if DECIDED in context or ANSWER in context:  # a batch a resume brought back
+        return await _execute_resumed(chain, calls)
     if not calls:
         return result
     try:  # what execute_tool_calls does, without a coroutine of its own
-        if DECIDED in chain.custom_context:
-            return Continue(chain=await _execute_decided(chain, calls))
         return Continue(chain=add_tool_message(chain, await run_tool_calls(chain, calls)))
     except ChainError as error:
         return Failed(chain, error)
 
 
-async def _execute_decided(chain: LLMChain, calls: Sequence[ToolCall]) -> LLMChain:
-    """The calls of a batch a reviewer decided: the approved and edited ones run (an edit
-    is already in the call), a rejected one gets its rejection result; one tool message,
-    in call order, and the decisions are cleared."""
+async def _execute_resumed(chain: LLMChain, calls: Sequence[ToolCall]) -> PipelineResult:
+    """A batch a resume brought back: the calls a reviewer decided (an edit is in the
+    call already; a rejected one gets its rejection result, not a run) and the calls of
+    the last reply still without a result (a waiting subagent's, run again with the
+    answer in their context). One tool message holds every result in call order; the
+    answer and the decisions are taken."""
     decided = chain.custom_context.get(DECIDED) or {}
-    context = {k: v for k, v in chain.custom_context.items() if k != DECIDED}
-    chain = attrs.evolve(chain, custom_context=context)
-    approved = [c for c in calls if decided.get(c.call_id) != "reject"]
-    ran = iter(await run_tool_calls(chain, approved))
-    results = [rejected(c) if decided.get(c.call_id) == "reject" else next(ran) for c in calls]
-    return add_tool_message(chain, results)
+    last = chain.last_message
+    have: dict[str, ToolResult] = {}
+    reply = last
+    if not calls:
+        messages = chain.messages
+        reply = messages[-2] if last is not None and last.role == "tool" and len(messages) > 1 else None
+        if reply is None or not reply.tool_calls:
+            return Continue(chain=_resumed(chain))
+        have = {r.tool_call_id: r for r in last.tool_results}  # type: ignore[union-attr]
+    assert reply is not None
+    waiting = [
+        c for c in reply.tool_calls if c.call_id not in have and decided.get(c.call_id) != "reject"
+    ]
+    try:
+        ran = {r.tool_call_id: r for r in await run_tool_calls(chain, waiting)}
+    except ChainError as error:
+        return Failed(chain, error)
+    results = [have.get(c.call_id) or ran.get(c.call_id) or rejected(c) for c in reply.tool_calls]
+    chain = _resumed(chain)
+    if not have:
+        return Continue(chain=add_tool_message(chain, results))
+    assert last is not None
+    failures = chain.current_failure_count + 1 if any(r.is_error for r in results) else 0
+    chain = chain.replace_last_message(attrs.evolve(last, tool_results=tuple(results)))
+    return Continue(chain=attrs.evolve(chain, current_failure_count=failures))
+
+
+def _resumed(chain: LLMChain) -> LLMChain:
+    """``chain`` once its resumed batch ran: the answer and the decisions taken."""
+    context = {k: v for k, v in chain.custom_context.items() if k not in (ANSWER, DECIDED)}
+    return attrs.evolve(chain, custom_context=context)
 
 
 # ------------------------------------------------------------------ checks

@@ -31,7 +31,7 @@ from .errors import ChainError
 from .machine import MachineTable
 from .messages import ToolResult
 from ._answers import check_approval
-from .approval import Approval
+from .approval import ANSWER, Approval, Decision
 from .options import Options
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
 from .run import Run, current_run
@@ -48,7 +48,9 @@ __all__ = [
     "ChildRunner",
     "MachineStep",
     "SubAgent",
+    "answer_subagents",
     "check_answer",
+    "child_run_id",
     "check_subagents",
     "children_run_by",
     "collecting",
@@ -62,6 +64,8 @@ __all__ = [
 MAX_DEPTH: Final = 8
 #: The interrupt type of a subagent's request, as the parent's interrupt data names it.
 SUBAGENT: Final = "subagent"
+#: The key of the answers a resume carries to waiting subagents (``{call_id: ...}``).
+SUBAGENT_ANSWERS: Final = "subagents"
 
 _DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("agentfsm_depth", default=0)
 #: Where subagents started outside any run's step leave their traces (see :func:`collecting`).
@@ -341,7 +345,7 @@ class SubAgent(Tool):
             raise TypeError(f"SubAgent {name!r}: the agent is {type(agent).__name__}, not Agent")
 
         async def task(task: str, context: ToolContext) -> str | ToolOutput:
-            return await _run_subagent(name, agent, task)
+            return await _run_subagent(name, agent, task, context)
 
         self.__attrs_init__(
             name=name,
@@ -354,8 +358,14 @@ class SubAgent(Tool):
         )
 
 
-async def _run_subagent(name: str, agent: Agent, task: str) -> str | ToolOutput:
+async def _run_subagent(
+    name: str, agent: Agent, task: str, context: ToolContext | None = None
+) -> str | ToolOutput:
     parent = current_run()
+    waiting = _waiting_answer(context)
+    saved = _saved_child(parent, context)
+    if waiting is not None or saved is not None:
+        return await _resume_child(name, agent, parent, waiting, saved)
     options = agent.options()
     limits = _too_deep(name) or _limits(parent, options)
     if isinstance(limits, ChainError):
@@ -374,6 +384,101 @@ async def _run_subagent(name: str, agent: Agent, task: str) -> str | ToolOutput:
         child = agent.start(AgentState.of(task), max_runs=max_runs, token_budget=tokens)
     except ChainError as error:
         return ToolOutput(f"The {name} subagent was not started: {error}", is_error=True)
+    _save_child(child, parent, context)
+    _adopt(parent, child.trace)
+    await _run_child(child)
+    return _outcome(name, child.agent_state)
+
+
+# ---------------------------------------------------------------- children in the parent's store
+
+
+def _parent_store(parent: Run | None) -> tuple[Any, str] | None:
+    """The store and run id the parent run checkpoints to, if it does."""
+    if parent is None:
+        return None
+    from .store.checkpoint import Checkpointer  # only a checkpointed parent reaches here
+
+    for hook in parent.hooks:
+        if isinstance(hook, Checkpointer):
+            return hook.store, hook.run_id
+    return None
+
+
+def child_run_id(parent_run_id: str, tool_call_id: str) -> str:
+    """The id a subagent's child run is saved under, in its parent's store."""
+    return f"{parent_run_id}/{tool_call_id}"
+
+
+def _save_child(child: Run, parent: Run | None, context: ToolContext | None) -> None:
+    """Checkpoint ``child`` beside its checkpointed parent, so a resume after a crash goes
+    on where the child was instead of running its calls again."""
+    where = _parent_store(parent)
+    if where is None or context is None:
+        return
+    from .store.checkpoint import checkpoint
+
+    store, run_id = where
+    checkpoint(child, store, run_id=child_run_id(run_id, context.tool_call_id))
+
+
+def _saved_child(parent: Run | None, context: ToolContext | None) -> Any:
+    """The saved child run of this call, when the parent saves its runs and has one."""
+    where = _parent_store(parent)
+    if where is None or context is None:
+        return None
+    from .store.base import RunNotFoundError
+    from .store.checkpoint import load_run
+
+    store, run_id = where
+    try:
+        return load_run(store, child_run_id(run_id, context.tool_call_id), strict=False)
+    except RunNotFoundError:
+        return None
+
+
+def _waiting_answer(context: ToolContext | None) -> Mapping[str, Any] | None:
+    """The answer a resume brought this call's waiting child, if it did."""
+    if context is None:
+        return None
+    carried = context.custom_context.get(ANSWER)
+    if not isinstance(carried, Mapping):
+        return None
+    waiting = carried.get(SUBAGENT_ANSWERS)
+    if not isinstance(waiting, Mapping):
+        return None
+    found = waiting.get(context.tool_call_id)
+    return found if isinstance(found, Mapping) else None
+
+
+async def _resume_child(
+    name: str,
+    agent: Agent,
+    parent: Run | None,
+    waiting: Mapping[str, Any] | None,
+    saved: Any,
+) -> str | ToolOutput:
+    """Go on with this call's child: from its saved run when the parent's store has it
+    (a resume after a crash redoes nothing the child checkpointed), else from the state
+    its interrupt carried, with the answer the resume brought."""
+    answer = None if waiting is None else waiting.get("answer")
+    unbound = bool(waiting and waiting.get("unbound"))
+    if saved is not None:
+        if saved.status in ("ok", "error") or (saved.status == "interrupted" and answer is None):
+            for trace in saved.traces:
+                _adopt(parent, trace)
+            state = saved.agent_state
+            assert state is not None, "an ended saved run keeps its agent state"
+            return _outcome(name, state)
+        from .store.checkpoint import restore_run
+
+        store, _ = _parent_store(parent) or (None, None)
+        given = answer if saved.status == "interrupted" else None
+        child = await restore_run(agent, saved.run_id, store, given, unbound=unbound)
+    else:
+        assert waiting is not None
+        state = _unpacked(waiting.get("state"), name)
+        child = await agent.start_resume(state, answer, unbound=unbound)
     _adopt(parent, child.trace)
     await _run_child(child)
     return _outcome(name, child.agent_state)
@@ -456,16 +561,7 @@ async def resume_subagents(
     interrupts = _subagent_interrupts(state.interrupt_data or {})
     if interrupts is None:
         return None
-    answers: Sequence[Any]
-    if len(interrupts) == 1:
-        answers = [answer]
-    else:
-        if not isinstance(answer, list | tuple) or len(answer) != len(interrupts):
-            raise ValueError(
-                f"{len(interrupts)} subagents wait: answer with a list of one answer each, "
-                "in the order of the interrupt's 'interrupts'"
-            )
-        answers = list(answer)
+    answers = _answers_each(interrupts, answer)
     waiting = [
         _waiting(agent, i, given, unbound) for i, given in zip(interrupts, answers, strict=True)
     ]
@@ -480,6 +576,62 @@ async def resume_subagents(
         call_id = str(interrupt.get("tool_call_id"))
         state = state.replace_tool_result(_result(call_id, name, outcome))
     return state, tuple(children)
+
+
+def answer_subagents(
+    agent: Agent, state: AgentState, answer: Any, *, unbound: bool = False
+) -> tuple[AgentState, dict[str, Any]] | None:
+    """The state and answer that re-enter the machine at ``executing`` for the subagents
+    ``state`` waits on (None for another interrupt): each waiting call's result is taken
+    out of the last tool message, so the call runs again, and the answer carries, per
+    call, what its child takes and the state it waited in. Checked first: an answer that
+    does not fit raises and nothing runs."""
+    interrupts = _subagent_interrupts(state.interrupt_data or {})
+    if interrupts is None:
+        return None
+    answers = _answers_each(interrupts, answer)
+    carried: dict[str, Any] = {}
+    for interrupt, given in zip(interrupts, answers, strict=True):
+        _waiting(agent, interrupt, given, unbound)
+        carried[str(interrupt.get("tool_call_id"))] = {
+            "answer": _plain(given),
+            "state": interrupt.get("state"),
+            "unbound": unbound,
+        }
+    last = state.messages[-1] if state.messages else None
+    waiting_ids = {
+        r.tool_call_id for r in (last.tool_results if last else ()) if r.is_interrupt
+    }
+    if last is None or last.role != "tool" or not set(carried) <= waiting_ids:
+        raise ValueError(
+            "The run waits on a subagent call that has no waiting result in the last tool "
+            "message: the state was edited or belongs to another conversation. Nothing was run."
+        )
+    kept = tuple(r for r in last.tool_results if r.tool_call_id not in carried)
+    messages = state.messages[:-1]
+    if kept:
+        messages = (*messages, attrs.evolve(last, tool_results=kept))
+    return attrs.evolve(state, messages=messages), {SUBAGENT_ANSWERS: carried}
+
+
+def _answers_each(interrupts: Sequence[Mapping[str, Any]], answer: Any) -> list[Any]:
+    if len(interrupts) == 1:
+        return [answer]
+    if not isinstance(answer, list | tuple) or len(answer) != len(interrupts):
+        raise ValueError(
+            f"{len(interrupts)} subagents wait: answer with a list of one answer each, "
+            "in the order of the interrupt's 'interrupts'"
+        )
+    return list(answer)
+
+
+def _plain(value: Any) -> Any:
+    """An answer as data (a checkpoint saves it): typed decisions in their wire form."""
+    if isinstance(value, Decision):
+        return value.to_data()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def check_answer(

@@ -309,16 +309,18 @@ async def test_a_subagents_approval_interrupts_the_parent_and_resumes_the_child(
     assert published == ["Bees dance."]
     assert resumed.agent_state.status == "ok"
     assert resumed.agent_state.messages[-1].text == "Researched and published."
+    # the parent enters where it asked, the subagent call runs again at executing and
+    # its child goes on where it waited: the approved call is the child's own executing
     assert_path(
         resumed,
-        "propagating until_check deciding expanding calling interrupt_check "
-        "executing propagating until_check deciding ok",
+        "interrupt_check executing propagating until_check deciding expanding calling "
+        "interrupt_check executing propagating until_check deciding ok",
     )
-    (child,) = resumed.trace.transitions[0].children
+    (child,) = resumed.trace.transitions[1].children
     assert_path(
         child,
-        "propagating until_check deciding expanding calling interrupt_check "
-        "executing propagating until_check deciding ok",
+        "interrupt_check executing propagating until_check deciding expanding calling "
+        "interrupt_check executing propagating until_check deciding ok",
     )
 
 
@@ -431,8 +433,14 @@ async def test_a_saved_parent_resumes_its_waiting_subagent_from_the_store(tmp_pa
     assert state.status == "ok" and published == ["Bees dance."]
     again = load_run(store, run_id, strict=False)
     assert len(again.traces) == 2
-    (resumed,) = again.traces[1].transitions[0].children
+    assert again.traces[1].path.startswith("interrupt_check executing propagating")
+    (resumed,) = again.traces[1].transitions[1].children  # the writer, at executing
     assert resumed.terminal == "ok"
+    # the children are saved beside their parent: the writer's resume went on from its own
+    # checkpoint, in a segment of its own that began with the decision
+    writer_run = load_run(store, f"{run_id}/{saved.result.data['tool_call_id']}", strict=False)  # type: ignore[union-attr]
+    assert [t.entry for t in writer_run.traces] == ["expanding", "interrupt_check"]
+    assert writer_run.status == "ok"
     with pytest.raises(ResumeError):
         await coordinator.resume_run(run_id, store, [decision])
 
@@ -521,8 +529,10 @@ async def test_the_research_team_example_runs_its_tree() -> None:
     )
     assert_path(
         second,
-        f"propagating until_check deciding {LOOP} ok",
-        children={"propagating": f"propagating until_check deciding {LOOP} ok"},
+        f"interrupt_check executing propagating until_check deciding {LOOP} ok",
+        children={
+            "executing": f"interrupt_check executing propagating until_check deciding {LOOP} ok"
+        },
     )
     assert [len(traces) for traces in children.values()] == [1, 2]
 
@@ -625,9 +635,9 @@ async def test_two_waiting_subagents_take_one_answer_each() -> None:
     with pytest.raises(ValueError, match="2 subagents wait: answer with a list of one answer"):
         await lead.resume(state, [{"type": "approve"}], unbound=True)
     with pytest.raises(ValueError, match=r"Decision count \(0\) does not match"):
-        await lead.resume(state, [[{"type": "approve"}], []])  # b's is checked before a runs
+        await lead.resume(state, [[{"type": "approve"}], []], unbound=True)  # b's is checked first
     assert published == []
-    state = await lead.resume(state, [[{"type": "approve"}], [{"type": "reject"}]])
+    state = await lead.resume(state, [[{"type": "approve"}], [{"type": "reject"}]], unbound=True)
     assert state.status == "ok" and published == ["A"]
     results = [r.text for r in model.requests[-1].messages[-1].tool_results]
     assert results == ["A is out.", "B is out."]
@@ -647,7 +657,8 @@ async def test_a_subagent_call_the_parent_gates_nests_under_the_resumed_run() ->
     run = await lead.start_resume(state, [{"type": "approve"}], unbound=True)
     await run.run()
     assert run.agent_state.status == "ok"
-    (child,) = run.trace.transitions[0].children
+    assert [t.source for t in run.trace.transitions[:2]] == ["interrupt_check", "executing"]
+    (child,) = run.trace.transitions[1].children  # the approved call ran at executing
     assert_path(
         child, "expanding calling interrupt_check executing propagating until_check deciding ok"
     )
