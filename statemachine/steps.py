@@ -311,7 +311,9 @@ async def _execute_resumed(chain: LLMChain, calls: Sequence[ToolCall]) -> Pipeli
     reply = last
     if not calls:
         messages = chain.messages
-        reply = messages[-2] if last is not None and last.role == "tool" and len(messages) > 1 else None
+        reply = (
+            messages[-2] if last is not None and last.role == "tool" and len(messages) > 1 else None
+        )
         if reply is None or not reply.tool_calls:
             return Continue(chain=_resumed(chain))
         have = {r.tool_call_id: r for r in last.tool_results}  # type: ignore[union-attr]

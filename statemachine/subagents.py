@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from ._answers import check_approval
 from ._state import AgentState
+from .approval import ANSWER, Approval, Decision
 from .chain import LLMChain
 from .errors import ChainError
 from .machine import MachineTable
 from .messages import ToolResult
-from ._answers import check_approval
-from .approval import ANSWER, Approval, Decision
 from .options import Options
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
 from .run import Run, current_run
@@ -53,7 +53,6 @@ __all__ = [
     "child_run_id",
     "check_subagents",
     "children_run_by",
-    "collecting",
     "nested",
     "resume_subagents",
     "run_machine",
@@ -68,10 +67,6 @@ SUBAGENT: Final = "subagent"
 SUBAGENT_ANSWERS: Final = "subagents"
 
 _DEPTH: contextvars.ContextVar[int] = contextvars.ContextVar("agentfsm_depth", default=0)
-#: Where subagents started outside any run's step leave their traces (see :func:`collecting`).
-_STARTED: contextvars.ContextVar[list[Trace] | None] = contextvars.ContextVar(
-    "agentfsm_started", default=None
-)
 
 
 #: How a host runs a subagent's child elsewhere (a durable engine: as a workflow of its
@@ -105,18 +100,6 @@ def nested(depth: int) -> Iterator[None]:
         yield
     finally:
         _DEPTH.reset(token)
-
-
-@contextlib.contextmanager
-def collecting() -> Iterator[list[Trace]]:
-    """The traces of the subagents started in the block outside a run's step (approved
-    calls a middleware runs to answer an interrupt), for the run that goes on to adopt."""
-    started: list[Trace] = []
-    token = _STARTED.set(started)
-    try:
-        yield started
-    finally:
-        _STARTED.reset(token)
 
 
 # ---------------------------------------------------------------- the tree's budget
@@ -472,7 +455,9 @@ async def _resume_child(
             return _outcome(name, state)
         from .store.checkpoint import restore_run
 
-        store, _ = _parent_store(parent) or (None, None)
+        where = _parent_store(parent)
+        assert where is not None, "a saved child is found through its parent's store"
+        store = where[0]
         given = answer if saved.status == "interrupted" else None
         child = await restore_run(agent, saved.run_id, store, given, unbound=unbound)
     else:
@@ -485,13 +470,9 @@ async def _resume_child(
 
 
 def _adopt(parent: Run | None, trace: Trace) -> None:
-    """Nest a child's ``trace`` under ``parent``'s step (or where :func:`collecting` asks)."""
+    """Nest a child's ``trace`` under ``parent``'s step."""
     if parent is not None:
         parent.adopt(trace)
-    else:
-        started = _STARTED.get()
-        if started is not None:
-            started.append(trace)
 
 
 def _outcome(name: str, state: AgentState) -> str | ToolOutput:
@@ -599,9 +580,7 @@ def answer_subagents(
             "unbound": unbound,
         }
     last = state.messages[-1] if state.messages else None
-    waiting_ids = {
-        r.tool_call_id for r in (last.tool_results if last else ()) if r.is_interrupt
-    }
+    waiting_ids = {r.tool_call_id for r in (last.tool_results if last else ()) if r.is_interrupt}
     if last is None or last.role != "tool" or not set(carried) <= waiting_ids:
         raise ValueError(
             "The run waits on a subagent call that has no waiting result in the last tool "

@@ -17,9 +17,9 @@ from dbos._error import DBOSWorkflowIDInUseError
 from sqlalchemy.exc import IntegrityError
 
 from .._answers import check_approval
-from ..approval import Approval
 from .._state import AgentState
 from ..agent import Agent
+from ..approval import Approval
 from ..errors import AgentfsmError, DecisionConflictError
 from ..machine import fingerprint_of
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
