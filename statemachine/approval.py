@@ -27,7 +27,6 @@ rejection result) and ``executing`` runs what was approved, as any other transit
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -79,6 +78,8 @@ def request_digest(request: Mapping[str, Any]) -> str:
     A decision that carries it as ``"digest"`` approves exactly that request: one whose
     call id, tool or arguments changed since it was shown is refused.
     """
+    import hashlib  # here: a digest is taken when a run is decided, not when agentfsm loads
+
     shown = [request.get("tool_call_id"), request.get("tool_name"), request.get("arguments")]
     text = json.dumps(shown, sort_keys=True, separators=(",", ":"), default=repr)
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
