@@ -14,12 +14,12 @@ from ._registry import fire_on_error
 from ._state import AgentState
 from ._sync import run_sync
 from .approval import ANSWER, Approval
-from .middleware.human_in_the_loop import HumanInTheLoop
 from .chain import Callbacks, LLMChain
 from .errors import ChainError
 from .hooks import Hook
 from .machine import MachineTable
 from .messages import Message, Usage
+from .middleware.human_in_the_loop import HumanInTheLoop
 from .modes.standard import STANDARD, STANDARD_OUTPUT, StandardMode
 from .options import (
     StandardOptions,
@@ -35,7 +35,6 @@ from .output import FINAL_RESULT, OutputTool, output_tool_of
 from .results import Failed, Interrupted, Ok, Paused, Terminal
 from .run import Run
 from .tools import Tool
-from .trace import Trace
 
 if TYPE_CHECKING:
     from agentfsm.providers.base import ChatModel
@@ -81,9 +80,7 @@ def _check_gates(middleware: Sequence[Any], tools: Sequence[Tool], machine: Mach
                     f"have (its tools: {names}){hint}"
                 )
     asks = any(
-        "approval" in (effects_of(step) or ())
-        for steps in machine.steps.values()
-        for step in steps
+        "approval" in (effects_of(step) or ()) for steps in machine.steps.values() for step in steps
     )
     if not asks:
         raise ValueError(
@@ -465,7 +462,9 @@ class Agent:
                 f"that can resume ({owners}) did not take it. Add the middleware that raised it."
             )
         results = check_tool_answers(state, answer)
-        return self._start_answered(state, Answer(state=state.interrupted_at, value=results), options)
+        return self._start_answered(
+            state, Answer(state=state.interrupted_at, value=results), options
+        )
 
     def start_resume_sync(
         self, state: AgentState, answer: Any, *, unbound: bool = False, **options: Any

@@ -385,9 +385,9 @@ class Run:
         if dest in self._terminals:
             if result.__class__ is Paused:
                 self.pause_reason = result.reason
-            elif result.__class__ is Interrupted and result.state is None:  # type: ignore[union-attr]
+            elif result.__class__ is Interrupted and result.state is None:
                 # The state that asked is where the answer enters the machine.
-                result = Interrupted(chain=result.chain, data=result.data, state=source)  # type: ignore[union-attr]
+                result = Interrupted(chain=result.chain, data=result.data, state=source)
             terminal = normalize_pause(result)
             assert not isinstance(terminal, Continue)
             self.result = terminal = self._settle(terminal)

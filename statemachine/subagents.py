@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from ._answers import check_approval
 from ._state import AgentState
+from .approval import Approval
 from .chain import LLMChain
 from .errors import ChainError
 from .machine import MachineTable
 from .messages import ToolResult
-from ._answers import check_approval
-from .approval import Approval
 from .options import Options
 from .results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
 from .run import Run, current_run

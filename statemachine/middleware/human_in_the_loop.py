@@ -18,7 +18,6 @@ from typing import Any
 import attrs
 
 from ..approval import (
-    without_answer,
     ALL_DECISIONS,
     ANSWER,
     DECIDED,
@@ -26,6 +25,7 @@ from ..approval import (
     DecisionError,
     Decisions,
     request_digest,
+    without_answer,
 )
 from ..chain import LLMChain
 from ..messages import Message, ToolCall
