@@ -27,7 +27,16 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, ToolContext, ToolOutput, tool
+from agentfsm import (
+    STANDARD,
+    Agent,
+    AgentState,
+    Approval,
+    HumanInTheLoop,
+    ToolContext,
+    ToolOutput,
+    tool,
+)
 from agentfsm.durable import Engine, RunExistsError, RunResult
 from agentfsm.durable._workflow import WAITING_EVENT, WORKER
 from agentfsm.providers import ScriptedModel, call_tool
@@ -192,14 +201,22 @@ def test_an_interrupted_run_waits_for_decisions_sent_from_anywhere(engine: Engin
     assert texts[1] == "Tool call 'record' was rejected by a human reviewer."
     assert texts[2].startswith("recorded edited ")
     assert [t.terminal for t in result.traces] == ["interrupted"] * 3 + ["ok"]
-    assert [t.entry for t in result.traces] == ["expanding", *["propagating"] * 3]
+    # each decision enters the run at the state that asked, whose gate applies it; the
+    # approved (or edited) call runs at executing, the rejected one gets its result there
+    again = "interrupt_check executing propagating until_check deciding"
+    assert [t.path for t in result.traces] == [
+        "expanding calling interrupt_check interrupted",
+        f"{again} expanding calling interrupt_check interrupted",
+        f"{again} expanding calling interrupt_check interrupted",
+        f"{again} {LOOP} ok",
+    ]
     _assert_paths(result)
     with pytest.raises(ResumeError, match="not waiting for decisions"):
         engine.decide(run_id, [{"type": "approve"}], unbound=True)
 
 
 def _decide_elsewhere(url: str, run_id: str, decisions: list[dict[str, Any]]) -> None:
-    """``decide`` from another process."""
+    """``decide`` from another process (bound decisions: each carries its digest)."""
     code = "import json, sys; from agentfsm.durable import Engine; "
     code += "Engine(sys.argv[1]).decide(sys.argv[2], json.loads(sys.argv[3]))"
     subprocess.run(
@@ -226,12 +243,14 @@ def test_a_run_whose_wait_timed_out_is_resumed_later_from_anywhere(
         for wrong, refusal in [
             ([], r"Decision count \(0\) does not match"),
             ([{"type": "approve", "tool_call_id": "forged"}], "names tool call 'forged'"),
-            ([{"type": "grant"}], "Decision type 'grant' not allowed"),
+            ([{"type": "grant"}], r"Decision at index 0 has type 'grant'; use one of"),
+            ([{"type": "approve"}], "carries no digest of the request it decides"),
         ]:
             with pytest.raises(ValueError, match=refusal):
                 other.decide(run_id, wrong)
         assert [w.workflow_id for w in other.client.list_workflows()] == ["late"]  # nothing queued
-        _decide_elsewhere(engine.url, run_id, [{"type": "approve"}])
+        [asked] = Approval.of(ended.state.interrupt_data).requests
+        _decide_elsewhere(engine.url, run_id, [asked.approve().to_data()])
         # each continuation waits in vain for the next approval, and is resumed in turn
         assert other.result(run_id, timeout=30).status == "interrupted"
         other.decide(
@@ -250,12 +269,12 @@ def test_a_run_whose_wait_timed_out_is_resumed_later_from_anywhere(
         other.close()
     assert (record.run_id, record.status, record.agent) == ("late", "ok", "gated")
     assert result.run_id == "late" and result.status == "ok"
-    again = "propagating until_check deciding expanding calling interrupt_check"
+    again = "interrupt_check executing propagating until_check deciding"
     assert [t.path for t in result.traces] == [
         "expanding calling interrupt_check interrupted",
-        f"{again} interrupted",
-        f"{again} interrupted",
-        f"propagating until_check deciding {LOOP} ok",
+        f"{again} expanding calling interrupt_check interrupted",
+        f"{again} expanding calling interrupt_check interrupted",
+        f"{again} {LOOP} ok",
     ]
     _assert_paths(result)
     texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]

@@ -314,11 +314,13 @@ async def test_a_subagents_approval_interrupts_the_parent_and_resumes_the_child(
         "propagating until_check deciding expanding calling interrupt_check "
         "executing propagating until_check deciding ok",
     )
+    # the child's approval entered its machine at the state that asked: the approved
+    # publish ran at the child's executing
     (child,) = resumed.trace.transitions[0].children
     assert_path(
         child,
-        "propagating until_check deciding expanding calling interrupt_check "
-        "executing propagating until_check deciding ok",
+        "interrupt_check executing propagating until_check deciding expanding calling "
+        "interrupt_check executing propagating until_check deciding ok",
     )
 
 
@@ -522,7 +524,9 @@ async def test_the_research_team_example_runs_its_tree() -> None:
     assert_path(
         second,
         f"propagating until_check deciding {LOOP} ok",
-        children={"propagating": f"propagating until_check deciding {LOOP} ok"},
+        children={
+            "propagating": f"interrupt_check executing propagating until_check deciding {LOOP} ok"
+        },
     )
     assert [len(traces) for traces in children.values()] == [1, 2]
 
@@ -625,9 +629,10 @@ async def test_two_waiting_subagents_take_one_answer_each() -> None:
     with pytest.raises(ValueError, match="2 subagents wait: answer with a list of one answer"):
         await lead.resume(state, [{"type": "approve"}], unbound=True)
     with pytest.raises(ValueError, match=r"Decision count \(0\) does not match"):
-        await lead.resume(state, [[{"type": "approve"}], []])  # b's is checked before a runs
+        # b's is checked before a runs
+        await lead.resume(state, [[{"type": "approve"}], []], unbound=True)
     assert published == []
-    state = await lead.resume(state, [[{"type": "approve"}], [{"type": "reject"}]])
+    state = await lead.resume(state, [[{"type": "approve"}], [{"type": "reject"}]], unbound=True)
     assert state.status == "ok" and published == ["A"]
     results = [r.text for r in model.requests[-1].messages[-1].tool_results]
     assert results == ["A is out.", "B is out."]
@@ -647,10 +652,14 @@ async def test_a_subagent_call_the_parent_gates_nests_under_the_resumed_run() ->
     run = await lead.start_resume(state, [{"type": "approve"}], unbound=True)
     await run.run()
     assert run.agent_state.status == "ok"
-    (child,) = run.trace.transitions[0].children
+    # the approved subagent call runs at the resumed run's executing, and nests there
     assert_path(
-        child, "expanding calling interrupt_check executing propagating until_check deciding ok"
+        run,
+        f"interrupt_check executing propagating until_check deciding {LOOP} ok",
+        children={"executing": f"{LOOP} ok"},
     )
+    (child,) = run.trace.where("executing")[0].children
+    assert child is run.trace.transitions[1].children[0]
     assert model.requests[-1].messages[-1].tool_results[0].text == "Bees dance."
 
 
