@@ -191,8 +191,10 @@ def test_a_subagents_request_waits_and_an_approval_runs_the_child_on(
     assert [s for s in steps if not s.startswith("DBOS.")] == STEPS
     lines = log.read_text().splitlines()
     assert [x for x in lines if x.startswith(("start", "done"))] == ["start bees", "done bees"]
+    # the same decision again is taken already; another is refused
+    engine.decide(run_id, [{"type": "approve", "digest": request_digest(shown)}])
     with pytest.raises(ResumeError, match="not waiting for decisions"):
-        engine.decide(run_id, [{"type": "approve"}], unbound=True)
+        engine.decide(run_id, [{"type": "reject"}], unbound=True)
 
 
 def test_a_rejection_reaches_the_child_and_its_answer_the_parent(engine: Engine) -> None:
