@@ -385,7 +385,7 @@ class Run:
         if dest in self._terminals:
             if result.__class__ is Paused:
                 self.pause_reason = result.reason
-            elif isinstance(result, Interrupted) and result.state is None:
+            elif result.__class__ is Interrupted and result.state is None:
                 # The state that asked is where the answer enters the machine.
                 result = Interrupted(chain=result.chain, data=result.data, state=source)
             terminal = normalize_pause(result)

@@ -27,7 +27,16 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, ToolContext, ToolOutput, tool
+from agentfsm import (
+    STANDARD,
+    Agent,
+    AgentState,
+    Approval,
+    HumanInTheLoop,
+    ToolContext,
+    ToolOutput,
+    tool,
+)
 from agentfsm.durable import Engine, RunExistsError, RunResult
 from agentfsm.durable._workflow import WAITING_EVENT, WORKER
 from agentfsm.providers import ScriptedModel, call_tool
@@ -192,14 +201,146 @@ def test_an_interrupted_run_waits_for_decisions_sent_from_anywhere(engine: Engin
     assert texts[1] == "Tool call 'record' was rejected by a human reviewer."
     assert texts[2].startswith("recorded edited ")
     assert [t.terminal for t in result.traces] == ["interrupted"] * 3 + ["ok"]
-    assert [t.entry for t in result.traces] == ["expanding", *["propagating"] * 3]
+    # each decision enters the run at the state that asked, whose gate applies it; the
+    # approved (or edited) call runs at executing, the rejected one gets its result there
+    again = "interrupt_check executing propagating until_check deciding"
+    assert [t.path for t in result.traces] == [
+        "expanding calling interrupt_check interrupted",
+        f"{again} expanding calling interrupt_check interrupted",
+        f"{again} expanding calling interrupt_check interrupted",
+        f"{again} {LOOP} ok",
+    ]
     _assert_paths(result)
     with pytest.raises(ResumeError, match="not waiting for decisions"):
         engine.decide(run_id, [{"type": "approve"}], unbound=True)
 
 
+def _own_steps(engine: Engine, workflow_id: str) -> list[str]:
+    steps = engine.client.list_workflow_steps(workflow_id)
+    return [s["function_name"] for s in steps if not s["function_name"].startswith("DBOS.")]
+
+
+def test_a_decision_enters_at_the_state_that_asked_and_the_approved_call_runs_at_executing(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``agent.resume`` takes an approval, so does ``decide``: the resumed segment enters
+    at ``interrupt_check``, whose gate applies the decisions, and the approved call is the
+    run's own recorded tool step at ``executing``, not a call made before the segment."""
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
+    run_id = engine.submit(AgentState.of("gate"), agent="gated", run_id="gate")
+    [asked] = Approval.of(_wait_for_decisions(engine, run_id, "gate-0")).requests
+    assert not log.exists()  # nothing runs before the decision
+    engine.decide(run_id, [asked.approve().to_data()])
+    [asked] = Approval.of(_wait_for_decisions(engine, run_id, "gate-1")).requests
+    engine.decide(run_id, [asked.reject().to_data()])
+    [asked] = Approval.of(_wait_for_decisions(engine, run_id, "gate-2")).requests
+    engine.decide(run_id, [asked.edit({"note": "edited"}).to_data()])
+    result = engine.result(run_id, timeout=30)
+    assert result.status == "ok"
+    answered = "interrupt_check executing propagating until_check deciding"
+    assert [t.path for t in result.traces] == [
+        "expanding calling interrupt_check interrupted",
+        f"{answered} expanding calling interrupt_check interrupted",
+        f"{answered} expanding calling interrupt_check interrupted",
+        f"{answered} {LOOP} ok",
+    ]
+    _assert_paths(result)
+    # the gate applied each decision; executing ran the approved and the edited call, and
+    # gave the rejected one its rejection
+    gates = [t.transitions[0] for t in result.traces[1:]]
+    assert [(g.source, g.trigger, g.dest) for g in gates] == [
+        ("interrupt_check", "clear", "executing")
+    ] * 3
+    assert [dict(g.detail or {}) for g in gates] == [
+        {"decisions": {"gate-0": "approve"}},
+        {"decisions": {"gate-1": "reject"}},
+        {"decisions": {"gate-2": "edit"}},
+    ]
+    executed = [t.transitions[1] for t in result.traces[1:]]
+    assert [(e.source, e.trigger) for e in executed] == [("executing", "executed")] * 3
+    assert [dict(e.detail or {}) for e in executed] == [{"tools": ["record"], "errors": 0}] * 3
+    texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]
+    assert texts[0].startswith("recorded n0 ")
+    assert texts[1] == "Tool call 'record' was rejected by a human reviewer."
+    assert texts[2].startswith("recorded edited ")
+    # the approved calls are the run's tool steps at executing, named by its edge
+    model, record = "model:scripted@expanded>calling", "tool:record@clear>executing"
+    assert _own_steps(engine, run_id) == [
+        f"{model}#1",
+        f"{record}#2",
+        f"{model}#3",
+        f"{model}#4",
+        f"{record}#5",
+        f"{model}#6",
+    ]
+    starts = [line for line in log.read_text().splitlines() if line.startswith("start ")]
+    assert starts == ["start gate-0", "start gate-2"]
+
+
+def test_the_same_decisions_sent_again_are_taken_once_and_refused_never(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retried ``decide`` (its caller never learnt whether the first got through) is
+    the first one's result again: nothing more is sent, and nothing is raised, whether
+    the run still waits, went on, waits on its next request, or ended."""
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
+    run_id = engine.submit(AgentState.of("again"), agent="gated", run_id="again")
+    [asked] = Approval.of(_wait_for_decisions(engine, run_id, "again-0")).requests
+    first = [asked.approve().to_data()]
+    engine.decide(run_id, first)
+    engine.decide(run_id, first)  # still waiting, or running on with them: taken once
+    [asked] = Approval.of(_wait_for_decisions(engine, run_id, "again-1")).requests
+    engine.decide(run_id, first)  # the first wait's decisions, at the next wait
+    segment = engine.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)["segment"]
+    assert engine.ledger.claimed(run_id, segment) is None  # nothing claimed for it, or sent
+    assert engine.waiting(run_id)["hitl_tool_call_ids"] == ["again-1"]
+    second = [asked.reject().to_data()]
+    engine.decide(run_id, second)
+    engine.decide(run_id, second)
+    [asked] = Approval.of(_wait_for_decisions(engine, run_id, "again-2")).requests
+    third = [{"type": "approve"}]  # unbound: a repeat until the run asks again
+    engine.decide(run_id, third, unbound=True)
+    result = engine.result(run_id, timeout=30)
+    for decisions in (first, second, [asked.approve().to_data()]):
+        engine.decide(run_id, decisions)  # the run ended: each is a repeat
+    engine.decide(run_id, third, unbound=True)  # the newest decisions again
+    with pytest.raises(ResumeError, match=r"did not end interrupted \(it is ok\)"):
+        engine.decide(run_id, [{"type": "reject"}], unbound=True)  # not what it took
+    with pytest.raises(ResumeError, match=r"did not end interrupted \(it is ok\)"):
+        engine.decide(run_id, [{"type": "approve", "digest": "sha256:0"}])  # none it took
+    assert engine.result(run_id, timeout=30) == result
+    assert result.status == "ok"
+    assert [t.terminal for t in result.traces] == ["interrupted"] * 3 + ["ok"]
+    texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]
+    assert texts[1] == "Tool call 'record' was rejected by a human reviewer."
+    starts = [line for line in log.read_text().splitlines() if line.startswith("start ")]
+    assert starts == ["start again-0", "start again-2"]
+
+
+def test_the_same_decisions_sent_again_to_a_run_whose_wait_timed_out_resume_it_once(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
+    run_id = engine.submit(AgentState.of("dup"), agent="gated", decision_timeout=0.3)
+    ended = engine.result(run_id, timeout=30)
+    assert ended.status == "interrupted"
+    [asked] = Approval.of(ended.state.interrupt_data).requests
+    decisions = [asked.approve().to_data()]
+    engine.decide(run_id, decisions)
+    engine.decide(run_id, decisions)  # the continuation is queued, running or waiting
+    assert engine.result(run_id, timeout=30).status == "interrupted"  # at the next request
+    engine.decide(run_id, decisions)  # and once the continuation's own wait timed out
+    continuations = [w.workflow_id for w in engine.client.list_workflows(forked_from=run_id)]
+    assert continuations == [f"{run_id}/resume-1"]
+    starts = [line for line in log.read_text().splitlines() if line.startswith("start ")]
+    assert starts == ["start dup-0"]
+
+
 def _decide_elsewhere(url: str, run_id: str, decisions: list[dict[str, Any]]) -> None:
-    """``decide`` from another process."""
+    """``decide`` from another process (bound decisions: each carries its digest)."""
     code = "import json, sys; from agentfsm.durable import Engine; "
     code += "Engine(sys.argv[1]).decide(sys.argv[2], json.loads(sys.argv[3]))"
     subprocess.run(
@@ -226,12 +367,14 @@ def test_a_run_whose_wait_timed_out_is_resumed_later_from_anywhere(
         for wrong, refusal in [
             ([], r"Decision count \(0\) does not match"),
             ([{"type": "approve", "tool_call_id": "forged"}], "names tool call 'forged'"),
-            ([{"type": "grant"}], "Decision type 'grant' not allowed"),
+            ([{"type": "grant"}], r"Decision at index 0 has type 'grant'; use one of"),
+            ([{"type": "approve"}], "carries no digest of the request it decides"),
         ]:
             with pytest.raises(ValueError, match=refusal):
                 other.decide(run_id, wrong)
         assert [w.workflow_id for w in other.client.list_workflows()] == ["late"]  # nothing queued
-        _decide_elsewhere(engine.url, run_id, [{"type": "approve"}])
+        [asked] = Approval.of(ended.state.interrupt_data).requests
+        _decide_elsewhere(engine.url, run_id, [asked.approve().to_data()])
         # each continuation waits in vain for the next approval, and is resumed in turn
         assert other.result(run_id, timeout=30).status == "interrupted"
         other.decide(
@@ -250,12 +393,12 @@ def test_a_run_whose_wait_timed_out_is_resumed_later_from_anywhere(
         other.close()
     assert (record.run_id, record.status, record.agent) == ("late", "ok", "gated")
     assert result.run_id == "late" and result.status == "ok"
-    again = "propagating until_check deciding expanding calling interrupt_check"
+    again = "interrupt_check executing propagating until_check deciding"
     assert [t.path for t in result.traces] == [
         "expanding calling interrupt_check interrupted",
-        f"{again} interrupted",
-        f"{again} interrupted",
-        f"propagating until_check deciding {LOOP} ok",
+        f"{again} expanding calling interrupt_check interrupted",
+        f"{again} expanding calling interrupt_check interrupted",
+        f"{again} {LOOP} ok",
     ]
     _assert_paths(result)
     texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]
@@ -306,10 +449,12 @@ def test_two_processes_resuming_at_once_resume_once(
     barrier = threading.Barrier(2)
     outcomes: list[str] = []
 
+    [asked] = Approval.of(engine.result(run_id, timeout=30).state.interrupt_data).requests
+
     def decide(client: Engine) -> None:
         barrier.wait()
         try:
-            client.decide(run_id, [{"type": "approve"}], unbound=True)
+            client.decide(run_id, [asked.approve().to_data()])
             outcomes.append("sent")
         except ResumeError as exc:
             outcomes.append(str(exc))
@@ -324,7 +469,7 @@ def test_two_processes_resuming_at_once_resume_once(
     finally:
         for client in clients:
             client.close()
-    assert "sent" in outcomes and len(outcomes) == 2, outcomes
+    assert outcomes == ["sent", "sent"]  # the same decisions twice: taken once, both told so
     assert result.status == "interrupted"  # at the next approval, which came in vain
     continuations = [w.workflow_id for w in engine.client.list_workflows(forked_from=run_id)]
     assert continuations == [f"{run_id}/resume-1"]

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import AgentState
+from agentfsm import AgentState, Approval
 from agentfsm.durable import DecisionConflictError, Engine, ResumeError, RunNotFoundError
 from agentfsm.durable._workflow import WAITING_EVENT
 from agentfsm.errors import DecisionConflictError as FromErrors
@@ -122,11 +122,13 @@ def test_of_two_concurrent_decides_the_loser_is_told_which_won(db: str) -> None:
         engine.register("gated", _record_agent(gated=True))
         engine.launch(executor_id="in-process")
         run_id = engine.submit(AgentState.of("pick"), agent="gated")
-        _wait_for_decisions(engine, run_id, "pick-0")
+        [asked] = Approval.of(_wait_for_decisions(engine, run_id, "pick-0")).requests
         assert engine.status(run_id).status == "waiting"
         assert engine.result(run_id, wait=False) is None
         won, lost = race_decides(engine.url, run_id)
-        assert lost.decisions == [{"type": won}] and lost.run_id == run_id
+        # the decisions that won, as they were sent: bound to the request they decided
+        assert lost.decisions == [{"type": won, "tool_call_id": "pick-0", "digest": asked.digest}]
+        assert lost.run_id == run_id
         assert won in str(lost)
         _wait_for_decisions(engine, run_id, "pick-1")  # the winner's decision was taken
         engine.decide(run_id, [{"type": "approve"}], unbound=True)
@@ -143,16 +145,16 @@ def test_a_decide_that_claimed_but_never_sent_is_retried_and_others_still_lose(d
         engine.register("gated", _record_agent(gated=True))
         engine.launch(executor_id="in-process")
         run_id = engine.submit(AgentState.of("retry"), agent="gated")
-        _wait_for_decisions(engine, run_id, "retry-0")
-        # a decide that died between its claim and its message
+        [asked] = Approval.of(_wait_for_decisions(engine, run_id, "retry-0")).requests
+        # a decide that died between its claim and its message (it claimed them bound)
         segment = engine.client.get_event(run_id, WAITING_EVENT, timeout_seconds=0)["segment"]
-        assert engine.ledger.claim(run_id, segment, [{"type": "approve"}]) is None
+        claimed = [asked.approve().to_data()]
+        assert engine.ledger.claim(run_id, segment, claimed) is None
         with pytest.raises(DecisionConflictError) as lost:
             engine.decide(run_id, [{"type": "reject"}], unbound=True)
-        assert lost.value.decisions == [{"type": "approve"}]
-        engine.decide(
-            run_id, [{"type": "approve"}], unbound=True
-        )  # the same decisions, again: sent
+        assert lost.value.decisions == claimed
+        # the same decisions, again (bound here as the claim bound them): sent
+        engine.decide(run_id, [{"type": "approve"}], unbound=True)
         _wait_for_decisions(engine, run_id, "retry-1")
         engine.decide(run_id, [{"type": "approve"}], unbound=True)
         _wait_for_decisions(engine, run_id, "retry-2")

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import Agent, AgentState, HumanInTheLoop, Message, SubAgent, tool
+from agentfsm import Agent, AgentState, Approval, HumanInTheLoop, Message, SubAgent, tool
 from agentfsm.durable import Engine, ResumeError
 from agentfsm.durable._workflow import CHILD_WORKFLOW, WAITING_EVENT, WORKFLOW
 from agentfsm.middleware import request_digest
@@ -183,14 +183,18 @@ def test_a_subagents_request_waits_and_an_approval_runs_the_child_on(
         f"propagating until_check deciding {LOOP} ok",
     ]
     _assert_paths(result)
-    (child,) = result.traces[1].transitions[0].children  # the resumed writer
-    assert child.path == f"propagating until_check deciding {LOOP} ok"
+    # the resumed writer: its approval entered its machine at the state that asked, and the
+    # approved publish ran at its executing
+    (child,) = result.traces[1].transitions[0].children
+    assert child.path == f"interrupt_check executing propagating until_check deciding {LOOP} ok"
     steps = [s["function_name"] for s in engine.client.list_workflow_steps(run_id)]
     assert [s for s in steps if not s.startswith("DBOS.")] == STEPS
     lines = log.read_text().splitlines()
     assert [x for x in lines if x.startswith(("start", "done"))] == ["start bees", "done bees"]
+    # the same decision again is taken already; another is refused
+    engine.decide(run_id, [{"type": "approve", "digest": request_digest(shown)}])
     with pytest.raises(ResumeError, match="not waiting for decisions"):
-        engine.decide(run_id, [{"type": "approve"}], unbound=True)
+        engine.decide(run_id, [{"type": "reject"}], unbound=True)
 
 
 def test_a_rejection_reaches_the_child_and_its_answer_the_parent(engine: Engine) -> None:
@@ -213,7 +217,8 @@ def test_decisions_that_do_not_answer_the_request_are_refused_and_nothing_is_sen
             for wrong, refusal in [
                 ([], r"Decision count \(0\) does not match"),
                 ([{"type": "approve"}] * 2, r"Decision count \(2\) does not match"),
-                ([{"type": "grant"}], "Decision type 'grant' not allowed"),
+                ([{"type": "grant"}], r"Decision at index 0 has type 'grant'; use one of"),
+                ([{"type": "approve"}], "carries no digest of the request it decides"),
                 ([{"type": "approve", "digest": "sha256:0"}], "another action request"),
                 ([{"type": "approve", "tool_call_id": "forged"}], "names tool call 'forged'"),
             ]:
@@ -229,9 +234,11 @@ def test_decisions_that_do_not_answer_the_request_are_refused_and_nothing_is_sen
 
 def test_of_two_concurrent_decides_one_is_refused_with_a_conflict(engine: Engine) -> None:
     run_id = engine.submit(AgentState.of("moths"), agent="coordinator")
-    _wait_for_decisions(engine, run_id, "moths-publish")
+    [asked] = Approval.of(_wait_for_decisions(engine, run_id, "moths-publish")).requests
     won, lost = race_decides(engine.url, run_id)
-    assert lost.decisions == [{"type": won}] and lost.run_id == run_id
+    sent = {"type": won, "tool_call_id": "moths-publish", "digest": asked.digest}
+    assert lost.decisions == [sent]
+    assert lost.run_id == run_id
     result = engine.result(run_id, timeout=30)
     expected = "writer: published moths" if won == "approve" else f"writer: {REJECTED}"
     assert _tool_texts(result) == [expected]
@@ -270,7 +277,7 @@ def _assert_children(result: Any) -> None:
     (asked,) = first.where("executing")[0].children
     assert asked.path == "expanding calling interrupt_check interrupted"
     (answered,) = resumed.transitions[0].children
-    assert answered.path == f"propagating until_check deciding {LOOP} ok"
+    assert answered.path == f"interrupt_check executing propagating until_check deciding {LOOP} ok"
 
 
 def test_a_child_that_asks_again_makes_the_run_wait_again(engine: Engine) -> None:

@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from .._answers import check_approval
 from .._state import AgentState
 from ..agent import Agent
-from ..approval import Approval
+from ..approval import Approval, Decision, DecisionError
 from ..errors import AgentfsmError, DecisionConflictError
 from ..machine import fingerprint_of
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
@@ -528,15 +528,26 @@ class Engine:
         It is compare-and-set: of two processes deciding one wait at once, one is
         sent and the other raises :class:`DecisionConflictError` naming the
         decisions that won.
+
+        It is idempotent: the decisions the run took, sent again (a retry that does not
+        know whether the first got through), change nothing and raise nothing, wherever
+        the run is by then. Bound decisions are known as a repeat whenever they come;
+        unbound ones (``unbound=True``) only until the run asks again, since they decide
+        whatever it asks now.
         """
         status = self._status(run_id, output=True)
         tip, run_id = status.workflow_id, _root(status)
         waiting = self.client.get_event(tip, WAITING_EVENT, timeout_seconds=0)
         agent = AGENTS.get(_agent(status.input) or "")
         if isinstance(waiting, Mapping):
-            decisions = check_answer(
-                waiting.get("interrupt") or {}, decisions, agent, unbound=unbound
-            )
+            try:
+                decisions = check_answer(
+                    waiting.get("interrupt") or {}, decisions, agent, unbound=unbound
+                )
+            except ValueError:
+                if self._repeated(run_id, decisions, unbound=False):
+                    return  # an earlier wait's decisions again: taken already
+                raise
             segment = int(waiting.get("segment") or 0)
             self._claim(run_id, tip, segment, decisions)
             message = {"segment": segment, "decisions": [dict(d) for d in decisions]}
@@ -545,6 +556,8 @@ class Engine:
             if timed_out is not None:  # the wait ended as they were sent: they go on anew
                 self._fork(run_id, tip, timed_out, message, status.app_version)
             return
+        if self._repeated(run_id, decisions, unbound=unbound):
+            return  # taken already: the run goes on (or went on) with them
         if status.status == "PENDING":
             won = self.ledger.latest(tip)
             if won is not None:  # another decide answered the wait just now
@@ -567,7 +580,12 @@ class Engine:
                 f"Run {run_id!r} ended interrupted by {str(data.get('type'))[:60]!r}, not "
                 "waiting for approval; resume its state with agent.resume(state, answer)."
             )
-        decisions = check_answer(data, decisions, agent, unbound=unbound)
+        try:
+            decisions = check_answer(data, decisions, agent, unbound=unbound)
+        except ValueError:
+            if self._repeated(run_id, decisions, unbound=False):
+                return  # an earlier wait's decisions again: taken already
+            raise
         if agent is not None and Approval.is_approval(data):
             check_approval(ended.state, agent.tools, agent.middleware, decisions)
         self._claim(run_id, tip, len(ended.traces), decisions)
@@ -595,6 +613,17 @@ class Engine:
                 run_id=run_id,
                 decisions=won,
             )
+
+    def _repeated(self, run_id: str, decisions: Any, *, unbound: bool) -> bool:
+        """Whether ``decisions`` are ones the run took already: bound ones, those of any of
+        its claimed waits; unbound ones (with ``unbound``), those of its newest."""
+        if not isinstance(decisions, list | tuple) or not decisions:
+            return False
+        claims = self.ledger.decided(run_id, _CONTINUATION)
+        bound = all(isinstance(d, Mapping) and d.get("digest") is not None for d in decisions)
+        return any(
+            _same(decisions, claim, unbound=unbound) for claim in claims[: None if bound else 1]
+        )
 
     def _timed_out(self, workflow_id: str) -> int | None:
         """The step of the workflow's decision wait that timed out, if one did.
@@ -627,10 +656,10 @@ class Engine:
         try:
             with SetWorkflowID(continuation):
                 self.client.fork_workflow(tip, wait, application_version=version, queue_name=queue)
-        except (IntegrityError, DBOSWorkflowIDInUseError) as exc:
-            raise ResumeError(
-                f"Run {run_id!r} was resumed meanwhile (as {continuation!r}); see its result"
-            ) from exc
+        except (IntegrityError, DBOSWorkflowIDInUseError):
+            # Forked meanwhile by a decide that claimed this wait with these very decisions
+            # (a claim refuses any other): sent again, they are taken once.
+            pass
         self.client.send(continuation, dict(message), DECISIONS_TOPIC)
 
     def waiting(self, run_id: str) -> Mapping[str, Any] | None:
@@ -701,6 +730,28 @@ def list_runs(db: str | os.PathLike[str], *, limit: int = 100) -> list[RunRecord
     the one call a reader (the runs command, a web view) needs, no engine of its own."""
     with Engine(db) as engine:
         return engine.runs(limit=limit)
+
+
+def _same(given: Sequence[Any], claimed: Sequence[Any], *, unbound: bool) -> bool:
+    """Whether ``given`` are the ``claimed`` decisions (bound, as a claim keeps them) again:
+    the same type and edit, and the call id and digest each gives (none: only ``unbound``)."""
+    if len(given) != len(claimed):
+        return False
+    for index, (data, theirs) in enumerate(zip(given, claimed, strict=True)):
+        try:
+            mine = json.loads(json.dumps(Decision.of(data, index).to_data(), default=repr))
+        except DecisionError:
+            return False
+        if not isinstance(theirs, Mapping):
+            return False
+        if (mine["type"], mine.get("arguments")) != (theirs.get("type"), theirs.get("arguments")):
+            return False
+        for key in ("tool_call_id", "digest"):
+            if mine.get(key) is not None and mine[key] != theirs.get(key):
+                return False
+        if mine.get("digest") is None and not unbound:
+            return False
+    return True
 
 
 def _agent(inputs: Any) -> str | None:

@@ -116,6 +116,21 @@ class Ledger:
         )
         return None if not found else list(json.loads(found[0][0]))
 
+    def decided(self, run_id: str, continuation: str) -> list[list[dict[str, Any]]]:
+        """The decisions claimed for the run ``run_id``, newest first: its own waits' and
+        those of its continuations (``RUN{continuation}N``)."""
+        found = self._read(
+            sa.select(_DECISIONS.c.decisions)
+            .where(
+                sa.or_(
+                    _DECISIONS.c.workflow_id == run_id,
+                    _DECISIONS.c.workflow_id.startswith(run_id + continuation, autoescape=True),
+                )
+            )
+            .order_by(_DECISIONS.c.decided_at.desc(), _DECISIONS.c.segment.desc())
+        )
+        return [list(json.loads(row[0])) for row in found]
+
     # ------------------------------------------------------------ heartbeats
 
     def beat(

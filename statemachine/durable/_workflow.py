@@ -21,7 +21,10 @@ the run parks there (nothing more is recorded) and the worker hands it back to
 the queue. The model calls a drained segment made count against the next
 one's ``max_runs``.
 
-A run whose wait for decisions timed out ends ``interrupted``; the engine
+Decisions on the run's own approval enter the machine in a new segment at the state
+that asked (``interrupt_check``), whose gate applies them; the approved calls run at
+``executing`` as the run's recorded tool steps (``tool:NAME@clear>executing#N``), like
+any other. A run whose wait for decisions timed out ends ``interrupted``; the engine
 resumes it as a DBOS fork of the workflow from that wait, which replays every
 step before it and receives the decisions there.
 
@@ -180,8 +183,9 @@ class _Execution:
         #: A recorded step of the current turn finished on a draining worker.
         self.drain_seen = False
         self._model_draining = False
-        #: The run being stepped (None while the approved calls of a resume run), and the
-        #: recorded steps of this execution so far: together they name each step.
+        #: The run being stepped (None between segments, while a subagent's answer is
+        #: handed down), and the recorded steps of this execution so far: together they
+        #: name each step.
         self.run: AgentRun | None = None
         self.calls = 0
         #: A recorded step ran in the current segment (its first boundary is not a drain point).
@@ -208,9 +212,10 @@ class _Execution:
 
     def step_name(self, kind: str) -> str:
         """The next recorded step's name: what it calls, the edge into the state making the
-        call, and its index in the run (``model:gpt@expanded>calling#1``). A changed machine
-        that replays a recorded run meets a step it does not expect as DBOS's error naming
-        both, never as another call's output."""
+        call, and its index in the run (``model:gpt@expanded>calling#1``); a step taken
+        between segments, outside any transition, is ``@resume`` (``subagent:NAME@resume#3``).
+        A changed machine that replays a recorded run meets a step it does not expect as
+        DBOS's error naming both, never as another call's output."""
         self.calls += 1
         run = self.run
         if run is None:
@@ -449,9 +454,11 @@ class _StepTool(WrapperTool):
         )
         self.execution.saw(output, model=False)
         self.execution.stepped = True
-        run = current_run()
-        for doc in output.get("children", ()):
-            if run is not None:
+        children = output.get("children", ())
+        if children:  # nested under the executing transition that ran the call
+            run = current_run()
+            assert run is not None, "a tool step runs inside its run's executing"
+            for doc in children:
                 run.adopt(load_trace(doc, strict=False))
         return converter.structure(output["result"], ToolResult)
 
