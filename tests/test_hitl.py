@@ -117,11 +117,13 @@ async def test_16_approve_enters_at_the_state_that_asked_and_runs_at_executing()
     await run.run()
     assert_path(run, f"interrupt_check executing propagating until_check deciding {LOOP} ok")
     assert executed == [("write_file", {"path": "a", "text": "x"})]
-    gate = run.trace.transitions[0]
-    assert (gate.trigger, gate.detail) == (
-        "clear",
-        {"decisions": {request.tool_call_id: "approve"}},
-    )
+    gate, ran = run.trace.transitions[:2]
+    assert (gate.trigger, ran.trigger) == ("clear", "executed")
+    assert ran.detail == {
+        "tools": ["write_file"],
+        "errors": 0,
+        "decisions": {request.tool_call_id: "approve"},
+    }
     assert texts(run.chain)[-2:] == [("tool", "wrote a: x"), ("assistant", "written")]
 
 

@@ -140,25 +140,18 @@ def _called(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any]:
     return detail
 
 
-def _gated(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any] | None:
-    """What the approval state asked (an interrupt), or the decisions it applied."""
-    if isinstance(result, Interrupted):
-        requests = result.data.get("action_requests") or ()
-        return {"asked": [r.get("tool_name") for r in requests if isinstance(r, Mapping)]}
-    decided = result.chain.custom_context.get(DECIDED)
-    if not decided or decided is chain.custom_context.get(DECIDED):
-        return None
-    return {"decisions": dict(decided)}
-
-
 def _executed(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any] | None:
     last = result.chain.last_message
     if last is None or last is chain.last_message or last.role != "tool":
         return None
-    return {
+    detail: dict[str, Any] = {
         "tools": [r.name for r in last.tool_results],
         "errors": sum(r.is_error for r in last.tool_results),
     }
+    decided = chain.custom_context.get(DECIDED)
+    if decided:  # a reviewer's decisions, which the approval state applied to this batch
+        detail["decisions"] = dict(decided)
+    return detail
 
 
 # ---------------------------------------------------------------- the standard machine
@@ -277,12 +270,7 @@ STANDARD = MachineTable(
             why="max_runs reached, or the model stopped without calling the target tool",
         ),
     ),
-    details={
-        "expanding": _expanded,
-        "calling": _called,
-        "interrupt_check": _gated,
-        "executing": _executed,
-    },
+    details={"expanding": _expanded, "calling": _called, "executing": _executed},
     options=StandardOptions,
 )
 
