@@ -119,6 +119,9 @@ __all__ = [
 #: ``extra_steps`` are code, passed again on resume.
 SAVED_OPTIONS: Final = ("until_tool", "require_tool_success", "max_runs")
 
+#: The statuses of a run that is over: the store refuses to claim or write it again.
+_FINISHED: Final = ("ok", "error")
+
 
 @attrs.frozen
 class SavedRun:
@@ -229,6 +232,10 @@ def load_run(
         raise
     except Exception as exc:
         raise FormatError(f"Run {run_id!r} cannot be read: {type(exc).__name__}: {exc}") from exc
+    status: RunStatus = RUN_STATUS[type(result)] if result is not None else "running"
+    if stored.status != status and {stored.status, status} & set(_FINISHED):
+        # The store refuses to run a run its row says is over: the row and the log agree on that.
+        raise _edited(run_id, f"the run's status ({stored.status!r}; its log says {status!r})")
     last = traces[-1]
     if result is not None:
         chain = result.chain
@@ -238,7 +245,7 @@ def load_run(
         chain = first
     return SavedRun(
         run_id=run_id,
-        status=RUN_STATUS[type(result)] if result is not None else "running",
+        status=status,
         state=last.terminal or last.entry,
         chain=chain,
         traces=tuple(traces),
