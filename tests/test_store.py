@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import io
 import json
 import math
@@ -767,3 +768,22 @@ def test_an_edited_row_of_a_store_made_before_the_log_is_a_format_error(
         con.commit()
     with SQLiteStore(db) as store, pytest.raises(FormatError, match="the store is damaged"):
         load_run(store, "old", strict=False)
+
+
+# ---------------------------------------------------------------- the old module
+
+
+def test_the_old_checkpoint_module_answers_with_where_each_name_went() -> None:
+    import agentfsm.store
+
+    old = importlib.import_module("agentfsm.store.checkpoint")
+    with pytest.warns(DeprecationWarning, match="import load_run from agentfsm.store$"):
+        assert old.load_run is load_run
+    with pytest.warns(DeprecationWarning, match="import restore_run from agentfsm.store$"):
+        from agentfsm.store.checkpoint import restore_run as moved
+    assert moved is restore_run
+    with pytest.warns(DeprecationWarning, match="import migrate_run from agentfsm.store.fork$"):
+        assert old.migrate_run is importlib.import_module("agentfsm.store.fork").migrate_run
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        old.nothing  # noqa: B018
+    assert agentfsm.store.checkpoint is checkpoint  # the function, not the old module

@@ -1,11 +1,14 @@
 """What a checkpoint store is: three calls over JSON text, and the records they pass.
 
-A store keeps strings only; :mod:`agentfsm.store.checkpoint` packs runs into
+A store keeps strings only; :mod:`agentfsm.store.checkpointer` packs runs into
 them and :class:`~agentfsm.store.sqlite.SQLiteStore` is the embedded store.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Final, Literal, Protocol, runtime_checkable
 
@@ -34,6 +37,7 @@ __all__ = [
     "StoreError",
     "StoreWrite",
     "StoredRun",
+    "new_owner",
 ]
 
 RunStatus = Literal["running", "ok", "paused", "interrupted", "error"]
@@ -144,3 +148,8 @@ class Store(Protocol):
     def runs(self) -> list[RunInfo]:
         """Every run, the most recently updated first."""
         ...
+
+
+def new_owner() -> str:
+    """A lease holder's name: host, process, and a token of its own."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
