@@ -23,7 +23,7 @@ from .chain import LLMChain
 from .errors import ResumeError
 from .results import Interrupted, Paused
 from .serialization import UnknownToolError
-from .store.base import Store
+from .store.base import Leases, Store
 from .store.base import new_owner as _new_owner
 from .store.checkpointer import checkpoint
 from .store.fork import migration_trace as _migration_trace
@@ -197,33 +197,30 @@ async def restore_run(
 
 def _claim(store: Store, run_id: str, owner: str, head: str | None) -> None:
     """Take the run for ``owner`` if the store keeps leases (a compare-and-set on ``head``)."""
-    claim = getattr(store, "claim", None)
-    if claim is not None:
-        claim(run_id, owner, head)
+    if isinstance(store, Leases):
+        store.claim(run_id, owner, head)
 
 
 def _release(store: Store, run_id: str, owner: str) -> None:
     """Give back a claim that ran nothing (decisions that did not fit, say)."""
-    release = getattr(store, "release", None)
-    if release is not None:
+    if isinstance(store, Leases):
         with contextlib.suppress(Exception):  # the lease lapses by itself anyway
-            release(run_id, owner)
+            store.release(run_id, owner)
 
 
 @contextlib.asynccontextmanager
 async def _holding(store: Store, run_id: str, owner: str) -> AsyncIterator[None]:
     """Renew ``owner``'s lease every third of it while the block runs (approved calls)."""
-    renew = getattr(store, "renew", None)
-    lease = getattr(store, "lease", None)
-    if renew is None or not lease:
+    if not isinstance(store, Leases) or not store.lease:
         yield
         return
+    leases = store
 
     async def keep() -> None:
         while True:
-            await asyncio.sleep(lease / 3)
+            await asyncio.sleep(leases.lease / 3)
             try:
-                if not renew(run_id, owner):
+                if not leases.renew(run_id, owner):
                     return
             except Exception:  # the first checkpoint reports a failing store
                 return

@@ -39,6 +39,8 @@ from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.serialization import FormatError
 from agentfsm.store import (
     Checkpointer,
+    Deletes,
+    Leases,
     ResumeError,
     RunExistsError,
     RunInUseError,
@@ -331,6 +333,14 @@ def test_a_failed_write_pauses_the_run_and_loses_nothing(db: Path, log: Path) ->
     assert saved.trace == run.trace  # the next write carried the transition the failed one had
     assert make_agent(log).resume_run_sync("f", store).status == "ok"
     assert executions(log)["done one"] == 1
+
+
+def test_a_store_keeps_leases_by_its_protocol(db: Path) -> None:
+    with SQLiteStore(db) as store:
+        assert isinstance(store, Leases) and isinstance(store, Deletes)
+        flaky = FlakyStore(store)
+        assert isinstance(flaky, Store)
+        assert not isinstance(flaky, Leases) and not isinstance(flaky, Deletes)
 
 
 def test_a_store_that_stays_down_keeps_the_run_in_memory_until_flushed(db: Path, log: Path) -> None:

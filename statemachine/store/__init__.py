@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 # that importing it later (which sets the package's attribute) never hides the function.
 from . import checkpoint as _deprecated  # noqa: F401
 from .base import (
+    Deletes,
+    Leases,
     ResumeError,
     RunExistsError,
     RunFinishedError,
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Checkpointer",
+    "Deletes",
+    "Leases",
     "ResumeError",
     "RunExistsError",
     "RunFinishedError",

@@ -34,6 +34,8 @@ __all__ = [
     "RunNotFoundError",
     "RunStatus",
     "Store",
+    "Deletes",
+    "Leases",
     "StoreError",
     "StoreWrite",
     "StoredRun",
@@ -130,11 +132,9 @@ class Store(Protocol):
     """Where checkpoints go: three calls over JSON text.
 
     A store that keeps leases (as :class:`~agentfsm.store.sqlite.SQLiteStore` does)
-    also has ``claim(run_id, owner, head)``, ``renew(run_id, owner) -> bool`` and
-    ``release(run_id, owner)``, and a ``lease`` in seconds: a resume then claims the
-    run before anything runs, and its holder checks the lease at every boundary.
-    A write carrying :attr:`StoreWrite.head` must be refused unless the run's head
-    is still that one.
+    is also :class:`Leases`: a resume then claims the run before anything runs, and
+    its holder checks the lease at every boundary. A write carrying
+    :attr:`StoreWrite.head` must be refused unless the run's head is still that one.
     """
 
     def write(self, run_id: str, write: StoreWrite) -> None:
@@ -153,3 +153,42 @@ class Store(Protocol):
 def new_owner() -> str:
     """A lease holder's name: host, process, and a token of its own."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+
+
+@runtime_checkable
+class Leases(Protocol):
+    """A store that keeps leases: one place at a time runs a run.
+
+    A running run's writer holds its lease; a write renews it and the write that ends
+    the run gives it up (:attr:`StoreWrite.owner`). A store without leases runs a run
+    wherever it is resumed. A ``lease`` of 0 seconds keeps none.
+    """
+
+    #: Seconds a running run stays claimed after its holder last renewed it.
+    lease: float
+
+    def claim(self, run_id: str, owner: str, head: str | None) -> None:
+        """Take the run's lease for ``owner`` before anything runs, as one compare-and-set:
+        refused when the run ended (:class:`RunFinishedError`), went on since ``head`` was
+        read, or another live process holds it (:class:`RunInUseError`)."""
+        ...
+
+    def renew(self, run_id: str, owner: str) -> bool:
+        """Extend ``owner``'s lease by :attr:`lease` seconds from now; False when ``owner``
+        no longer holds it (the run ended, or another process took it)."""
+        ...
+
+    def release(self, run_id: str, owner: str, *, running: bool = False) -> None:
+        """Give back ``owner``'s claim on a run it has not written since (nothing ran);
+        with ``running``, also one it left running that nothing runs (a fork's, a
+        migration's)."""
+        ...
+
+
+@runtime_checkable
+class Deletes(Protocol):
+    """A store that can forget a run: a fork left half written is deleted."""
+
+    def delete(self, run_id: str) -> None:
+        """Forget the run and everything saved of it."""
+        ...

@@ -59,6 +59,7 @@ from ..trace import Transition
 from ..versions import header_identity
 from .base import (
     RUN_STATUS,
+    Leases,
     RunExistsError,
     RunInUseError,
     RunNotFoundError,
@@ -118,6 +119,8 @@ class Checkpointer:
     ) -> None:
         self.run = run
         self.store = store
+        #: The store as a keeper of leases, or None when it keeps none (or a lease of 0 s).
+        self._leases: Leases | None = store if isinstance(store, Leases) and store.lease else None
         self.run_id = run_id
         self.options = dict(options)
         self.segment = segment
@@ -186,19 +189,18 @@ class Checkpointer:
         now = time.time()
         if self._lost is None and self._lease_until is not None and now < self._lease_until:
             return
-        renew = getattr(self.store, "renew", None)
-        lease = getattr(self.store, "lease", None)
-        if self._lost is None and (renew is None or not lease):
+        leases = self._leases
+        if self._lost is None and leases is None:
             self._lease_until = None
             return
-        if self._lost is None:
+        if self._lost is None and leases is not None:
             try:
-                held = bool(renew(self.run_id, self.owner))  # type: ignore[misc]
+                held = bool(leases.renew(self.run_id, self.owner))
             except Exception as exc:
                 self._lost = exc
             else:
                 if held:
-                    self._lease_until = now + lease / 2  # type: ignore[operator]
+                    self._lease_until = now + leases.lease / 2
                     return
                 self._lost = RunInUseError(
                     f"Run {self.run_id!r} was taken over by another process (this holder's "
@@ -215,10 +217,10 @@ class Checkpointer:
         lapse. The timer runs on the loop the run steps on (moved with the run when it
         goes on on another loop) and holds the run weakly: a sync tool without a timeout
         blocks the loop and renews nothing."""
-        lease = getattr(self.store, "lease", None)
-        if not lease or getattr(self.store, "renew", None) is None:
+        if self._leases is None:
             self._lease_loop = False
             return
+        lease = self._leases.lease
         self._lease_loop = loop
         every = lease / 3
         holder = weakref.ref(self)
@@ -240,9 +242,10 @@ class Checkpointer:
     def _renew_now(self, lease: float) -> None:
         """The timer's renewal: a failed one is noted, and the next boundary checks
         the lease again in full (so a holder that lost it stops there)."""
+        assert self._leases is not None  # the timer runs for a store that keeps leases
         now = time.time()
         try:
-            held = self.store.renew(self.run_id, self.owner)  # type: ignore[attr-defined]
+            held = self._leases.renew(self.run_id, self.owner)
         except Exception:  # the next boundary asks again, and stops if it fails
             self._lease_until = 0.0
             return
@@ -270,9 +273,8 @@ class Checkpointer:
                 run.request_pause(f"checkpoint_failed: {type(exc).__name__}: {exc}")
             return False
         self.error = None
-        lease = getattr(self.store, "lease", None)
-        if lease and getattr(self.store, "renew", None) is not None:
-            self._lease_until = started + lease / 2  # a write holds the lease that long
+        if self._leases is not None:  # a write holds the lease that long
+            self._lease_until = started + self._leases.lease / 2
         self.writes += 1
         self.create = False
         self._written = run.chain.messages

@@ -29,7 +29,7 @@ from ..serialization import (
 )
 from ..trace import Trace
 from ..versions import ResumeDecision, migrates, recorded_table
-from .base import ResumeError, Store, StoreWrite, new_owner
+from .base import Deletes, Leases, ResumeError, Store, StoreWrite, new_owner
 from .checkpointer import checkpoint
 from .load import SavedRun, decode_segments
 
@@ -51,10 +51,9 @@ def migrate_run(store: Store, saved: SavedRun, decision: ResumeDecision) -> None
     checkpointer = checkpoint(
         run, store, options=saved.options, saved=saved, new_segment=True, owner=owner
     )
-    release = getattr(store, "release", None)
-    if release is not None:  # nothing runs it: the next resume may take it at once
+    if isinstance(store, Leases):  # nothing runs it: the next resume may take it at once
         with contextlib.suppress(Exception):  # the lease lapses by itself anyway
-            release(saved.run_id, owner, running=True)
+            store.release(saved.run_id, owner, running=True)
     if checkpointer.error is not None:
         raise checkpointer.error
 
@@ -130,10 +129,9 @@ def fork_run(store: Store, run_id: str, at_step: int, *, new_id: str | None = No
     fork_id = new_id or uuid.uuid4().hex
     owner = new_owner()
     _write_fork(store, fork_id, owner, kept, headers, firsts, (run_id, at_step))
-    release = getattr(store, "release", None)
-    if release is not None:  # nothing runs it: a resume may take it at once
+    if isinstance(store, Leases):  # nothing runs it: a resume may take it at once
         with contextlib.suppress(Exception):  # the lease lapses by itself anyway
-            release(fork_id, owner, running=True)
+            store.release(fork_id, owner, running=True)
     return fork_id
 
 
@@ -178,8 +176,7 @@ def _write_fork(
             )
             written = True
     except BaseException:
-        delete = getattr(store, "delete", None)
-        if delete is not None and written:
+        if isinstance(store, Deletes) and written:
             with contextlib.suppress(Exception):
-                delete(fork_id)
+                store.delete(fork_id)
         raise
