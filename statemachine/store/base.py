@@ -30,6 +30,7 @@ __all__ = [
     "RunExistsError",
     "RunFinishedError",
     "RunInUseError",
+    "RunDigest",
     "RunInfo",
     "RunNotFoundError",
     "RunStatus",
@@ -107,6 +108,18 @@ class RunInfo:
     summary: str | None
     created: float
     updated: float
+
+
+@attrs.frozen
+class RunDigest:
+    """A run as a search reads it from its checkpoints, without loading it."""
+
+    #: The machine its newest segment names (None when no checkpoint says).
+    machine: str | None
+    #: The tools its messages call.
+    tools: frozenset[str]
+    #: The run's id and every message's text (tool results too), lower-cased.
+    text: str
 
 
 @attrs.frozen
