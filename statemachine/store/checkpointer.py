@@ -217,12 +217,12 @@ class Checkpointer:
         lapse. The timer runs on the loop the run steps on (moved with the run when it
         goes on on another loop) and holds the run weakly: a sync tool without a timeout
         blocks the loop and renews nothing."""
-        if self._leases is None:
+        leases = self._leases
+        if leases is None:
             self._lease_loop = False
             return
-        lease = self._leases.lease
         self._lease_loop = loop
-        every = lease / 3
+        every = leases.lease / 3
         holder = weakref.ref(self)
 
         def tick() -> None:
@@ -234,23 +234,22 @@ class Checkpointer:
             ):
                 return
             if checkpointer.run.busy and checkpointer.error is None:
-                checkpointer._renew_now(lease)
+                checkpointer._renew_now(leases)
             loop.call_later(every, tick)
 
         loop.call_later(every, tick)
 
-    def _renew_now(self, lease: float) -> None:
+    def _renew_now(self, leases: Leases) -> None:
         """The timer's renewal: a failed one is noted, and the next boundary checks
         the lease again in full (so a holder that lost it stops there)."""
-        assert self._leases is not None  # the timer runs for a store that keeps leases
         now = time.time()
         try:
-            held = self._leases.renew(self.run_id, self.owner)
+            held = leases.renew(self.run_id, self.owner)
         except Exception:  # the next boundary asks again, and stops if it fails
             self._lease_until = 0.0
             return
         if held:
-            self._lease_until = now + lease / 2
+            self._lease_until = now + leases.lease / 2
         else:
             self._lease_until = 0.0
             self._lost = RunInUseError(

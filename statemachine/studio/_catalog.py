@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import attrs
 
@@ -135,23 +135,16 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
     )
 
 
-@attrs.frozen
-class _Facts:
-    """What the filters need of a run, read from its checkpoints: kept until it moves."""
+class _Facts(NamedTuple):
+    """What the filters need of a run, read from its checkpoints: kept until it moves (a
+    tuple: a large store's index makes one per run)."""
 
     key: tuple[float, float, int]
-    machine: str | None
-    tools: frozenset[str]
-    #: Every message's text and the run's id, lower-cased.
-    text: str
+    digest: RunDigest
 
 
 def _key(info: RunInfo) -> tuple[float, float, int]:
     return (info.created, info.updated, info.steps)
-
-
-def _facts(info: RunInfo, digest: RunDigest) -> _Facts:
-    return _Facts(key=_key(info), machine=digest.machine, tools=digest.tools, text=digest.text)
 
 
 class Catalog:
@@ -245,7 +238,10 @@ class Catalog:
                 known = {r.run_id: (r.machine, r.tools, r.text) for r in rows}
             else:
                 facts = self._facts_of(infos)
-                known = {k: (f.machine, tuple(f.tools), f.text) for k, f in facts.items()}
+                known = {
+                    k: (f.digest.machine, tuple(f.digest.tools), f.digest.text)
+                    for k, f in facts.items()
+                }
             none: tuple[str | None, tuple[str, ...], str] = (None, (), "")
             picked = [
                 r
@@ -259,7 +255,7 @@ class Catalog:
         shown = self._detail(picked[(page - 1) * PAGE_SIZE : page * PAGE_SIZE])
         with self._lock:
             read = [row for _, row in self._rows.values()]
-            seen = list(self._facts.values())
+            seen = [f.digest for f in self._facts.values()]
         machines = sorted(
             {r.machine for r in read if r.machine} | {f.machine for f in seen if f.machine}
         )
@@ -300,13 +296,12 @@ class Catalog:
         digests = self.store.digests([info.run_id for info in infos])
         if digests is None:
             return {info.run_id: self._loaded_facts(info) for info in infos}
-        return {info.run_id: _facts(info, digests[info.run_id]) for info in infos}
+        return {info.run_id: _Facts(_key(info), digests[info.run_id]) for info in infos}
 
     def _loaded_facts(self, info: RunInfo) -> _Facts:
         row = self._load(info)
-        return _Facts(
-            key=_key(info), machine=row.machine, tools=frozenset(row.tools), text=row.text
-        )
+        digest = RunDigest(machine=row.machine, tools=frozenset(row.tools), text=row.text)
+        return _Facts(_key(info), digest)
 
     def head(self, run_id: str) -> str | None:
         """The run's newest checkpoint and status, cheaply: it changes when the run moves."""
