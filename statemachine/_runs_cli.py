@@ -23,7 +23,6 @@ import datetime
 import json
 import os
 import shlex
-import sqlite3
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -231,9 +230,6 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except MachineChangedError as exc:  # a run of another version of its machine
         _say(sys.stderr, f"agentfsm runs: {exc}")
         return 2
-    except sqlite3.DatabaseError as exc:
-        _say(sys.stderr, f"agentfsm runs: {db}: the store cannot be read: {exc}")
-        return 2
     except RecursionError:
         run_id = getattr(args, "run_id", "")
         _say(sys.stderr, f"agentfsm runs: run {run_id} is nested too deeply to show")
@@ -301,12 +297,8 @@ def _is_durable(db: str) -> bool:
     path = _sqlite_path(db)
     if not os.path.isfile(path):
         return False
-    try:
-        with sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True) as conn:
-            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-    except sqlite3.Error:
-        return False
-    return "workflow_status" in names and "runs" not in names
+    names = SQLiteStore.tables_in(path)
+    return names is not None and "workflow_status" in names and "runs" not in names
 
 
 def _durable_runs(args: argparse.Namespace, db: str, out: TextIO) -> int:

@@ -20,8 +20,8 @@ from ._printable import printable
 from ._spec import import_attribute
 from .errors import AgentfsmError, FormatError, RunNotFoundError, UnknownToolError
 from .machine import MachineTable, UnknownMachineError
-from .store import SQLiteStore, load_run
-from .store.checkpoint import SavedRun, migrate_run
+from .store import SavedRun, SQLiteStore, load_run
+from .store.fork import migrate_run
 from .trace import Trace
 from .versions import (
     MachineChangedError,

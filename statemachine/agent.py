@@ -527,7 +527,7 @@ class Agent:
         :class:`~agentfsm.store.RunInUseError` (or its
         :class:`~agentfsm.store.RunFinishedError`) and runs nothing.
         """
-        from .store.checkpoint import restore_run  # the store is imported when first used
+        from ._resume import restore_run  # the store is imported when first used
 
         run = await restore_run(
             self,

@@ -26,7 +26,6 @@ import os
 import pathlib
 import re
 import shlex
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -298,7 +297,7 @@ def _store(db: str, *, create: bool = False) -> SQLiteStore:
         if create and not os.path.exists(db):
             return SQLiteStore(db)
         return _runs_cli.open_store(db, read_only=not create)
-    except (FormatError, StoreError, sqlite3.DatabaseError, UsageError) as exc:
+    except (FormatError, StoreError, UsageError) as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -417,14 +416,13 @@ def _view_page(args: argparse.Namespace, run: str) -> tuple[str, str]:
     with store:
         try:
             saved = load_run(store, run, strict=False)
-            clock = wall_clock(db, run, saved.steps)
+            clock = wall_clock(store, run, saved.steps)
         except (
             RunNotFoundError,
             FormatError,
             StoreError,
             UnknownToolError,
             MachineChangedError,
-            sqlite3.DatabaseError,
         ) as exc:
             raise UsageError(str(exc)) from None
         except UnknownMachineError as exc:

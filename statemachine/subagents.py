@@ -380,7 +380,7 @@ def _parent_store(parent: Run | None) -> tuple[Any, str] | None:
     """The store and run id the parent run checkpoints to, if it does."""
     if parent is None:
         return None
-    from .store.checkpoint import Checkpointer  # only a checkpointed parent reaches here
+    from .store.checkpointer import Checkpointer  # only a checkpointed parent reaches here
 
     for hook in parent.hooks:
         if isinstance(hook, Checkpointer):
@@ -399,7 +399,7 @@ def _save_child(child: Run, parent: Run | None, context: ToolContext | None) -> 
     where = _parent_store(parent)
     if where is None or context is None:
         return
-    from .store.checkpoint import checkpoint
+    from .store.checkpointer import checkpoint
 
     store, run_id = where
     checkpoint(child, store, run_id=child_run_id(run_id, context.tool_call_id))
@@ -411,7 +411,7 @@ def _saved_child(parent: Run | None, context: ToolContext | None) -> Any:
     if where is None or context is None:
         return None
     from .store.base import RunNotFoundError
-    from .store.checkpoint import load_run
+    from .store.load import load_run
 
     store, run_id = where
     try:
@@ -453,7 +453,7 @@ async def _resume_child(
             state = saved.agent_state
             assert state is not None, "an ended saved run keeps its agent state"
             return _outcome(name, state)
-        from .store.checkpoint import restore_run
+        from ._resume import restore_run
 
         where = _parent_store(parent)
         assert where is not None, "a saved child is found through its parent's store"

@@ -52,7 +52,7 @@ from .trace import Trace
 if TYPE_CHECKING:
     from .messages import Message, ToolResult
     from .results import Terminal
-    from .store.checkpoint import SavedRun
+    from .store import SavedRun
 
 __all__ = [
     "MachineChangedError",

@@ -17,8 +17,7 @@ from agentfsm.modes.standard import STANDARD, STANDARD_OUTPUT
 from agentfsm.output import FINAL_RESULT, OutputError, OutputTool, check_output
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.results import Continue
-from agentfsm.store import SQLiteStore, start_run
-from agentfsm.store.checkpoint import load_run
+from agentfsm.store import SQLiteStore, load_run, start_run
 from tests.support import LOOP, add
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import io
 import json
 import math
@@ -38,6 +39,8 @@ from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.serialization import FormatError
 from agentfsm.store import (
     Checkpointer,
+    Deletes,
+    Leases,
     ResumeError,
     RunExistsError,
     RunInUseError,
@@ -330,6 +333,14 @@ def test_a_failed_write_pauses_the_run_and_loses_nothing(db: Path, log: Path) ->
     assert saved.trace == run.trace  # the next write carried the transition the failed one had
     assert make_agent(log).resume_run_sync("f", store).status == "ok"
     assert executions(log)["done one"] == 1
+
+
+def test_a_store_keeps_leases_by_its_protocol(db: Path) -> None:
+    with SQLiteStore(db) as store:
+        assert isinstance(store, Leases) and isinstance(store, Deletes)
+        flaky = FlakyStore(store)
+        assert isinstance(flaky, Store)
+        assert not isinstance(flaky, Leases) and not isinstance(flaky, Deletes)
 
 
 def test_a_store_that_stays_down_keeps_the_run_in_memory_until_flushed(db: Path, log: Path) -> None:
@@ -767,3 +778,22 @@ def test_an_edited_row_of_a_store_made_before_the_log_is_a_format_error(
         con.commit()
     with SQLiteStore(db) as store, pytest.raises(FormatError, match="the store is damaged"):
         load_run(store, "old", strict=False)
+
+
+# ---------------------------------------------------------------- the old module
+
+
+def test_the_old_checkpoint_module_answers_with_where_each_name_went() -> None:
+    import agentfsm.store
+
+    old = importlib.import_module("agentfsm.store.checkpoint")
+    with pytest.warns(DeprecationWarning, match="import load_run from agentfsm.store$"):
+        assert old.load_run is load_run
+    with pytest.warns(DeprecationWarning, match="import restore_run from agentfsm.store$"):
+        from agentfsm.store.checkpoint import restore_run as moved
+    assert moved is restore_run
+    with pytest.warns(DeprecationWarning, match="import migrate_run from agentfsm.store.fork$"):
+        assert old.migrate_run is importlib.import_module("agentfsm.store.fork").migrate_run
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        old.nothing  # noqa: B018
+    assert agentfsm.store.checkpoint is checkpoint  # the function, not the old module

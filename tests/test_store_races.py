@@ -32,7 +32,7 @@ from tests import _race_worker as race
 from tests._crash_worker import PROMPT, make_agent
 
 ROOT = Path(__file__).resolve().parent.parent
-checkpoint_module = importlib.import_module("agentfsm.store.checkpoint")
+resume_module = importlib.import_module("agentfsm._resume")
 APPROVE = [{"type": "approve"}]
 
 
@@ -118,7 +118,7 @@ def test_a_resumer_that_loaded_before_the_winner_finished_runs_nothing(
     the loser's claim is refused (the run is over) before any approved call runs."""
     race.interrupted(db, ledger)
     loaded, go = threading.Event(), threading.Event()
-    claim = checkpoint_module._claim
+    claim = resume_module._claim
     calls: list[object] = []
 
     def slow_claim(*args: Any) -> None:
@@ -128,7 +128,7 @@ def test_a_resumer_that_loaded_before_the_winner_finished_runs_nothing(
             go.wait(30)
         claim(*args)
 
-    monkeypatch.setattr(checkpoint_module, "_claim", slow_claim)
+    monkeypatch.setattr(resume_module, "_claim", slow_claim)
 
     def winner() -> None:
         loaded.wait(30)

@@ -85,6 +85,39 @@ def test_a_result_edited_apart_from_its_log_is_refused(db: Path, ledger: Path) -
         load_run(store, "r", strict=False)
 
 
+@pytest.mark.parametrize(
+    ("ended", "edited"), [("paused", "ok"), ("paused", "error"), ("interrupted", "ok")]
+)
+def test_a_status_edited_apart_from_its_log_is_refused(
+    db: Path, ledger: Path, ended: str, edited: str
+) -> None:
+    """The run's row is a copy of its log: a paused run whose status was edited to ``ok``
+    is refused as it loads, not taken for a run that ended in another process."""
+    if ended == "interrupted":
+        race.interrupted(db, ledger)
+    else:
+        with SQLiteStore(db) as store:
+            run = start_run(
+                race.make_agent(ledger),
+                AgentState.of(race.PROMPT),
+                store,
+                run_id="r",
+                should_pause=lambda: "stop here",
+            )
+            run.run_sync()
+    with SQLiteStore(db) as store:
+        assert load_run(store, "r", strict=False).status == ended
+    edit_store(db, "UPDATE runs SET status = ? WHERE run_id = 'r'", edited)
+    answer = [{"type": "approve"}] if ended == "interrupted" else None
+    with SQLiteStore(db) as store:
+        with pytest.raises(FormatError, match=r"status .*does not match its checkpoints"):
+            load_run(store, "r", strict=False)
+        with pytest.raises(FormatError, match="the store was edited or is damaged"):
+            race.make_agent(ledger).resume_run_sync("r", store, answer)
+    assert cli("runs", "show", "r", "--db", str(db))[0] == 2
+    assert not ledger.exists()
+
+
 def test_a_decision_carries_the_digest_of_the_request_it_approves(db: Path, ledger: Path) -> None:
     race.interrupted(db, ledger)
     status, shown = cli("runs", "show", "r", "--db", str(db))

@@ -17,7 +17,7 @@ pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
 
 from agentfsm import Agent, AgentState, Message
 from agentfsm.providers import ScriptedModel, call_tool
-from agentfsm.store import SQLiteStore, start_run
+from agentfsm.store import SQLiteStore, load_run, start_run
 from agentfsm.studio import _catalog
 from tests.support import add, as_format
 from tests.test_studio import make_store
@@ -123,3 +123,38 @@ def test_a_damaged_run_is_found_and_shown_with_what_is_wrong(large: pathlib.Path
         assert row["run_id"] == "sum-2" and row["problem"]  # loaded, and refused
     finally:
         catalog.close()
+
+
+def test_the_store_digests_runs_alike_with_and_without_sqlite_json(
+    large: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentfsm.store import _search
+
+    with SQLiteStore(large, read_only=True) as store:
+        ids = [info.run_id for info in store.runs()]
+        taken = store.digests(ids)
+        assert taken is not None and set(taken) == set(ids)
+        assert "add" in taken["sum-3"].tools and "ünïcode answer 3" in taken["sum-3"].text
+        # An SQLite without JSON functions: every document is parsed in Python instead.
+        monkeypatch.setattr(_search, "_MESSAGES", "no_such_function(doc)")
+        assert store.digests(ids) == taken
+        monkeypatch.setattr(_search, "_ONE_PASS", 0)  # one pass over the whole log
+        assert store.digests(ids) == taken
+
+
+def test_the_store_says_when_a_run_moved_and_when_each_step_was_saved(
+    large: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    with SQLiteStore(large) as store:
+        before = store.last_change("sum-1")
+        times = store.checkpoint_times("sum-1")
+        steps = load_run(store, "sum-1", strict=False).steps
+        assert before is not None and store.last_change("nothing") is None
+        assert times and times[-1][0] == steps
+        assert [t for t, _ in times] == sorted(t for t, _ in times)
+        store.delete("sum-1")
+        assert store.last_change("sum-1") is None and store.checkpoint_times("sum-1") == []
+    assert SQLiteStore.tables_in(large) is not None
+    assert {"runs", "log", "meta"} <= (SQLiteStore.tables_in(large) or set())
+    (tmp_path / "text.db").write_text("not a database")
+    assert SQLiteStore.tables_in(tmp_path / "text.db") is None

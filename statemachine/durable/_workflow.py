@@ -58,6 +58,7 @@ from dbos._dbos import _get_dbos_instance
 from agentfsm.providers.base import ChatModel, DeltaHandler
 from agentfsm.providers.wrapper import WrapperModel
 
+from .._resume import execute_options
 from .._state import AgentState
 from ..agent import Agent, AgentRun
 from ..chain import LLMChain
@@ -66,7 +67,6 @@ from ..messages import Message, ToolCall, ToolResult
 from ..run import current_run
 from ..serialization import FORMAT, check_format, converter, dump, load_trace
 from ..steps import get_run_count
-from ..store.checkpoint import execute_options
 from ..subagents import SubAgent, children_run_by, nested, resume_subagents
 from ..tools import Tool, ToolContext, WrapperTool
 from ..trace import Trace

@@ -1,11 +1,14 @@
 """What a checkpoint store is: three calls over JSON text, and the records they pass.
 
-A store keeps strings only; :mod:`agentfsm.store.checkpoint` packs runs into
+A store keeps strings only; :mod:`agentfsm.store.checkpointer` packs runs into
 them and :class:`~agentfsm.store.sqlite.SQLiteStore` is the embedded store.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Final, Literal, Protocol, runtime_checkable
 
@@ -27,13 +30,17 @@ __all__ = [
     "RunExistsError",
     "RunFinishedError",
     "RunInUseError",
+    "RunDigest",
     "RunInfo",
     "RunNotFoundError",
     "RunStatus",
     "Store",
+    "Deletes",
+    "Leases",
     "StoreError",
     "StoreWrite",
     "StoredRun",
+    "new_owner",
 ]
 
 RunStatus = Literal["running", "ok", "paused", "interrupted", "error"]
@@ -104,6 +111,18 @@ class RunInfo:
 
 
 @attrs.frozen
+class RunDigest:
+    """A run as a search reads it from its checkpoints, without loading it."""
+
+    #: The machine its newest segment names (None when no checkpoint says).
+    machine: str | None
+    #: The tools its messages call.
+    tools: frozenset[str]
+    #: The run's id and every message's text (tool results too), lower-cased.
+    text: str
+
+
+@attrs.frozen
 class StoredRun:
     """A run's rows as the store keeps them (JSON text), before decoding."""
 
@@ -126,11 +145,9 @@ class Store(Protocol):
     """Where checkpoints go: three calls over JSON text.
 
     A store that keeps leases (as :class:`~agentfsm.store.sqlite.SQLiteStore` does)
-    also has ``claim(run_id, owner, head)``, ``renew(run_id, owner) -> bool`` and
-    ``release(run_id, owner)``, and a ``lease`` in seconds: a resume then claims the
-    run before anything runs, and its holder checks the lease at every boundary.
-    A write carrying :attr:`StoreWrite.head` must be refused unless the run's head
-    is still that one.
+    is also :class:`Leases`: a resume then claims the run before anything runs, and
+    its holder checks the lease at every boundary. A write carrying
+    :attr:`StoreWrite.head` must be refused unless the run's head is still that one.
     """
 
     def write(self, run_id: str, write: StoreWrite) -> None:
@@ -143,4 +160,48 @@ class Store(Protocol):
 
     def runs(self) -> list[RunInfo]:
         """Every run, the most recently updated first."""
+        ...
+
+
+def new_owner() -> str:
+    """A lease holder's name: host, process, and a token of its own."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+
+
+@runtime_checkable
+class Leases(Protocol):
+    """A store that keeps leases: one place at a time runs a run.
+
+    A running run's writer holds its lease; a write renews it and the write that ends
+    the run gives it up (:attr:`StoreWrite.owner`). A store without leases runs a run
+    wherever it is resumed. A ``lease`` of 0 seconds keeps none.
+    """
+
+    #: Seconds a running run stays claimed after its holder last renewed it.
+    lease: float
+
+    def claim(self, run_id: str, owner: str, head: str | None) -> None:
+        """Take the run's lease for ``owner`` before anything runs, as one compare-and-set:
+        refused when the run ended (:class:`RunFinishedError`), went on since ``head`` was
+        read, or another live process holds it (:class:`RunInUseError`)."""
+        ...
+
+    def renew(self, run_id: str, owner: str) -> bool:
+        """Extend ``owner``'s lease by :attr:`lease` seconds from now; False when ``owner``
+        no longer holds it (the run ended, or another process took it)."""
+        ...
+
+    def release(self, run_id: str, owner: str, *, running: bool = False) -> None:
+        """Give back ``owner``'s claim on a run it has not written since (nothing ran);
+        with ``running``, also one it left running that nothing runs (a fork's, a
+        migration's)."""
+        ...
+
+
+@runtime_checkable
+class Deletes(Protocol):
+    """A store that can forget a run: a fork left half written is deleted."""
+
+    def delete(self, run_id: str) -> None:
+        """Forget the run and everything saved of it."""
         ...

@@ -14,18 +14,28 @@ import socket
 import sqlite3
 import threading
 import time
-import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Final, Literal, TypeGuard
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, Literal
 
-from ..serialization import FormatError, check_format, compact_json, parse_json
+from ..serialization import FormatError
+from . import _search
+from ._file import (
+    _FORMAT,
+    _check_format,
+    _guard,
+    _open_read_only,
+    _read_only_uri,
+    _store_error,
+    _tables,
+)
+from ._rows import _STATUSES, _checkpoint_doc, _info, _Rows
 from .base import (
+    RunDigest,
     RunExistsError,
     RunFinishedError,
     RunInfo,
     RunInUseError,
     RunNotFoundError,
-    RunStatus,
     StoredRun,
     StoreError,
     StoreWrite,
@@ -55,25 +65,14 @@ CREATE TABLE IF NOT EXISTS log (
 );
 CREATE INDEX IF NOT EXISTS log_run ON log (run_id);
 """
-#: The file's format. In format 3 a transition's chain may be a record of what it
-#: changed in the chain of the transition before it; format 2 wrote every chain in
-#: full, with a checkpoint's rows as JSON values in its document; format 1 kept each
-#: row as a JSON string inside the document, escaped a second time. All are read; an
-#: older file becomes format 3 with its first write (so an agentfsm that reads only
-#: the older formats refuses it instead of misreading it).
-_FORMAT_VERSION: Final = 3
-_FORMAT: Final = f"agentfsm/{_FORMAT_VERSION}"
 
 # A checkpoint is one row of ``log``: every row it adds, as one JSON document. SQLite's
 # cost per commit is its pages (each a WAL frame and two writes): a row appended to one
 # table and one index entry is two pages, where a table per kind of row was five. The
 # ``runs`` row is written when the run starts, ends, changes hands or its lease is half
-# spent; listings read a running run's state and steps from its newest log row.
-#
-# Stores made before the log keep their tables (segments, messages, contexts,
-# transitions): their rows are read first, the log's after, and new rows go to the log.
-
-_LEGACY_TABLES: Final = ("segments", "messages", "contexts", "transitions")
+# spent; listings read a running run's state and steps from its newest log row. Stores
+# made before the log keep their tables (segments, messages, contexts, transitions):
+# their rows are read first, the log's after, and new rows go to the log.
 
 _UPSERT_RUN: Final = """
 INSERT INTO runs (run_id, created, status, state, segments, steps, summary, updated,
@@ -103,7 +102,6 @@ _HEAD: Final = (
 _HEAD_LEGACY: Final = "SELECT status, owner, lease_until, created, NULL FROM runs WHERE run_id = ?1"
 
 _FINISHED: Final = ("ok", "error")
-_STATUSES: Final = ("running", "ok", "paused", "interrupted", "error")
 
 # The holder's checkpoint while more than half its lease is left: one statement, so one
 # transaction of its own, that appends only if the run's row says so.
@@ -143,223 +141,9 @@ def _alive(owner: str) -> bool:
     return True
 
 
-def _store_error(path: str, exc: sqlite3.DatabaseError) -> StoreError:
-    """SQLite's error about the file itself as a :class:`StoreError` that names it."""
-    if isinstance(exc, sqlite3.OperationalError):
-        if "locked" in str(exc) or "busy" in str(exc):
-            return StoreError(
-                f"The store {path} stayed locked by another process past the timeout: {exc}"
-            )
-        return StoreError(f"The store {path} cannot be used: {exc}")
-    return StoreError(
-        f"The store {path} is damaged or is not an agentfsm store ({exc}); "
-        "restore it from a backup or start a new one."
-    )
-
-
-@contextlib.contextmanager
-def _guard(path: str) -> Iterator[None]:
-    """:func:`_store_error` around a block."""
-    try:
-        yield
-    except sqlite3.DatabaseError as exc:
-        raise _store_error(path, exc) from exc
-
-
-def _open_read_only(path: str, timeout: float) -> sqlite3.Connection:
-    """A connection that cannot write (SQLite's ``mode=ro``), to a checked agentfsm store."""
-    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
-    con = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
-    try:
-        tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master")}
-        if not {"meta", "runs"} <= tables:
-            raise FormatError(f"{path} is not an agentfsm store (it has no agentfsm tables)")
-        row = con.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
-        _check_format(path, None if row is None else row[0])
-    except sqlite3.DatabaseError as exc:
-        con.close()
-        raise FormatError(f"{path} is not an agentfsm store, or a damaged one: {exc}") from exc
-    except FormatError:
-        con.close()
-        raise
-    return con
-
-
-def _check_format(path: str, fmt: object) -> None:
-    """Refuse a store file of a format this version does not read."""
-    try:
-        check_format({"format": fmt}, newest=_FORMAT_VERSION)
-    except FormatError as exc:
-        raise FormatError(f"{path}: {exc}") from exc
-
-
 def _head(created: object, newest: object) -> str:
     """The opaque head of a run: its row's birth and its newest checkpoint."""
     return f"{created!r}:{newest!r}"
-
-
-def _tables(con: sqlite3.Connection) -> tuple[str, ...]:
-    """The tables that hold runs' rows in this file: the log, and those made before it."""
-    names = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    return tuple(table for table in ("log", *_LEGACY_TABLES) if table in names)
-
-
-def _checkpoint_doc(write: StoreWrite) -> str:
-    """A checkpoint's new rows as one JSON document, each row's JSON text set in as it
-    is: ``{"header": {...}, "messages": [[index, {...}], ...], ...}``. Escaping the rows
-    again as strings, as format 1 did, cost more than writing them."""
-    parts = []
-    if write.header is not None:
-        parts.append('"header":' + write.header)
-    for kind, rows in (
-        ("messages", write.messages),
-        ("contexts", write.contexts),
-        ("transitions", write.transitions),
-    ):
-        if rows:
-            parts.append(f'"{kind}":[' + ",".join([f"[{i},{text}]" for i, text in rows]) + "]")
-    return "{" + ",".join(parts) + "}"
-
-
-class _Rows:
-    """A run's rows gathered from its checkpoints, a later row replacing an earlier one of
-    the same place (a write retried after a failure writes its rows again)."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        self.headers: dict[int, str] = {}
-        self.transitions: dict[int, dict[int, str]] = {}
-        self.messages: dict[int, str] = {}
-        self.contexts: dict[int, str] = {}
-
-    def damaged(self, what: str) -> FormatError:
-        return FormatError(f"Run {self.run_id!r} {what}: the store is damaged")
-
-    def legacy(self, con: sqlite3.Connection) -> None:
-        """The rows of a store made before the log."""
-        key = (self.run_id,)
-        for segment, header in self._checked(
-            con.execute("SELECT segment, header FROM segments WHERE run_id = ?", key)
-        ):
-            self.headers[segment] = header
-        for segment, seq, doc in con.execute(
-            "SELECT segment, seq, doc FROM transitions WHERE run_id = ?", key
-        ):
-            if not (_is_index(segment) and _is_index(seq) and isinstance(doc, str)):
-                raise self.damaged("has a transition row that is not one")
-            self.transitions.setdefault(segment, {})[seq] = doc
-        self.messages.update(
-            self._checked(con.execute("SELECT idx, doc FROM messages WHERE run_id = ?", key))
-        )
-        self.contexts.update(
-            self._checked(con.execute("SELECT idx, doc FROM contexts WHERE run_id = ?", key))
-        )
-
-    def _checked(self, rows: Iterable[Sequence[object]]) -> list[tuple[int, str]]:
-        """``rows`` as ``(index, text)`` pairs, each checked."""
-        checked = []
-        for index, text in rows:
-            if not (_is_index(index) and isinstance(text, str)):
-                raise self.damaged("has a row that is not (index, text)")
-            checked.append((index, text))
-        return checked
-
-    def add(self, segment: object, text: object) -> None:
-        """One checkpoint's document (untrusted: a file may have been edited)."""
-        doc = parse_json(text) if isinstance(text, str) else None
-        if not isinstance(doc, dict) or not _is_index(segment):
-            raise self.damaged("has a checkpoint that is not one")
-        header = doc.get("header")
-        if header is not None:
-            self.headers[segment] = self._text(header, "a segment header")
-        self.messages.update(self._pairs(doc, "messages"))
-        self.contexts.update(self._pairs(doc, "contexts"))
-        self.transitions.setdefault(segment, {}).update(self._pairs(doc, "transitions"))
-
-    def _text(self, row: object, what: str) -> str:
-        """A row as JSON text: format 2 holds it as an object, format 1 as its text."""
-        if isinstance(row, dict):
-            return compact_json(row)
-        if isinstance(row, str):
-            return row
-        raise self.damaged(f"has {what} that is neither an object nor text")
-
-    def _pairs(self, doc: dict[str, Any], kind: str) -> list[tuple[int, str]]:
-        pairs = doc.get(kind, [])
-        if not isinstance(pairs, list) or not all(
-            isinstance(p, list) and len(p) == 2 for p in pairs
-        ):
-            raise self.damaged(f"has {kind} that are not (index, text) pairs")
-        return self._checked((index, self._text(row, kind)) for index, row in pairs)
-
-    def stored(
-        self,
-        status: RunStatus,
-        state: str,
-        result: str | None,
-        agent_state: str | None,
-        head: str | None,
-    ) -> StoredRun:
-        segments = len(self.headers)
-        if sorted(self.headers) != list(range(segments)) or not set(self.transitions) <= set(
-            self.headers
-        ):
-            raise self.damaged("has segments without their header")
-        return StoredRun(
-            run_id=self.run_id,
-            status=status,
-            state=state,
-            headers=tuple(self.headers[n] for n in range(segments)),
-            transitions=tuple(
-                tuple(doc for _, doc in sorted(self.transitions.get(n, {}).items()))
-                for n in range(segments)
-            ),
-            messages=self._table("messages", self.messages),
-            contexts=self._table("contexts", self.contexts),
-            result=result,
-            agent_state=agent_state,
-            head=head,
-        )
-
-    def _table(self, kind: str, rows: dict[int, str]) -> tuple[str, ...]:
-        if sorted(rows) != list(range(len(rows))):
-            raise FormatError(f"The {kind} of run {self.run_id!r} have gaps: the store is damaged")
-        return tuple(rows[i] for i in range(len(rows)))
-
-
-def _info(row: Sequence[Any]) -> RunInfo:
-    """One row of a listing, checked: a file's owner may have written anything there."""
-    run_id, status, state, steps, segments, summary, created, updated = row
-    if not (
-        isinstance(run_id, str)
-        and status in _STATUSES
-        and isinstance(state, str)
-        and _is_index(steps)
-        and _is_index(segments)
-        and isinstance(summary, str | None)
-        and _is_time(created)
-        and _is_time(updated)
-    ):
-        raise FormatError(f"The row of run {str(run_id)[:80]!r} is damaged: the store was edited")
-    return RunInfo(
-        run_id=run_id,
-        status=status,
-        state=state,
-        steps=steps,
-        segments=segments,
-        summary=summary,
-        created=float(created),
-        updated=float(updated),
-    )
-
-
-def _is_time(value: object) -> bool:
-    """A time a store writes: seconds since the epoch, before the year 5000."""
-    return type(value) in (int, float) and 0 <= value < 1e11  # type: ignore[operator]
-
-
-def _is_index(value: object) -> TypeGuard[int]:
-    return type(value) is int and value >= 0
 
 
 class SQLiteStore:
@@ -691,6 +475,87 @@ class SQLiteStore:
             rows = self._con.execute(query).fetchall()
         return [_info(row) for row in rows]
 
+    def digests(self, run_ids: Sequence[str]) -> dict[str, RunDigest] | None:
+        """What a search needs of each of ``run_ids``' runs (:class:`RunDigest`), read from
+        their checkpoints without loading them: in one pass over the log for many runs,
+        run by run for a few, on a connection of its own (a long read holds up no other
+        call of this store).
+
+        None when the checkpoints cannot say: a store made before the log keeps its rows
+        in tables of their own, and a log SQLite cannot read is for loading each run to
+        explain. A document that is not what a store writes gives nothing.
+        """
+        if "log" not in self._tables or "segments" in self._tables:
+            return None
+        with self._scanning() as con:
+            try:
+                return _search.digests(con, run_ids)
+            except sqlite3.DatabaseError:
+                return None
+
+    @contextlib.contextmanager
+    def _scanning(self) -> Iterator[sqlite3.Connection]:
+        """A read-only connection for a long read; an in-memory store has only its own,
+        held meanwhile."""
+        if self.path in ("", ":memory:"):
+            with self._lock:
+                yield self._con
+            return
+        with _guard(self.path):
+            con = sqlite3.connect(_read_only_uri(self.path), uri=True, timeout=self._timeout)
+        try:
+            with _guard(self.path):
+                con.execute("PRAGMA query_only = ON")
+            yield con
+        finally:
+            con.close()
+
+    def last_change(self, run_id: str) -> str | None:
+        """An opaque mark of where the run is, read in one cheap statement: it changes
+        whenever the run moves (a checkpoint, a new status), so a page can watch it.
+        None when the store has no such run."""
+        with self._lock, _guard(self.path):
+            if "log" in self._tables:
+                query = (
+                    "SELECT status, updated, (SELECT max(rowid) FROM log WHERE run_id = ?1) "
+                    "FROM runs WHERE run_id = ?1"
+                )
+            else:  # a store made before the log: its steps move with it
+                query = "SELECT status, updated, steps FROM runs WHERE run_id = ?1"
+            row = self._con.execute(query, (run_id,)).fetchone()
+        return None if row is None else f"{row[0]}:{row[1]!r}:{row[2]!r}"
+
+    def checkpoint_times(self, run_id: str) -> list[tuple[int, float]]:
+        """When each of the run's checkpoints was written (seconds since the epoch) and how
+        many steps the run had then, oldest first; none in a store made before the log,
+        which keeps no times. A row that is not (steps, time) is left out: the times are
+        for showing, and loading the run says what is wrong with it."""
+        with self._lock, _guard(self.path):
+            if "log" not in self._tables:
+                return []
+            rows = self._con.execute(
+                "SELECT steps, updated FROM log WHERE run_id = ? ORDER BY rowid", (run_id,)
+            ).fetchall()
+        return [
+            (steps, float(when))
+            for steps, when in rows
+            if isinstance(steps, int) and isinstance(when, float | int)
+        ]
+
+    @staticmethod
+    def tables_in(path: str | os.PathLike[str]) -> frozenset[str] | None:
+        """The names in the schema of the SQLite file at ``path`` (its tables and indexes),
+        read without writing; None when it is no SQLite file or cannot be read. It tells
+        an agentfsm store from another application's database before either is opened."""
+        try:
+            con = sqlite3.connect(_read_only_uri(path), uri=True)
+            try:
+                return frozenset(name for (name,) in con.execute("SELECT name FROM sqlite_master"))
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return None
+
     def delete(self, run_id: str) -> None:
         """Forget a run and everything saved of it."""
         with self._lock, _guard(self.path):
@@ -716,6 +581,3 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
-
-
-# ---------------------------------------------------------------- loading

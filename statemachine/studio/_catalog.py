@@ -4,26 +4,24 @@ A row is built by loading the run once (checked as every load is) and kept until
 run changes (its newest checkpoint moves), so an index of many finished runs reads
 each of them once. A large store is filtered and searched without loading its runs:
 what a filter needs of a run (its machine, its tools, the text of its messages) is
-read straight from its checkpoints in the SQLite log, in one pass for the whole store
-and again only for a run that moved; the rows shown are loaded and checked. Each
-step's wall-clock time and a run's head are read from the log too, which keeps the
-time of every checkpoint.
+the store's digest of it (:meth:`SQLiteStore.digests
+<agentfsm.store.SQLiteStore.digests>`), read for the whole store and again only for
+a run that moved; the rows shown are loaded and checked. Each step's wall-clock time
+and a run's last change are the store's to say too.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, NamedTuple
 
 import attrs
 
 from ..errors import AgentfsmError
 from ..machine import UnknownMachineError
 from ..serialization import FormatError, UnknownToolError
-from ..store import RunInfo, SavedRun, SQLiteStore, StoreError, load_run
+from ..store import RunDigest, RunInfo, SavedRun, SQLiteStore, StoreError, load_run
 from ..view import wall_clock
 
 __all__ = ["EAGER", "PAGE_SIZE", "Catalog", "Row"]
@@ -137,115 +135,16 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
     )
 
 
-@attrs.frozen
-class _Facts:
-    """What the filters need of a run, read from its checkpoints: kept until it moves."""
+class _Facts(NamedTuple):
+    """What the filters need of a run, read from its checkpoints: kept until it moves (a
+    tuple: a large store's index makes one per run)."""
 
     key: tuple[float, float, int]
-    machine: str | None
-    tools: frozenset[str]
-    #: Every message's text and the run's id, lower-cased.
-    text: str
+    digest: RunDigest
 
 
 def _key(info: RunInfo) -> tuple[float, float, int]:
     return (info.created, info.updated, info.steps)
-
-
-def _content_text(content: object) -> str:
-    """A message's content as :func:`agentfsm.messages.content_text` reads it, from JSON."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            p["content"]
-            for p in content
-            if isinstance(p, Mapping)
-            and p.get("type", "text") == "text"
-            and isinstance(p.get("content"), str)
-        )
-    return ""
-
-
-def _saved_row(row: object) -> dict[str, Any] | None:
-    """A saved row as an object: as it is (format 2), parsed from its text (format 1);
-    None for anything else."""
-    if isinstance(row, str):
-        try:
-            row = json.loads(row)
-        except (ValueError, RecursionError):
-            return None
-    return row if isinstance(row, dict) else None
-
-
-class _Reader:
-    """One run's facts gathered from its checkpoint documents (untrusted text: anything
-    that is not what a store writes is left out; loading the run says what is wrong)."""
-
-    def __init__(self, run_id: str) -> None:
-        self.texts = [run_id]
-        self.tools: set[str] = set()
-        self.machine: str | None = None
-
-    def add(self, doc_text: object) -> None:
-        """One checkpoint's document, parsed here."""
-        try:
-            doc = json.loads(doc_text) if isinstance(doc_text, str) else None
-        except (ValueError, RecursionError):
-            return
-        if not isinstance(doc, dict):
-            return
-        header = _saved_row(doc.get("header"))  # an object, or its text in a format-1 store
-        machine = header.get("machine") if header is not None else None
-        self.machine = machine if isinstance(machine, str) else self.machine
-        self._pairs(doc.get("messages"))
-
-    def add_parts(self, messages: object, machine: object) -> None:
-        """One checkpoint's messages (JSON text) and machine, as SQLite took them out."""
-        if isinstance(machine, str):
-            self.machine = machine
-        if isinstance(messages, str):
-            try:
-                self._pairs(json.loads(messages))
-            except (ValueError, RecursionError):
-                return
-
-    def _pairs(self, pairs: object) -> None:
-        for pair in pairs if isinstance(pairs, list) else ():
-            if isinstance(pair, list) and len(pair) == 2:
-                message = _saved_row(pair[1])
-                if message is not None:
-                    self._message(message)
-
-    def _message(self, message: dict[str, Any]) -> None:
-        self.texts.append(_content_text(message.get("content")))
-        calls = message.get("tool_calls")
-        for call in calls if isinstance(calls, list) else ():
-            if isinstance(call, Mapping) and isinstance(call.get("name"), str):
-                self.tools.add(call["name"])
-        results = message.get("tool_results")
-        for result in results if isinstance(results, list) else ():
-            if isinstance(result, Mapping):
-                self.texts.append(_content_text(result.get("content")))
-
-    def facts(self, info: RunInfo) -> _Facts:
-        return _Facts(
-            key=_key(info),
-            machine=self.machine,
-            tools=frozenset(self.tools),
-            text="\n".join(self.texts).lower(),
-        )
-
-
-#: Runs that moved past this many are read in one pass over the log, not one by one.
-_ONE_PASS: Final = 64
-
-# What a filter needs of a checkpoint document; a document that is not JSON gives none.
-_MESSAGES: Final = "CASE WHEN json_valid(doc) THEN json_extract(doc, '$.messages') END"
-_MACHINE: Final = (
-    "CASE WHEN json_valid(doc) AND json_valid(json_extract(doc, '$.header')) "
-    "THEN json_extract(json_extract(doc, '$.header'), '$.machine') END"
-)
 
 
 class Catalog:
@@ -261,11 +160,6 @@ class Catalog:
 
     def close(self) -> None:
         self.store.close()
-
-    def _connect(self) -> sqlite3.Connection:
-        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5)
-        con.execute("PRAGMA query_only = ON")
-        return con
 
     def rows(self, *, detailed: bool = True, infos: Sequence[RunInfo] | None = None) -> list[Row]:
         """Every run, waiting ones first, then the most recently changed.
@@ -344,7 +238,10 @@ class Catalog:
                 known = {r.run_id: (r.machine, r.tools, r.text) for r in rows}
             else:
                 facts = self._facts_of(infos)
-                known = {k: (f.machine, tuple(f.tools), f.text) for k, f in facts.items()}
+                known = {
+                    k: (f.digest.machine, tuple(f.digest.tools), f.digest.text)
+                    for k, f in facts.items()
+                }
             none: tuple[str | None, tuple[str, ...], str] = (None, (), "")
             picked = [
                 r
@@ -358,7 +255,7 @@ class Catalog:
         shown = self._detail(picked[(page - 1) * PAGE_SIZE : page * PAGE_SIZE])
         with self._lock:
             read = [row for _, row in self._rows.values()]
-            seen = list(self._facts.values())
+            seen = [f.digest for f in self._facts.values()]
         machines = sorted(
             {r.machine for r in read if r.machine} | {f.machine for f in seen if f.machine}
         )
@@ -393,79 +290,23 @@ class Catalog:
             return dict(self._facts)
 
     def _read_facts(self, infos: Sequence[RunInfo]) -> dict[str, _Facts]:
-        """The facts of ``infos``' runs, from their checkpoints (loaded, in a store made
-        before the log)."""
-        con = self._connect()
-        try:
-            tables = {
-                n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'")
-            }
-            if "log" not in tables or "segments" in tables:
-                return {info.run_id: self._loaded_facts(info) for info in infos}
-            readers = {info.run_id: _Reader(info.run_id) for info in infos}
-            try:
-                for run_id, messages, machine in self._parts(con, infos):
-                    reader = readers.get(run_id) if isinstance(run_id, str) else None
-                    if reader is not None:
-                        reader.add_parts(messages, machine)
-            except sqlite3.OperationalError:  # an SQLite without JSON: parsed here
-                readers = {info.run_id: _Reader(info.run_id) for info in infos}
-                for run_id, doc in self._docs(con, infos):
-                    reader = readers.get(run_id) if isinstance(run_id, str) else None
-                    if reader is not None:
-                        reader.add(doc)
-        except sqlite3.DatabaseError:  # loading the runs says what is wrong, one by one
+        """The facts of ``infos``' runs, from the store's digests of their checkpoints
+        (loaded, when the store cannot say: one made before the log, or a log SQLite
+        cannot read, which loading explains run by run)."""
+        digests = self.store.digests([info.run_id for info in infos])
+        if digests is None:
             return {info.run_id: self._loaded_facts(info) for info in infos}
-        finally:
-            con.close()
-        return {info.run_id: readers[info.run_id].facts(info) for info in infos}
-
-    @staticmethod
-    def _parts(
-        con: sqlite3.Connection, infos: Sequence[RunInfo]
-    ) -> Iterable[tuple[object, object, object]]:
-        """Each checkpoint's messages and machine, taken out of its document by SQLite
-        (the transitions and the machine's table, most of a document, stay unparsed)."""
-        select = f"SELECT run_id, {_MESSAGES}, {_MACHINE} FROM log"
-        if len(infos) > _ONE_PASS:
-            yield from con.execute(f"{select} ORDER BY rowid")
-            return
-        for info in infos:
-            yield from con.execute(f"{select} WHERE run_id = ? ORDER BY rowid", (info.run_id,))
-
-    @staticmethod
-    def _docs(con: sqlite3.Connection, infos: Sequence[RunInfo]) -> Iterable[tuple[object, object]]:
-        """Each checkpoint's whole document."""
-        if len(infos) > _ONE_PASS:
-            yield from con.execute("SELECT run_id, doc FROM log ORDER BY rowid")
-            return
-        for info in infos:
-            query = "SELECT run_id, doc FROM log WHERE run_id = ? ORDER BY rowid"
-            yield from con.execute(query, (info.run_id,))
+        return {info.run_id: _Facts(_key(info), digests[info.run_id]) for info in infos}
 
     def _loaded_facts(self, info: RunInfo) -> _Facts:
         row = self._load(info)
-        return _Facts(
-            key=_key(info), machine=row.machine, tools=frozenset(row.tools), text=row.text
-        )
+        digest = RunDigest(machine=row.machine, tools=frozenset(row.tools), text=row.text)
+        return _Facts(_key(info), digest)
 
     def head(self, run_id: str) -> str | None:
         """The run's newest checkpoint and status, cheaply: it changes when the run moves."""
-        con = self._connect()
-        try:
-            row = con.execute(
-                "SELECT status, updated, (SELECT max(rowid) FROM log WHERE run_id = ?1) "
-                "FROM runs WHERE run_id = ?1",
-                (run_id,),
-            ).fetchone()
-        except sqlite3.OperationalError:  # a store made before the log
-            row = con.execute(
-                "SELECT status, updated, steps FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone()
-        finally:
-            con.close()
-        return None if row is None else f"{row[0]}:{row[1]!r}:{row[2]!r}"
+        return self.store.last_change(run_id)
 
     def clock(self, run_id: str, steps: int) -> Sequence[float | None]:
         """Each step's wall-clock time: when the checkpoint that saved it was written."""
-        return wall_clock(self.path, run_id, steps)
+        return wall_clock(self.store, run_id, steps)

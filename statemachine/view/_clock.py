@@ -6,30 +6,35 @@ each checkpoint was written and how many steps the run had then.
 
 from __future__ import annotations
 
-import sqlite3
+import os
+
+from ..serialization import FormatError
+from ..store import SQLiteStore, StoreError
 
 __all__ = ["wall_clock"]
 
 
-def wall_clock(path: str, run_id: str, steps: int) -> list[float | None]:
-    """When each of the run's ``steps`` was saved (seconds since the epoch), or None."""
+def wall_clock(
+    store: SQLiteStore | str | os.PathLike[str], run_id: str, steps: int
+) -> list[float | None]:
+    """When each of the run's ``steps`` was saved (seconds since the epoch), or None.
+
+    ``store`` is an open store or the path of one. The times are for showing: a store
+    that cannot say (one made before the log, a file that is not a store) leaves them
+    all unknown.
+    """
     out: list[float | None] = [None] * steps
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-    except sqlite3.Error:
+        if isinstance(store, SQLiteStore):
+            times = store.checkpoint_times(run_id)
+        else:
+            with SQLiteStore(store, read_only=True) as opened:
+                times = opened.checkpoint_times(run_id)
+    except (StoreError, FormatError):
         return out
-    try:
-        rows = con.execute(
-            "SELECT steps, updated FROM log WHERE run_id = ? ORDER BY rowid", (run_id,)
-        ).fetchall()
-    except sqlite3.Error:  # a store made before the log
-        return out
-    finally:
-        con.close()
     done = 0
-    for saved, when in rows:
-        if isinstance(saved, int) and isinstance(when, float | int):
-            for k in range(done, min(saved, steps)):
-                out[k] = float(when)
-            done = max(done, min(saved, steps))
+    for saved, when in times:
+        for k in range(done, min(saved, steps)):
+            out[k] = when
+        done = max(done, min(saved, steps))
     return out
