@@ -28,12 +28,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import itertools
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import attrs
 
 from . import machine as _machine
+from ._identity import names_identity, step_code
+from ._replay import ReplayReport, replay
+from .effects import effects_of, step_effects
 from .errors import MachineChangedError
 from .machine import (
     Edge,
@@ -50,8 +54,6 @@ from .results import Continue, Failed, Interrupted, Ok, Paused
 from .trace import Trace
 
 if TYPE_CHECKING:
-    from .messages import Message, ToolResult
-    from .results import Terminal
     from .store.checkpoint import SavedRun
 
 __all__ = [
@@ -73,16 +75,23 @@ __all__ = [
     "shape_of",
 ]
 
-#: The step that asks for approval: a state running it is a gate.
-APPROVAL_STEP: Final = "check_approvals"
-#: The step that runs the model's tool calls.
-EXECUTE_STEP: Final = "execute_tools"
-
 #: An edge as a fingerprint sees it: (source, dest, trigger, result type name).
 EdgeKey: TypeAlias = tuple[str, str, str, str]
 
 
 # ---------------------------------------------------------------- a table as data
+
+
+def _effects_data(value: Any) -> Mapping[str, tuple[tuple[str, ...], ...]] | None:
+    if value is None:
+        return None
+    return {str(k): tuple(tuple(sorted(str(e) for e in kinds)) for kinds in v) for k, v in value.items()}
+
+
+def _code_data(value: Any) -> Mapping[str, tuple[str, ...]] | None:
+    if value is None:
+        return None
+    return {str(k): tuple(str(c) for c in v) for k, v in value.items()}
 
 
 @attrs.frozen
@@ -98,18 +107,27 @@ class MachineShape:
     edges: tuple[EdgeKey, ...]
     #: Each working state's steps, by qualified name.
     steps: Mapping[str, tuple[str, ...]]
+    #: Each working state's steps' declared effects, in order (:mod:`agentfsm.effects`);
+    #: None in a shape saved before shapes kept them (read from the steps by name).
+    effects: Mapping[str, tuple[tuple[str, ...], ...]] | None = attrs.field(
+        default=None, converter=_effects_data
+    )
+    #: Each working state's steps' code digests (:func:`agentfsm._identity.step_code`);
+    #: None in a shape saved before fingerprints covered code.
+    code: Mapping[str, tuple[str, ...]] | None = attrs.field(default=None, converter=_code_data)
 
     @property
     def fingerprint(self) -> str:
-        return fingerprint_of(
-            {
-                "working": sorted(self.working),
-                "terminals": sorted(self.terminals),
-                "entries": {k: self.entries[k] for k in sorted(self.entries)},
-                "edges": sorted(list(e) for e in self.edges),
-                "steps": {s: list(self.steps[s]) for s in sorted(self.steps)},
-            }
-        )
+        data: dict[str, Any] = {
+            "working": sorted(self.working),
+            "terminals": sorted(self.terminals),
+            "entries": {k: self.entries[k] for k in sorted(self.entries)},
+            "edges": sorted(list(e) for e in self.edges),
+            "steps": {s: list(self.steps[s]) for s in sorted(self.steps)},
+        }
+        if self.code is not None:
+            data["code"] = {s: list(self.code[s]) for s in sorted(self.code)}
+        return fingerprint_of(data)
 
     @property
     def states(self) -> tuple[str, ...]:
@@ -132,42 +150,79 @@ class MachineShape:
                 return out
             out.append(nexts[0])
 
+    def step_effects(self, state: str) -> tuple[frozenset[str], ...]:
+        """The effects of ``state``'s steps, in order: as saved, or (a shape saved before
+        shapes kept them) of the declared steps of that name (none for one not found)."""
+        if self.effects is not None:
+            return tuple(frozenset(kinds) for kinds in self.effects.get(state, ()))
+        found = _named_steps(self.name)
+        return tuple(
+            effects_of(found[n]) or frozenset() if n in found else frozenset()
+            for n in self.steps.get(state, ())
+        )
+
+    def _first(self, state: str) -> str | None:
+        """``approval`` or ``tools``: whichever of ``state``'s steps comes first."""
+        for kinds in self.step_effects(state):
+            if "approval" in kinds:
+                return "approval"
+            if "tools" in kinds:
+                return "tools"
+        return None
+
+    @property
+    def gates(self) -> tuple[str, ...]:
+        """The states that ask for approval (a step declared ``approval``)."""
+        return tuple(s for s in self.working if any("approval" in k for k in self.step_effects(s)))
+
     def awaits_decision(self, state: str) -> bool:
-        """Whether a run resting at ``state`` meets an approval gate before any tool runs."""
+        """Whether a run resting at ``state`` meets an approval state before a state that
+        runs tools, on its way on (its ``Continue`` edges)."""
         for s in self.onward(state):
-            steps = self.steps.get(s, ())
-            if APPROVAL_STEP in steps:
-                return True
-            if EXECUTE_STEP in steps:
-                return False
+            first = self._first(s)
+            if first is not None:
+                return first == "approval"
         return False
 
     def runs_calls_ungated(self, state: str) -> bool:
-        """Whether a run resting at ``state`` runs pending calls before any approval gate."""
-        for s in self.onward(state):
-            steps = self.steps.get(s, ())
-            if APPROVAL_STEP in steps:
-                return False
-            if EXECUTE_STEP in steps:
+        """Whether some way on from ``state`` (any edge) reaches a state that runs tools
+        without passing a state that asks for approval first."""
+        seen = {state}
+        queue = deque([state])
+        while queue:
+            at = queue.popleft()
+            first = self._first(at)
+            if first == "tools":
                 return True
+            if first == "approval":
+                continue
+            for source, dest, _, _ in self.edges:
+                if source == at and dest in self.working and dest not in seen:
+                    seen.add(dest)
+                    queue.append(dest)
         return False
 
     @property
     def gated(self) -> bool:
-        return any(APPROVAL_STEP in steps for steps in self.steps.values())
+        return bool(self.gates)
 
     def to_data(self) -> dict[str, Any]:
         """The shape as JSON data (a saved run's header keeps it)."""
         return {"name": self.name, "version": self.version, **self._identity()}
 
     def _identity(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "working": list(self.working),
             "terminals": list(self.terminals),
             "entries": dict(self.entries),
             "edges": [list(e) for e in self.edges],
             "steps": {s: list(v) for s, v in self.steps.items()},
         }
+        if self.effects is not None:
+            out["effects"] = {s: [list(k) for k in v] for s, v in self.effects.items()}
+        if self.code is not None:
+            out["code"] = {s: list(v) for s, v in self.code.items()}
+        return out
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any]) -> MachineShape:
@@ -181,9 +236,21 @@ class MachineShape:
                 entries={str(k): str(v) for k, v in data["entries"].items()},
                 edges=tuple(_edge_key(e) for e in data["edges"]),
                 steps={str(k): tuple(str(n) for n in v) for k, v in data["steps"].items()},
+                effects=data.get("effects"),
+                code=data.get("code"),
             )
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise ValueError(f"not a machine shape: {exc}") from exc
+
+
+def _named_steps(name: str, using: Iterable[MachineTable] = ()) -> dict[str, Any]:
+    """The steps of ``using`` and of every declared version of ``name``, by name."""
+    steps: dict[str, Any] = {}
+    for table in (*using, *machine_versions(name)):
+        for state_steps in table.steps.values():
+            for step in state_steps:
+                steps.setdefault(step_name(step), step)
+    return steps
 
 
 def _edge_key(value: Any) -> EdgeKey:
@@ -204,6 +271,8 @@ def shape_of(table: MachineTable | MachineShape) -> MachineShape:
         entries=dict(table.entries),
         edges=tuple(_edge_key(e) for e in data["edges"]),
         steps={s: tuple(v) for s, v in data["steps"].items()},
+        effects={s: tuple(tuple(sorted(k)) for k in v) for s, v in step_effects(table).items()},
+        code={s: tuple(v) for s, v in data["code"].items()},
     )
 
 
@@ -225,9 +294,18 @@ def known_shape(name: str, fingerprint: str) -> MachineShape | None:
     return _SEEN.get(fingerprint)
 
 
+def fits(table: MachineTable, fingerprint: str | None) -> bool:
+    """Whether a run that recorded ``fingerprint`` was made on ``table``: its fingerprint,
+    or the one of its names alone that runs recorded before fingerprints covered code
+    (such a run could not record more; it goes on as it did then)."""
+    return fingerprint == table.fingerprint or fingerprint == fingerprint_of(
+        names_identity(table)
+    )
+
+
 def _declared(name: str, fingerprint: str) -> MachineTable | None:
     for table in machine_versions(name):
-        if table.fingerprint == fingerprint:
+        if fits(table, fingerprint):
             return table
     return None
 
@@ -245,14 +323,11 @@ def rebuild(shape: MachineShape, using: Iterable[MachineTable] = ()) -> MachineT
     if known is not None:
         return known
     tables = [*using, *machine_versions(shape.name)]
-    steps: dict[str, Any] = {}
+    steps = _named_steps(shape.name, using)
     kinds: dict[str, type[Any]] = {
         k.__name__: k for k in (Continue, Ok, Paused, Interrupted, Failed)
     }
     for table in tables:
-        for state_steps in table.steps.values():
-            for step in state_steps:
-                steps.setdefault(step_name(step), step)
         for edge in table.edges:
             kinds.setdefault(getattr(edge.on, "__name__", str(edge.on)), edge.on)
     missing = sorted(
@@ -291,10 +366,20 @@ def rebuild(shape: MachineShape, using: Iterable[MachineTable] = ()) -> MachineT
             _machine._DECLARED.pop(shape.name, None)
         else:
             _machine._DECLARED[shape.name] = before
-    if table.fingerprint != shape.fingerprint:
+    if not fits(table, shape.fingerprint):
+        changed = sorted(
+            f"{n} (state {s})"
+            for s, codes in (shape.code or {}).items()
+            for n, old, new in zip(
+                shape.steps.get(s, ()), codes, (step_code(x) for x in table.steps[s]), strict=False
+            )
+            if old != new
+        )
         raise MachineChangedError(
             f"The {shape.name} machine v{shape.version} rebuilt from its shape has "
-            f"fingerprint {table.fingerprint}, not {shape.fingerprint}."
+            f"fingerprint {table.fingerprint}, not {shape.fingerprint}"
+            + (f": the code of {', '.join(changed)} changed since" if changed else "")
+            + ". Declare the old table or map the run to the new one."
         )
     _REBUILT[shape.fingerprint] = table
     return table
@@ -319,6 +404,9 @@ class MachineDiff:
     edges_changed: tuple[tuple[EdgeKey, EdgeKey], ...]
     #: ``{situation: (old state, new state)}``; None where one has no such entry.
     entries_changed: Mapping[str, tuple[str | None, str | None]]
+    #: ``(state, step)``: a step of the same name in the same place whose code changed
+    #: (its body, or the arguments it was made with); known when both shapes have code.
+    code_changed: tuple[tuple[str, str], ...] = ()
 
     @property
     def same(self) -> bool:
@@ -336,6 +424,11 @@ class MachineDiff:
         out += [f"~ edge {_edge_text(a)} -> {_edge_text(b)}" for a, b in self.edges_changed]
         for situation, (a, b) in self.entries_changed.items():
             out.append(f"~ entry {situation!r}: {a} -> {b}")
+        out += [
+            f"notice: the code of step {step} in state {state} changed (same name, another "
+            "body or other arguments)"
+            for state, step in self.code_changed
+        ]
         return out
 
     def summary(self) -> str:
@@ -356,6 +449,9 @@ class MachineDiff:
             parts.append(f"edges changed {changed}")
         if self.entries_changed:
             parts.append(f"entries changed {', '.join(map(repr, self.entries_changed))}")
+        if self.code_changed:
+            said = ", ".join(f"{step} (state {state})" for state, step in self.code_changed)
+            parts.append(f"code changed {said}")
         return "; ".join(parts) if parts else "no change a run depends on"
 
     def mermaid(self) -> str:
@@ -442,7 +538,24 @@ def diff(old: MachineTable | MachineShape, new: MachineTable | MachineShape) -> 
             for s in situations
             if a.entries.get(s) != b.entries.get(s)
         },
+        code_changed=_code_changed(a, b),
     )
+
+
+def _code_changed(a: MachineShape, b: MachineShape) -> tuple[tuple[str, str], ...]:
+    """``(state, step)`` for each step both shapes name alike in one place, coded otherwise."""
+    if a.code is None or b.code is None:
+        return ()
+    out = []
+    for state in a.working:
+        if state not in b.steps or a.steps[state] != b.steps[state]:
+            continue  # the state changed: said as such
+        for name, old, new in zip(
+            a.steps[state], a.code.get(state, ()), b.code.get(state, ()), strict=False
+        ):
+            if old != new:
+                out.append((state, name))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- policies
@@ -524,11 +637,8 @@ def mapped(
         elif state in a.terminals and target not in b.terminals:
             faults.append(f"{state!r} -> {target!r}: an ended run's terminal maps to a terminal")
         elif state in a.working and _skips_gate(a, state, b, target):
-            faults.append(
-                f"{state!r} -> {target!r} lets a call that needs approval run without its "
-                f"decision: {state!r} meets the approval check first, {target!r} runs calls "
-                "before any"
-            )
+            faults.append(_gate_fault(a, state, b, target))
+    faults += _entry_faults(a, b)
     if faults:
         raise MachineChangedError(
             f"The mapping from the {a.name} machine v{a.version} to the {b.name} machine "
@@ -538,12 +648,50 @@ def mapped(
 
 
 def _skips_gate(old: MachineShape, state: str, new: MachineShape, target: str) -> bool:
+    """Whether a run resting at ``state`` of ``old`` and going on at ``target`` of ``new``
+    may run a call that needs approval without its decision: read from the effects."""
     if not new.runs_calls_ungated(target):
         return False
     if old.awaits_decision(state):
         return True
     # A gate new to the machine: only a run past an old gate may skip it.
     return new.gated and not (old.gated and old.runs_calls_ungated(state))
+
+
+def _gate_fault(old: MachineShape, state: str, new: MachineShape, target: str) -> str:
+    asks = ", ".join(old.gates) or "no state"
+    return (
+        f"{state!r} -> {target!r} lets a call that needs approval run without its decision: "
+        f"a run at {state!r} is asked first (approval state: {asks}), and from {target!r} "
+        f"a state that runs tools comes before any approval state ({', '.join(new.gates) or 'none'})"
+    )
+
+
+def _entry_faults(old: MachineShape, new: MachineShape) -> list[str]:
+    """The entries of ``new`` that let a run re-entering by them (a paused run, an answered
+    one) run a call that ``old`` asked approval for, without its decision."""
+    faults = []
+    for situation, was in old.entries.items():
+        now = new.entries.get(situation)
+        if now is None or was not in old.working or now not in new.working:
+            continue
+        if _skips_gate(old, was, new, now):
+            faults.append(
+                f"entry {situation!r} now goes to {now!r}, which runs tools before any "
+                f"approval state, where it went to {was!r}, which asked first: a run that "
+                "re-enters by it (paused or answered with calls pending) would run a call "
+                "that needs approval without its decision"
+            )
+    return faults
+
+
+def _over(last: Trace, shape: MachineShape) -> bool:
+    """Whether the run ended for good (ok or in error), not to re-enter by an entry."""
+    if not last.transitions:
+        return False
+    t = last.transitions[-1]
+    kinds = {on for s, d, trigger, on in shape.edges if (s, d, trigger) == (t.source, t.dest, t.trigger)}
+    return t.dest in shape.terminals and bool(kinds) and kinds <= {"Ok", "Failed"}
 
 
 # ---------------------------------------------------------------- resuming
@@ -610,7 +758,8 @@ def _changed(traces: Sequence[Trace], table: MachineTable, why: str) -> MachineC
 
 
 def _unchanged(last: Trace, table: MachineTable) -> bool:
-    return last.machine == table.name and last.machine_fingerprint in (None, table.fingerprint)
+    fingerprint = last.machine_fingerprint
+    return last.machine == table.name and (fingerprint is None or fits(table, fingerprint))
 
 
 def check_resume(
@@ -656,8 +805,12 @@ def check_resume(
         off = _off_path(traces, new_table)
         if off is None and resting not in new_table.states:
             off = f"it rests at {resting!r}, which the new table lacks"
-        if off is None and old is not None and _ungates(old, resting, shape_of(new_table), resting):
-            off = f"at {resting!r} the new table runs calls the old one asked approval for"
+        new = shape_of(new_table)
+        if off is None and old is not None and resting in old.working:
+            if _skips_gate(old, resting, new, resting):
+                off = _gate_fault(old, resting, new, resting)
+        if off is None and old is not None and not _over(last, old):
+            off = "; ".join(_entry_faults(old, new)) or None
         if off is not None:
             raise _changed(traces, new_table, f"Not compatible: {off}.")
         return ResumeDecision(policy="compatible", table=new_table, state=resting, diff=changes)
@@ -777,16 +930,10 @@ def migration_fault(
         return f"{source!r} is not a working state of the {previous_table.name} machine"
     if trace.entry not in table.working:
         return f"it enters at {trace.entry!r}, not a working state of the {table.name} machine"
-    if _ungates(shape_of(previous_table), source, shape_of(table), trace.entry):
-        return (
-            f"{source!r} -> {trace.entry!r} lets a call that needs approval run without "
-            "its decision"
-        )
+    old, new = shape_of(previous_table), shape_of(table)
+    if _skips_gate(old, source, new, trace.entry):
+        return _gate_fault(old, source, new, trace.entry)
     return None
-
-
-def _ungates(old: MachineShape, state: str, new: MachineShape, target: str) -> bool:
-    return old.awaits_decision(state) and new.runs_calls_ungated(target)
 
 
 def segment_table(trace: Trace, table: MachineTable) -> MachineTable | MachineShape:
@@ -794,7 +941,7 @@ def segment_table(trace: Trace, table: MachineTable) -> MachineTable | MachineSh
     that is another than ``table`` and known here (declared, or kept with the run),
     else ``table``."""
     fingerprint = trace.machine_fingerprint
-    if fingerprint is None or fingerprint == table.fingerprint or trace.machine != table.name:
+    if fingerprint is None or trace.machine != table.name or fits(table, fingerprint):
         return table
     return _declared(trace.machine, fingerprint) or _SEEN.get(fingerprint) or table
 
@@ -825,161 +972,3 @@ def trace_identity(header: Mapping[str, Any]) -> dict[str, Any]:
     if moved is not None and not isinstance(moved, str):
         raise ValueError(f"a segment's migrated_from {moved!r} is not a state")
     return {"machine_version": version, "machine_fingerprint": fingerprint, "migrated_from": moved}
-
-
-# ---------------------------------------------------------------- replay
-
-
-@attrs.frozen
-class ReplayReport:
-    """Where a recorded run and its replay on another table part, or that they agree."""
-
-    #: The states the recorded run visited, segment after segment.
-    recorded: tuple[str, ...]
-    #: The states the replay visited.
-    replayed: tuple[str, ...]
-    #: The replay's trace and result.
-    trace: Trace
-    result: Terminal
-    #: How many recorded replies there were, and how many the replay asked for.
-    replies: int
-    model_calls: int
-    #: Tool calls the replay made that the recording has no result for.
-    unrecorded_calls: tuple[str, ...] = ()
-
-    @property
-    def index(self) -> int | None:
-        """The position of the first state where the two differ; None when they agree."""
-        for i, (a, b) in enumerate(itertools.zip_longest(self.recorded, self.replayed)):
-            if a != b:
-                return i
-        return None
-
-    @property
-    def agrees(self) -> bool:
-        return self.index is None
-
-    def __str__(self) -> str:
-        i = self.index
-        if i is None:
-            return f"the replay agrees: {len(self.replayed)} states, {' '.join(self.replayed)}"
-        a = self.recorded[i] if i < len(self.recorded) else "(the end)"
-        b = self.replayed[i] if i < len(self.replayed) else "(the end)"
-        return (
-            f"the replay parts at state {i}: recorded {a!r}, replayed {b!r} "
-            f"(after {' '.join(self.recorded[:i]) or 'nothing'})"
-        )
-
-
-def _recorded(traces: Sequence[Trace]) -> tuple[list[Message], dict[str, ToolResult]]:
-    """The model replies and tool results a run recorded, in order."""
-    replies: list[Message] = []
-    results: dict[str, ToolResult] = {}
-    seen: set[int] = set()
-    for trace in traces:
-        for t in trace.transitions:
-            last = t.chain.last_message
-            if last is None or id(last) in seen:
-                continue
-            seen.add(id(last))
-            if last.role == "assistant" and (not replies or replies[-1] != last):
-                replies.append(last)
-            for result in last.tool_results:
-                results.setdefault(result.tool_call_id, result)
-    return replies, results
-
-
-def _start_messages(traces: Sequence[Trace]) -> list[Message]:
-    for trace in traces:
-        for t in trace.transitions:
-            messages = list(t.chain.messages)
-            for i, m in enumerate(messages):
-                if m.role == "assistant":
-                    return messages[:i]
-            return messages
-    return []
-
-
-def replay(
-    saved: SavedRun | Trace | Sequence[Trace],
-    table: MachineTable,
-    opts: Mapping[str, Any] | None = None,
-) -> ReplayReport:
-    """Drive a recorded run's model replies and tool results through ``table``.
-
-    No model and no tool is called: a scripted model answers with the recorded
-    replies in order, and each tool call answers with the recorded result of
-    the same call id. The replay starts from the run's first conversation (the
-    messages before the first reply) and runs ``table`` to its end with ``opts``
-    (the run's saved options when ``saved`` is a saved run); the report
-    compares the states visited.
-    """
-
-    from agentfsm.providers.scripted import ScriptedModel
-
-    from .modes.standard import StandardMode
-    from .run import Run
-    from .tools import Tool, ToolContext, ToolOutput
-
-    traces = _traces(saved)
-    replies, results = _recorded(traces)
-    start = _start_messages(traces)
-    unrecorded: list[str] = []
-
-    def tool_for(name: str) -> Tool:
-        def answer(context: ToolContext, **_: Any) -> ToolOutput:
-            result = results.get(context.tool_call_id)
-            if result is None or result.name != name:
-                unrecorded.append(f"{name} ({context.tool_call_id})")
-                return ToolOutput(content=f"no recorded result for {name}", is_error=True)
-            return ToolOutput(
-                content=result.content,
-                state_updates=result.state_updates,
-                interrupt=result.interrupt_data if result.is_interrupt else None,
-                is_error=result.is_error,
-            )
-
-        return Tool(
-            name=name,
-            description="answers from a recorded run",
-            function=answer,
-            parameters={"type": "object", "properties": {}, "additionalProperties": True},
-            context_param="context",
-        )
-
-    names = sorted(
-        {r.name for r in results.values()} | {c.name for m in replies for c in m.tool_calls}
-    )
-    model = ScriptedModel(list(replies), model_name="replay")
-    first = next((t.chain for trace in traces for t in trace.transitions), None)
-    if first is None:
-        raise ValueError("the recorded run made no transition: there is nothing to replay")
-    chain = attrs.evolve(
-        first,
-        llm=model,
-        tools=tuple(tool_for(n) for n in names),
-        messages=start,
-        exchanged_messages=(),
-        last_message=start[-1] if start else None,
-        needs_response=True,
-        custom_context={},
-        current_failure_count=0,
-    )
-    if opts is None:
-        opts = dict(getattr(saved, "options", None) or {})
-    run: Run
-    if {"fresh", "pending tool calls", "tool results"} <= set(table.entries):
-        run = StandardMode(table).start(chain, opts)
-    else:
-        run = Run(table, chain, next(iter(table.entries.values())), opts)
-    result = run.run_sync()
-    recorded = tuple(s for trace in traces for s in trace.states)
-    return ReplayReport(
-        recorded=recorded,
-        replayed=tuple(run.trace.states),
-        trace=run.trace,
-        result=result,
-        replies=len(replies),
-        model_calls=model.calls,
-        unrecorded_calls=tuple(unrecorded),
-    )
