@@ -162,12 +162,12 @@ class MachineShape:
         )
 
     def _first(self, state: str) -> str | None:
-        """``approval`` or ``tools``: whichever of ``state``'s steps comes first."""
+        """What a run holding pending calls meets first in ``state``'s work: ``approval``
+        (a gate asks), ``tools`` (they run), ``model`` (a new reply: they are moot)."""
         for kinds in self.step_effects(state):
-            if "approval" in kinds:
-                return "approval"
-            if "tools" in kinds:
-                return "tools"
+            for kind in ("approval", "tools", "model"):
+                if kind in kinds:
+                    return kind
         return None
 
     @property
@@ -176,8 +176,9 @@ class MachineShape:
         return tuple(s for s in self.working if any("approval" in k for k in self.step_effects(s)))
 
     def awaits_decision(self, state: str) -> bool:
-        """Whether a run resting at ``state`` meets an approval state before a state that
-        runs tools, on its way on (its ``Continue`` edges)."""
+        """Whether a run resting at ``state`` with calls pending meets an approval state
+        before a state that runs tools or calls the model, on its way on (its
+        ``Continue`` edges)."""
         for s in self.onward(state):
             first = self._first(s)
             if first is not None:
@@ -186,7 +187,8 @@ class MachineShape:
 
     def runs_calls_ungated(self, state: str) -> bool:
         """Whether some way on from ``state`` (any edge) reaches a state that runs tools
-        without passing a state that asks for approval first."""
+        before a state that asks for approval (or calls the model, after which the
+        calls pending at ``state`` are no longer the ones a tools step runs)."""
         seen = {state}
         queue = deque([state])
         while queue:
@@ -194,7 +196,7 @@ class MachineShape:
             first = self._first(at)
             if first == "tools":
                 return True
-            if first == "approval":
+            if first is not None:
                 continue
             for source, dest, _, _ in self.edges:
                 if source == at and dest in self.working and dest not in seen:
@@ -256,6 +258,26 @@ def _named_steps(name: str, using: Iterable[MachineTable] = ()) -> dict[str, Any
 def _edge_key(value: Any) -> EdgeKey:
     source, dest, trigger, on = value
     return str(source), str(dest), str(trigger), str(on)
+
+
+def gate_shape(table: MachineTable | MachineShape) -> MachineShape:
+    """``table`` as data enough to say where its gates are (:meth:`MachineShape.gates`,
+    :meth:`~MachineShape.runs_calls_ungated`): its edges and effects, its code unread."""
+    if isinstance(table, MachineShape):
+        return table
+    return MachineShape(
+        name=table.name,
+        version=table.version,
+        working=table.working,
+        terminals=table.terminals,
+        entries=dict(table.entries),
+        edges=tuple(
+            (e.source, e.dest, e.trigger, getattr(e.on, "__name__", str(e.on)))
+            for e in table.edges
+        ),
+        steps={s: tuple(step_name(x) for x in v) for s, v in table.steps.items()},
+        effects={s: tuple(tuple(sorted(k)) for k in v) for s, v in step_effects(table).items()},
+    )
 
 
 def shape_of(table: MachineTable | MachineShape) -> MachineShape:

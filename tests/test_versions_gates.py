@@ -158,3 +158,44 @@ def test_compatible_takes_an_entry_change_that_keeps_the_gate(tmp_path: Path) ->
     with resuming(compatible):
         state = _agent(three, say("done")).resume_run_sync("p", SQLiteStore(db))
     assert (state.status, RAN) == ("interrupted", [])
+
+
+def test_a_run_forged_to_rest_at_a_renamed_tools_state_is_asked_again(tmp_path: Path) -> None:
+    """The saved run says the gate let the call through to the state that runs the calls
+    (a wrapped ``execute_tools``): the restore path finds that state by its effect."""
+    from tests.support import edit_saved, edit_store
+
+    table = _renamed(
+        STANDARD, "executing", "running", "gate_cut", steps={"running": (run_the_calls,)}
+    )
+    db = tmp_path / "runs.db"
+    with SQLiteStore(db) as store:
+        start_run(_agent(table), AgentState.of("publish hi"), store, run_id="r").run_sync()
+    edit_saved(db, "transitions", 2, lambda r: r.update(trigger="clear", dest="running"))
+    edit_store(db, "UPDATE runs SET result = NULL")
+    with SQLiteStore(db) as store:
+        state = _agent(table).resume_run_sync("r", store)
+        traces = load_run(store, "r", strict=False).traces
+    assert (state.status, RAN) == ("interrupted", [])
+    assert [t.path for t in traces] == [
+        "expanding calling interrupt_check running",
+        "interrupt_check interrupted",
+    ]
+
+
+def test_approval_gap_reads_effects_not_names() -> None:
+    from agentfsm._invariants import approval_gap
+    from agentfsm.messages import Message, ToolCall
+
+    table = _renamed(
+        STANDARD, "executing", "running", "gate_gap", steps={"running": (run_the_calls,)}
+    )
+    call = ToolCall("c1", "publish", {"text": "hi"})
+    reply = Message.assistant("", tool_calls=(call,))
+    gate = [HumanInTheLoop({"publish": True})]
+    assert approval_gap(reply, (), "running", gate, table) == [call]
+    assert approval_gap(reply, (), "executing", gate, STANDARD) == [call]
+    assert approval_gap(reply, (reply,), "interrupt_check", gate, table) == []  # it asks
+    assert approval_gap(reply, (), "interrupt_check", gate, table) == [call]  # it would not see
+    assert approval_gap(reply, (), "propagating", gate, table) == []  # no way on runs it
+    assert approval_gap(reply, (), "running", [], table) == []  # nothing is gated
