@@ -101,16 +101,20 @@ def _results(traces: Sequence[Trace]) -> dict[str, ToolResult]:
     return results
 
 
-def _start(trace: Trace, before: LLMChain | None) -> LLMChain | None:
-    """The chain a segment started with: its first move's, less what the entry's work
-    added (this segment's exchanged messages); an empty segment's, the one before's."""
+def _start(trace: Trace, before: LLMChain | None, table: MachineTable) -> LLMChain | None:
+    """The chain a segment started with: its first move's, less the reply or the tool
+    results its entry's work added (a state that calls the model or runs tools, read
+    from its effects); an empty segment's, the one before's."""
     if not trace.transitions:
         return before
     chain = trace.transitions[0].chain
     messages = list(chain.messages)
-    added = list(chain.exchanged_messages)
-    if added and messages[-len(added) :] == added:
-        messages = messages[: -len(added)]
+    kinds = state_effects(table).get(trace.entry, frozenset())
+    roles = {"assistant"} if "model" in kinds else set()
+    roles |= {"tool"} if "tools" in kinds else set()
+    added = {id(m) for m in chain.exchanged_messages}
+    while messages and id(messages[-1]) in added and messages[-1].role in roles:
+        messages.pop()
     return LLMChain(
         llm=chain.llm,
         messages=messages,
@@ -171,7 +175,7 @@ def replay(
     for number, trace in enumerate(traces):
         recorded += trace.states
         last = number == len(traces) - 1
-        start = _start(trace, before)
+        start = _start(trace, before, table)
         if trace.transitions:
             before = trace.transitions[-1].chain
         if start is None or (trace.migrated_from is not None and trace.entry not in table.steps):

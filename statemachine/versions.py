@@ -61,6 +61,7 @@ __all__ = [
     "MachineDiff",
     "MachineShape",
     "Mapped",
+    "OtherMachineError",
     "Policy",
     "ReplayReport",
     "ResumeDecision",
@@ -719,6 +720,12 @@ def _over(last: Trace, shape: MachineShape) -> bool:
 # ---------------------------------------------------------------- resuming
 
 
+class OtherMachineError(MachineChangedError):
+    """A saved run met a table of another machine (another name): it is not a version
+    of the run's machine, so no policy applies."""
+
+
+
 @attrs.frozen
 class ResumeDecision:
     """How a saved run goes on: on ``table``, at ``state``, by ``policy``."""
@@ -793,13 +800,19 @@ def check_resume(
 
     A run saved on the same fingerprint (or before runs recorded one) goes on
     unchanged; any other is refused (:class:`MachineChangedError`, naming what
-    changed) unless ``policy`` allows it.
+    changed) unless ``policy`` allows it. A run of another machine altogether is
+    refused whatever the policy (:class:`OtherMachineError`).
     """
     traces = _traces(saved)
     if not traces:
         raise ValueError("a saved run has at least one segment")
     last = traces[-1]
     resting = _resting(last)
+    if last.machine != new_table.name:
+        raise OtherMachineError(
+            f"the run is of the {last.machine} machine, not the {new_table.name} machine: "
+            "no policy moves a run onto another machine"
+        )
     if _unchanged(last, new_table):
         return ResumeDecision(policy="unchanged", table=new_table, state=resting)
     fingerprint = last.machine_fingerprint or ""
