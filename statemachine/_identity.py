@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from .machine import MachineTable
 
-__all__ = ["fingerprint_of", "identity", "names_identity", "step_code", "step_name"]
+__all__ = ["compute_identity", "fingerprint_of", "names_identity", "step_code", "step_name"]
 
 #: How deep a step's values are followed (a closure holding a function holding...).
 _DEPTH: Final = 4
@@ -68,9 +68,10 @@ def names_identity(table: MachineTable) -> dict[str, Any]:
     }
 
 
-def identity(table: MachineTable) -> dict[str, Any]:
+def compute_identity(table: MachineTable) -> dict[str, Any]:
     """What :attr:`MachineTable.fingerprint` hashes, as plain JSON data: the names'
-    identity and ``code``, each state's steps' :func:`step_code`."""
+    identity and ``code``, each state's steps' :func:`step_code` (a table keeps it:
+    :func:`agentfsm.machine.identity`)."""
     return {
         **names_identity(table),
         "code": {s: [step_code(step) for step in table.steps[s]] for s in sorted(table.steps)},
@@ -109,10 +110,13 @@ def _described(value: Any, depth: int) -> Any:
             "keywords": {k: _described(v, depth - 1) for k, v in value.keywords.items()},
         }
     if isinstance(value, types.MethodType):
-        return {"method": _function(value.__func__, depth), "of": type(value.__self__).__qualname__}
+        return {
+            "method": _described(value.__func__, depth - 1),
+            "of": type(value.__self__).__qualname__,
+        }
     if isinstance(value, types.FunctionType):
         return _function(value, depth)
-    if callable(value) and not isinstance(value, type) and hasattr(type(value), "__call__"):
+    if callable(value) and not isinstance(value, type):
         call = type(value).__call__
         attributes = getattr(value, "__dict__", {})
         return {
@@ -147,7 +151,6 @@ def _function(function: types.FunctionType, depth: int) -> dict[str, Any]:
     }
 
 
-@functools.cache
 def _source(code: types.CodeType) -> str | None:
     try:
         return inspect.cleandoc(inspect.getsource(code))
@@ -156,8 +159,9 @@ def _source(code: types.CodeType) -> str | None:
 
 
 def _column(code: types.CodeType) -> int | None:
-    for _, _, column, _ in code.co_positions():
-        if column is not None:
+    """Where the code's first instruction with a place in the source starts on its line."""
+    for _, _, column, end in code.co_positions():
+        if column is not None and end is not None and end > column:
             return column
     return None
 

@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .chain import LLMChain
 from .effects import state_effects
 from .machine import MachineTable
 from .messages import Message, ToolResult
 from .results import Continue, Interrupted, PipelineResult
 from .trace import Trace
-
-from .chain import LLMChain
 
 if TYPE_CHECKING:
     from .results import Terminal
@@ -166,7 +165,7 @@ def replay(
         opts = dict(getattr(saved, "options", None) or {})
     ended = getattr(saved, "done", None)
     gates = {s for s, kinds in state_effects(table).items() if "approval" in kinds}
-    standard = _SITUATIONS <= set(table.entries)
+    standard = set(table.entries) >= _SITUATIONS
     recorded: list[str] = []
     replayed: list[str] = []
     replies = calls = 0
@@ -296,4 +295,3 @@ def _tools(
         for c in m.tool_calls
     }
     return tuple(tool_for(n) for n in sorted({r.name for r in results.values()} | called))
-

@@ -47,7 +47,7 @@ _NONE: Final[frozenset[str]] = frozenset()
 _F = TypeVar("_F", bound=Callable[..., object])
 
 
-def checked(kinds: Iterable[str], what: str = "effect") -> frozenset[str]:
+def _checked(kinds: Iterable[str], what: str = "effect") -> frozenset[str]:
     """``kinds`` as a set of effects, or ``ValueError`` naming the unknown ones."""
     found = frozenset(kinds)
     unknown = sorted(found - EFFECTS)
@@ -66,7 +66,7 @@ def checked(kinds: Iterable[str], what: str = "effect") -> frozenset[str]:
 
 def effects(*kinds: Effect) -> Callable[[_F], _F]:
     """Declare what a step does: ``@effects("tools")`` above ``def my_step(result, opts)``."""
-    declared = checked(kinds)
+    declared = _checked(kinds)
 
     def declare(step: _F) -> _F:
         setattr(step, _ATTRIBUTE, declared)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import json
 import re
 import types
 from collections import Counter
@@ -31,7 +30,7 @@ import attrs
 from transitions import Machine
 
 from ._fsm import SharedMachine
-from ._identity import fingerprint_of, identity, step_name
+from ._identity import compute_identity, fingerprint_of, step_name
 from .chain import LLMChain
 from .errors import AgentfsmError
 from .options import Options
@@ -220,7 +219,11 @@ class MachineTable:
         fingerprint, and saved runs go on. Moving a step to another module keeps it;
         renaming it, or changing its body or the arguments it was made with, changes it.
         """
-        return fingerprint_of(identity(self))
+        return fingerprint_of(self._identity)
+
+    @functools.cached_property
+    def _identity(self) -> Mapping[str, Any]:
+        return compute_identity(self)
 
     @functools.cached_property
     def working(self) -> tuple[str, ...]:
@@ -452,7 +455,13 @@ class MachineTable:
 # ---------------------------------------------------------------- identity
 
 
-# step_name, identity and fingerprint_of live in ._identity, which says what they cover.
+# step_name and fingerprint_of live in ._identity, which says what a fingerprint covers.
+
+
+def identity(table: MachineTable) -> Mapping[str, Any]:
+    """What :attr:`MachineTable.fingerprint` hashes, as plain JSON data (read once per
+    table; the caller does not change it)."""
+    return table._identity
 
 
 # ---------------------------------------------------------------- a state's steps, piped

@@ -86,7 +86,9 @@ EdgeKey: TypeAlias = tuple[str, str, str, str]
 def _effects_data(value: Any) -> Mapping[str, tuple[tuple[str, ...], ...]] | None:
     if value is None:
         return None
-    return {str(k): tuple(tuple(sorted(str(e) for e in kinds)) for kinds in v) for k, v in value.items()}
+    return {
+        str(k): tuple(tuple(sorted(str(e) for e in kinds)) for kinds in v) for k, v in value.items()
+    }
 
 
 def _code_data(value: Any) -> Mapping[str, tuple[str, ...]] | None:
@@ -273,8 +275,7 @@ def gate_shape(table: MachineTable | MachineShape) -> MachineShape:
         terminals=table.terminals,
         entries=dict(table.entries),
         edges=tuple(
-            (e.source, e.dest, e.trigger, getattr(e.on, "__name__", str(e.on)))
-            for e in table.edges
+            (e.source, e.dest, e.trigger, getattr(e.on, "__name__", str(e.on))) for e in table.edges
         ),
         steps={s: tuple(step_name(x) for x in v) for s, v in table.steps.items()},
         effects={s: tuple(tuple(sorted(k)) for k in v) for s, v in step_effects(table).items()},
@@ -321,9 +322,7 @@ def fits(table: MachineTable, fingerprint: str | None) -> bool:
     """Whether a run that recorded ``fingerprint`` was made on ``table``: its fingerprint,
     or the one of its names alone that runs recorded before fingerprints covered code
     (such a run could not record more; it goes on as it did then)."""
-    return fingerprint == table.fingerprint or fingerprint == fingerprint_of(
-        names_identity(table)
-    )
+    return fingerprint == table.fingerprint or fingerprint == fingerprint_of(names_identity(table))
 
 
 def _declared(name: str, fingerprint: str) -> MachineTable | None:
@@ -682,11 +681,10 @@ def _skips_gate(old: MachineShape, state: str, new: MachineShape, target: str) -
 
 
 def _gate_fault(old: MachineShape, state: str, new: MachineShape, target: str) -> str:
-    asks = ", ".join(old.gates) or "no state"
+    gates = ", ".join(new.gates) or "none"
     return (
         f"{state!r} -> {target!r} lets a call that needs approval run without its decision: "
-        f"a run at {state!r} is asked first (approval state: {asks}), and from {target!r} "
-        f"a state that runs tools comes before any approval state ({', '.join(new.gates) or 'none'})"
+        f"from {target!r} a state that runs tools comes before any approval state ({gates})"
     )
 
 
@@ -713,7 +711,9 @@ def _over(last: Trace, shape: MachineShape) -> bool:
     if not last.transitions:
         return False
     t = last.transitions[-1]
-    kinds = {on for s, d, trigger, on in shape.edges if (s, d, trigger) == (t.source, t.dest, t.trigger)}
+    kinds = {
+        on for s, d, trigger, on in shape.edges if (s, d, trigger) == (t.source, t.dest, t.trigger)
+    }
     return t.dest in shape.terminals and bool(kinds) and kinds <= {"Ok", "Failed"}
 
 
@@ -723,7 +723,6 @@ def _over(last: Trace, shape: MachineShape) -> bool:
 class OtherMachineError(MachineChangedError):
     """A saved run met a table of another machine (another name): it is not a version
     of the run's machine, so no policy applies."""
-
 
 
 @attrs.frozen
@@ -841,9 +840,14 @@ def check_resume(
         if off is None and resting not in new_table.states:
             off = f"it rests at {resting!r}, which the new table lacks"
         new = shape_of(new_table)
-        if off is None and old is not None and resting in old.working:
-            if _skips_gate(old, resting, new, resting):
-                off = _gate_fault(old, resting, new, resting)
+        gate_skipped = old is not None and resting in old.working
+        if (
+            off is None
+            and old is not None
+            and gate_skipped
+            and _skips_gate(old, resting, new, resting)
+        ):
+            off = _gate_fault(old, resting, new, resting)
         if off is None and old is not None and not _over(last, old):
             off = "; ".join(_entry_faults(old, new)) or None
         if off is not None:

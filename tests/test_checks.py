@@ -7,9 +7,9 @@ import pytest
 from agentfsm import Agent, SubAgent, tool
 from agentfsm.cli import main
 from agentfsm.effects import state_effects
-from agentfsm.providers import ScriptedModel
 from agentfsm.modes.langchain import LANGCHAIN_MACHINES
 from agentfsm.modes.standard import STANDARD
+from agentfsm.providers import ScriptedModel
 from agentfsm.results import Continue, PipelineResult
 from agentfsm.steps import call_llm, execute_tools
 from agentfsm.testing import MachineProblem, check_machine, effects, effects_of

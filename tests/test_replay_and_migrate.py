@@ -105,7 +105,9 @@ def test_a_run_started_from_tool_results_replays_from_them(tmp_path: Path) -> No
         Message.tool((ToolResult("c1", "add", "3"),)),
     )
     store = SQLiteStore(tmp_path / "runs.db")
-    start_run(_agent(say("3")), attrs.evolve(asked, messages=messages), store, run_id="t").run_sync()
+    start_run(
+        _agent(say("3")), attrs.evolve(asked, messages=messages), store, run_id="t"
+    ).run_sync()
     saved = load_run(store, "t", strict=False)
     assert saved.trace.entry == "propagating"
     report = replay(saved, STANDARD)
@@ -158,8 +160,9 @@ def test_runs_migrate_refuses_a_run_of_another_machine(
 
     db = tmp_path / "runs.db"
     with SQLiteStore(db, lease=0) as store:
-        other = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add],
-                      machine=cli_other.OTHER)
+        other = Agent(
+            ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add], machine=cli_other.OTHER
+        )
         run = start_run(other, AgentState.of("1+2?"), store, run_id="o")
         while run.state != "propagating":
             run.step_sync()

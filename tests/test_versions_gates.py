@@ -66,7 +66,9 @@ def _renamed(table: MachineTable, old: str, new: str, name: str, **changes: Any)
         steps=steps,
         terminals=table.terminals,
         entries=changes.pop("entries", {k: r(v) for k, v in table.entries.items()}),
-        edges=[Edge(r(e.source), r(e.dest), on=e.on, trigger=e.trigger, why=e.why) for e in table.edges],
+        edges=[
+            Edge(r(e.source), r(e.dest), on=e.on, trigger=e.trigger, why=e.why) for e in table.edges
+        ],
         default_edges=False,
         **changes,
     )
