@@ -21,13 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._shape import MachineShape, gate_shape
 from .errors import FormatError, InvariantError
 from .machine import MachineTable, UnknownMachineError, machine_named
 from .messages import Message, ToolCall
 from .middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
 from .steps import pending_calls
 from .trace import Trace
-from .versions import MachineShape, gate_shape, migration_fault, segment_table
+from .versions import migration_fault, segment_table
 
 if TYPE_CHECKING:
     from .chain import LLMChain
