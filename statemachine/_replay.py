@@ -188,7 +188,7 @@ def replay(
             custom_context=_context(start, first=number == 0),
             current_failure_count=0,
         )
-        forced = _interrupts(trace, gates)
+        forced = _interrupts(trace, table, gates)
         holder: list[Run] = []
         options = dict(opts)
         if forced:
@@ -241,12 +241,13 @@ def _pause(t: Any, table: MachineTable) -> bool:
     )
 
 
-def _interrupts(trace: Trace, gates: set[str]) -> dict[str, int]:
+def _interrupts(trace: Trace, table: MachineTable, gates: set[str]) -> dict[str, int]:
     """``{gate: step}`` where the recording was interrupted at a state that asks for
-    approval: the replay's gate interrupts there too."""
+    approval (its edge fired on ``Interrupted``): the replay's gate interrupts there too."""
     out: dict[str, int] = {}
     for i, t in enumerate(trace.transitions):
-        if t.source in gates and t.dest != t.source and t.trigger == "interrupted":
+        edge = table.edge(t.source, t.trigger) if t.source in gates else None
+        if edge is not None and edge.on is Interrupted:
             out[t.source] = i
     return out
 
