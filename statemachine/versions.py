@@ -409,17 +409,8 @@ def check_resume(
         off = _off_path(traces, new_table)
         if off is None and resting not in new_table.states:
             off = f"it rests at {resting!r}, which the new table lacks"
-        new = shape_of(new_table)
-        gate_skipped = old is not None and resting in old.working
-        if (
-            off is None
-            and old is not None
-            and gate_skipped
-            and skips_gate(old, resting, new, resting)
-        ):
-            off = gate_fault(old, resting, new, resting)
-        if off is None and old is not None and not over(last, old):
-            off = "; ".join(entry_faults(old, new)) or None
+        if off is None and old is not None:
+            off = _gate_off(old, shape_of(new_table), resting, last)
         if off is not None:
             raise _changed(traces, new_table, f"Not compatible: {off}.")
         return ResumeDecision(policy="compatible", table=new_table, state=resting, diff=changes)
@@ -434,6 +425,16 @@ def check_resume(
     return ResumeDecision(
         policy="mapped", table=new_table, state=policy.mapping[resting], diff=changes
     )
+
+
+def _gate_off(old: MachineShape, new: MachineShape, resting: str, last: Trace) -> str | None:
+    """Why going on on ``new`` at ``resting`` (or re-entering it by an entry, for a run
+    that has not ended for good) may run an undecided gated call; None when it may not."""
+    if resting in old.working and skips_gate(old, resting, new, resting):
+        return gate_fault(old, resting, new, resting)
+    if not over(last, old):
+        return "; ".join(entry_faults(old, new)) or None
+    return None
 
 
 _POLICY: contextvars.ContextVar[Policy | None] = contextvars.ContextVar(
