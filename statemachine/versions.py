@@ -55,7 +55,7 @@ from ._shape import (
     shape_of,
     skips_gate,
 )
-from .errors import MachineChangedError
+from .errors import MachineChangedError, OtherMachineError
 from .machine import (
     Edge,
     MachineDefinitionError,
@@ -288,11 +288,6 @@ def mapped(
 
 
 # ---------------------------------------------------------------- resuming
-
-
-class OtherMachineError(MachineChangedError):
-    """A saved run met a table of another machine (another name): it is not a version
-    of the run's machine, so no policy applies."""
 
 
 @attrs.frozen
