@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from . import modes as _modes  # noqa: F401  (registers the built-in modes by name)
 from .approval import ActionRequest, Approval, Decision, DecisionError
 from .chain import LLMChain
+from .effects import effects
 from .errors import AgentfsmError, ChainError, IllegalTransitionError
 from .hooks import RunHook
 from .machine import Edge, MachineTable
@@ -76,6 +77,7 @@ __all__ = [
     "Trace",
     "Transition",
     "Usage",
+    "effects",
     "run_machine",
 ]
 

@@ -6,10 +6,12 @@ not have run, above all an approval-gated call without a human's decision:
 
 * :func:`check_trace` -- a saved trace is a path of the machine it names.
 * :func:`approval_gap` -- the gated calls a run restored at a state would run
-  without passing the approval check. The standard machine never leaves
-  ``interrupt_check`` with a gated call pending (approved calls run in
-  ``Agent.resume``, outside the machine), so a run saved at ``executing`` with
-  one is not a run the machine produced; the restore path asks again instead.
+  without passing the approval check. Which states ask for approval and which
+  run tools is read from the table's declared effects (:mod:`agentfsm.effects`),
+  never from state or step names: the standard machine never leaves its
+  approval state with a gated call pending (approved calls run in
+  ``Agent.resume``, outside the machine), so a run saved where tools run next
+  with one is not a run the machine produced; the restore path asks again.
 * :func:`check_decisions_fit` -- the approval requests a human answers are the
   calls that will run: recomputed from the conversation, not trusted.
 """
@@ -19,13 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._shape import MachineShape, gate_shape
 from .errors import FormatError, InvariantError
 from .machine import MachineTable, UnknownMachineError, machine_named
 from .messages import Message, ToolCall
 from .middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
 from .steps import pending_calls
 from .trace import Trace
-from .versions import MachineShape, migration_fault, segment_table
+from .versions import migration_fault, segment_table
 
 if TYPE_CHECKING:
     from .chain import LLMChain
@@ -136,14 +139,14 @@ def check_resumable(
     Every segment must be a path of ``table`` (the last one ending at a
     terminal exactly when the run has a result), else :class:`FormatError`.
     A run that would run a gated call unasked is re-entered at its entry
-    instead, where ``interrupt_check`` asks for approval. ``state`` is where the
-    run goes on (a migrated run's new state); by default where it rests.
+    instead, where the approval state asks. ``state`` is where the run goes on
+    (a migrated run's new state); by default where it rests.
     """
     check_traces(traces, table, ended=ended)
     last = traces[-1]
     state = state or last.terminal or last.entry
     return not ended and bool(
-        approval_gap(chain.last_message, chain.exchanged_messages, state, middleware)
+        approval_gap(chain.last_message, chain.exchanged_messages, state, middleware, table)
     )
 
 
@@ -152,21 +155,30 @@ def _gates(middleware: Sequence[Any]) -> list[HumanInTheLoop]:
 
 
 def approval_gap(
-    last: Message | None, exchanged: Sequence[Message], state: str, middleware: Sequence[Any]
+    last: Message | None,
+    exchanged: Sequence[Message],
+    state: str,
+    middleware: Sequence[Any],
+    table: MachineTable | MachineShape,
 ) -> list[ToolCall]:
-    """Gated calls a run restored at ``state`` would execute with no approval asked.
+    """Gated calls a run of ``table`` restored at ``state`` would execute with no approval.
 
-    ``last`` is the chain's last message (what ``executing`` runs),
-    ``exchanged`` the run's messages (what ``interrupt_check`` looks at).
+    ``last`` is the chain's last message (what a ``tools`` step runs),
+    ``exchanged`` the run's messages (what the approval step looks at). A run
+    from which some way on reaches a state that runs tools before any approval
+    state runs them unasked; one whose way on meets an approval state first is
+    asked there, when the gate sees the calls in ``exchanged``.
     """
     gates = _gates(middleware)
-    if not gates or state not in ("interrupt_check", "executing"):
-        return []
     calls = pending_calls(last)
-    if state == "interrupt_check":
-        seen = unanswered_calls(exchanged)
-        if any(g.gated(seen) for g in gates):
-            return []  # the check interrupts: nothing of that batch runs
+    if not gates or not calls:
+        return []
+    shape = gate_shape(table)
+    if not shape.runs_calls_ungated(state):
+        if not shape.awaits_decision(state):
+            return []  # no way on runs the pending calls
+        if any(g.gated(unanswered_calls(exchanged)) for g in gates):
+            return []  # the approval state interrupts: nothing of that batch runs
     return [c for c in calls if any(g.gated([c]) for g in gates)]
 
 

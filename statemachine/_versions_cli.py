@@ -25,6 +25,7 @@ from .store.fork import migrate_run
 from .trace import Trace
 from .versions import (
     MachineChangedError,
+    OtherMachineError,
     Policy,
     ResumeDecision,
     check_resume,
@@ -243,6 +244,9 @@ def _runs_migrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
         try:
             saved = load_run(store, info.run_id, strict=False)
             decision = check_resume(saved, table, policy)
+        except OtherMachineError as exc:
+            _say(out, f"{info.run_id}: refused: {exc} (--to {args.to})")
+            continue
         except MachineChangedError as exc:
             _say(out, f"{info.run_id}: needs mapping: {exc}")
             continue

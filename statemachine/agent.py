@@ -15,6 +15,7 @@ from ._state import AgentState
 from ._sync import run_sync
 from .approval import ANSWER, DECIDED, Approval
 from .chain import Callbacks, LLMChain
+from .effects import effects_of
 from .errors import ChainError
 from .hooks import Hook
 from .machine import MachineTable
@@ -64,8 +65,6 @@ def collapse_until_tool(
 def _check_gates(middleware: Sequence[Any], tools: Sequence[Tool], machine: MachineTable) -> None:
     """Refuse an approval gate that would never be asked: one naming a tool the agent
     lacks, or any on a machine with no state whose steps ask for approval."""
-    from .testing._checks import effects_of  # the effects' home; imported when needed
-
     gates = [m for m in middleware if isinstance(m, HumanInTheLoop)]
     if not gates:
         return

@@ -13,7 +13,8 @@ catches them all; each also keeps the standard base it had (in brackets), so an
     │   ├── MachineDefinitionError       (ValueError) a table that is not a machine
     │   ├── UnknownMachineError          (LookupError) no machine declared of that name
     │   └── MachineChangedError          (ValueError) a saved run's machine changed since:
-    │                                    agentfsm.versions, raised on load and resume
+    │       │                            agentfsm.versions, raised on load and resume
+    │       └── OtherMachineError        (ValueError) the run is of another machine (name)
     ├── saved documents: agentfsm.serialization, the resume checks
     │   ├── FormatError                  (ValueError) not a document this version reads
     │   ├── UnknownToolError             (LookupError) a loaded chain names a tool not passed
@@ -41,6 +42,7 @@ catches them all; each also keeps the standard base it had (in brackets), so an
 The groups (``machines:``, ``the store:``...) are where the classes live, not
 classes of their own: every exception above subclasses ``AgentfsmError`` directly, but
 ``RunFinishedError``, a ``RunInUseError`` (a finished run is in no one's hands to take),
+``OtherMachineError``, a ``MachineChangedError`` (an ``except`` for a changed machine sees it),
 ``DecisionConflictError``, a ``ResumeError`` (the run cannot take the loser's decisions),
 ``CassetteMismatchError``, a ``ChainError`` so that the model call it ends fails the run, and
 ``OutputError``, a ``ChainError``: the error of a run whose answer never fit its output type.
@@ -64,6 +66,7 @@ __all__ = [
     "IllegalTransitionError",
     "InvariantError",
     "MachineChangedError",
+    "OtherMachineError",
     "ResumeError",
     "RunExistsError",
     "RunFinishedError",
@@ -91,6 +94,11 @@ class MachineChangedError(AgentfsmError, ValueError):
     The message names what changed (states and edges added or removed) and the
     policies that would let it (:mod:`agentfsm.versions`).
     """
+
+
+class OtherMachineError(MachineChangedError):
+    """A saved run met a table of another machine (another name): it is not a version of
+    the run's machine, so no policy (pinned, compatible, mapped) applies."""
 
 
 class ChainError(AgentfsmError):

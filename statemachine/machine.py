@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import json
 import re
 import types
 from collections import Counter
@@ -31,6 +30,7 @@ import attrs
 from transitions import Machine
 
 from ._fsm import SharedMachine
+from ._identity import compute_identity, fingerprint_of, step_name
 from .chain import LLMChain
 from .errors import AgentfsmError
 from .options import Options
@@ -210,15 +210,20 @@ class MachineTable:
     @functools.cached_property
     def fingerprint(self) -> str:
         """A stable hash of what a run depends on: the states, the entries, the edges
-        (source, dest, trigger, result type) and each state's steps by qualified name.
+        (source, dest, trigger, result type) and each state's steps, by qualified name
+        and by code (:mod:`agentfsm._identity` says exactly what a step's code covers:
+        its source, the plain data it was made with).
 
         The ``why`` texts, the details, the options and the order the states are
         listed in are left out: rewording an edge or redrawing the diagram keeps the
-        fingerprint, and saved runs go on. A step is named by ``__qualname__`` alone,
-        so moving it to another module (or running its module as ``__main__``)
-        keeps it too; renaming it changes it.
+        fingerprint, and saved runs go on. Moving a step to another module keeps it;
+        renaming it, or changing its body or the arguments it was made with, changes it.
         """
-        return fingerprint_of(identity(self))
+        return fingerprint_of(self._identity)
+
+    @functools.cached_property
+    def _identity(self) -> Mapping[str, Any]:
+        return compute_identity(self)
 
     @functools.cached_property
     def working(self) -> tuple[str, ...]:
@@ -450,34 +455,13 @@ class MachineTable:
 # ---------------------------------------------------------------- identity
 
 
-def step_name(step: Any) -> str:
-    """A step's name in a fingerprint: its qualified name (a callable object's class's)."""
-    name = getattr(step, "__qualname__", None)
-    if not isinstance(name, str):
-        func = getattr(step, "func", None)  # functools.partial
-        name = getattr(func, "__qualname__", None) or type(step).__qualname__
-    return str(name)
+# step_name and fingerprint_of live in ._identity, which says what a fingerprint covers.
 
 
-def identity(table: MachineTable) -> dict[str, Any]:
-    """What :attr:`MachineTable.fingerprint` hashes, as plain JSON data."""
-    return {
-        "working": sorted(table.working),
-        "terminals": sorted(table.terminals),
-        "entries": {k: table.entries[k] for k in sorted(table.entries)},
-        "edges": sorted(
-            [e.source, e.dest, e.trigger, getattr(e.on, "__name__", str(e.on))] for e in table.edges
-        ),
-        "steps": {s: [step_name(step) for step in table.steps[s]] for s in sorted(table.steps)},
-    }
-
-
-def fingerprint_of(data: Mapping[str, Any]) -> str:
-    """The fingerprint of :func:`identity` data: 16 hex digits of its SHA-256."""
-    import hashlib  # here, not at the top: ``import agentfsm`` does not fingerprint
-
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def identity(table: MachineTable) -> Mapping[str, Any]:
+    """What :attr:`MachineTable.fingerprint` hashes, as plain JSON data (read once per
+    table; the caller does not change it)."""
+    return table._identity
 
 
 # ---------------------------------------------------------------- a state's steps, piped

@@ -312,13 +312,18 @@ def _requests(data: Mapping[str, Any]) -> list[Any]:
     return list(requests) if isinstance(requests, list | tuple) else []
 
 
+#: What a subagent's call does: its child calls a model and runs tools.
+_CHILD_EFFECTS: Final = frozenset({"model", "tools"})
+
+
 @attrs.frozen(init=False)
 class SubAgent(Tool):
     """A tool that hands a task to ``agent``: the parent's model calls it by ``name``.
 
     The child starts on a fresh conversation holding the task alone; its final answer
     is the tool's result, its failure an error result naming it. Its approval request
-    interrupts the parent (see :func:`resume_subagents`).
+    interrupts the parent (see :func:`resume_subagents`). Its :attr:`~Tool.effects` are
+    ``model`` and ``tools``: the child does both inside the parent's tool call.
     """
 
     agent: Agent = attrs.field(kw_only=True, eq=False, repr=False)
@@ -337,6 +342,7 @@ class SubAgent(Tool):
             parameters=_TASK,
             context_param="context",
             is_async=True,
+            effects=_CHILD_EFFECTS,
             agent=agent,
         )
 

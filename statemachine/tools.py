@@ -23,7 +23,7 @@ import json
 import re
 import threading
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Self, overload
 
 import attrs
@@ -103,6 +103,21 @@ def _is_context(hint: Any) -> bool:
     return hint is ToolContext or ToolContext in typing.get_args(hint)
 
 
+#: What a tool's calls may declare they do besides their own work (see ``Tool.effects``).
+_TOOL_EFFECTS: Final[frozenset[str]] = frozenset({"model", "tools"})
+
+
+def _tool_effects(value: Any) -> frozenset[str]:
+    kinds = frozenset((value,) if isinstance(value, str) else value or ())
+    unknown = sorted(kinds - _TOOL_EFFECTS)
+    if unknown:
+        raise ValueError(
+            f"a tool's effects are among {sorted(_TOOL_EFFECTS)} (a call may call the model "
+            f"or run tools of its own), got {unknown}"
+        )
+    return kinds
+
+
 def _unset_function(**_: Any) -> Any:  # pragma: no cover - placeholder for data-only tools
     raise RuntimeError("this tool has no function")
 
@@ -121,6 +136,10 @@ class Tool:
     display_text: str | None = None
     context_param: str | None = None
     is_async: bool = attrs.field(default=False)
+    #: What a call does besides the tool's own work, for the checks that read effects
+    #: (:mod:`agentfsm.effects`): ``"model"`` (it calls a model), ``"tools"`` (it runs
+    #: tools of its own). A :class:`~agentfsm.SubAgent` declares both.
+    effects: frozenset[str] = attrs.field(default=frozenset(), converter=_tool_effects)
     #: Parameters cattrs structures before the call (containers, classes, enums, datetimes...).
     structured: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
     _required: frozenset[str] = attrs.field(init=False, eq=False, repr=False)
@@ -148,6 +167,7 @@ class Tool:
         description: str | None = None,
         timeout: float | None = None,
         display_text: str | None = None,
+        effects: Iterable[str] = (),
     ) -> Tool:
         """Read name, description and schema off a typed function."""
         label = name or getattr(function, "__name__", repr(function))
@@ -203,6 +223,7 @@ class Tool:
             display_text=display_text,
             context_param=context_param,
             is_async=inspect.iscoroutinefunction(function),
+            effects=frozenset(effects),
             structured=structured,
         )
 
@@ -498,6 +519,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     display_text: str | None = None,
+    effects: Iterable[str] = (),
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
     function: Callable[..., Any] | None = None,
@@ -507,12 +529,20 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     display_text: str | None = None,
+    effects: Iterable[str] = (),
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a :class:`Tool` of a typed function: ``@tool`` or ``@tool(timeout=5)``."""
+    """Make a :class:`Tool` of a typed function: ``@tool`` or ``@tool(timeout=5)``;
+    ``@tool(effects=("model",))`` for one whose calls call a model (see ``Tool.effects``)."""
+    declared = _tool_effects(effects)  # refused here, not when the function comes
 
     def make(fn: Callable[..., Any]) -> Tool:
         return Tool.from_function(
-            fn, name=name, description=description, timeout=timeout, display_text=display_text
+            fn,
+            name=name,
+            description=description,
+            timeout=timeout,
+            display_text=display_text,
+            effects=declared,
         )
 
     return make(function) if function is not None else make

@@ -16,6 +16,15 @@ changed, unless a policy says how it goes on:
 * :func:`mapped` -- an explicit map from the old table's resting states to new
   ones, checked when it is declared.
 
+Neither of the last two lets a run holding a gated call nobody decided on (at
+rest before the approval state, paused with the call pending, interrupted at
+the gate) reach a state that runs tools without passing a state that asks for
+approval: not at the state it goes on at, nor through an entry it re-enters by
+(an entry is part of the change). Gates and tool states are read from the
+steps' declared effects (:mod:`agentfsm.effects`), never from their names. A
+run of another machine (another name) is refused whatever the policy
+(:class:`OtherMachineError`).
+
 :func:`check_resume` decides for one saved run; ``with resuming(policy):``
 makes a policy the one :func:`~agentfsm.store.restore_run` (and
 ``Agent.resume_run``) applies. :func:`replay` drives a recorded run's model
@@ -27,31 +36,39 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import attrs
 
 from . import machine as _machine
-from .errors import MachineChangedError
+from ._identity import names_identity, step_code
+from ._replay import ReplayReport, replay
+from ._shape import (
+    MachineDiff,
+    MachineShape,
+    diff,
+    entry_faults,
+    gate_fault,
+    named_steps,
+    over,
+    shape_of,
+    skips_gate,
+)
+from .errors import MachineChangedError, OtherMachineError
 from .machine import (
     Edge,
     MachineDefinitionError,
     MachineTable,
     fingerprint_of,
-    identity,
     machine_named,
     machine_versions,
-    step_name,
 )
 from .options import Options
 from .results import Continue, Failed, Interrupted, Ok, Paused
 from .trace import Trace
 
 if TYPE_CHECKING:
-    from .messages import Message, ToolResult
-    from .results import Terminal
     from .store import SavedRun
 
 __all__ = [
@@ -59,6 +76,7 @@ __all__ = [
     "MachineDiff",
     "MachineShape",
     "Mapped",
+    "OtherMachineError",
     "Policy",
     "ReplayReport",
     "ResumeDecision",
@@ -72,140 +90,6 @@ __all__ = [
     "resuming",
     "shape_of",
 ]
-
-#: The step that asks for approval: a state running it is a gate.
-APPROVAL_STEP: Final = "check_approvals"
-#: The step that runs the model's tool calls.
-EXECUTE_STEP: Final = "execute_tools"
-
-#: An edge as a fingerprint sees it: (source, dest, trigger, result type name).
-EdgeKey: TypeAlias = tuple[str, str, str, str]
-
-
-# ---------------------------------------------------------------- a table as data
-
-
-@attrs.frozen
-class MachineShape:
-    """What a run depends on of a table, as plain data: kept with a saved run, so the
-    table it ran on can be compared with today's after the code changed."""
-
-    name: str
-    version: int
-    working: tuple[str, ...]
-    terminals: tuple[str, ...]
-    entries: Mapping[str, str]
-    edges: tuple[EdgeKey, ...]
-    #: Each working state's steps, by qualified name.
-    steps: Mapping[str, tuple[str, ...]]
-
-    @property
-    def fingerprint(self) -> str:
-        return fingerprint_of(
-            {
-                "working": sorted(self.working),
-                "terminals": sorted(self.terminals),
-                "entries": {k: self.entries[k] for k in sorted(self.entries)},
-                "edges": sorted(list(e) for e in self.edges),
-                "steps": {s: list(self.steps[s]) for s in sorted(self.steps)},
-            }
-        )
-
-    @property
-    def states(self) -> tuple[str, ...]:
-        return (*self.working, *self.terminals)
-
-    @property
-    def successors(self) -> Mapping[str, Mapping[str, str]]:
-        """``{source: {trigger: dest}}``, as :attr:`MachineTable.successors`."""
-        out: dict[str, dict[str, str]] = {s: {} for s in self.states}
-        for source, dest, trigger, _ in self.edges:
-            out.setdefault(source, {})[trigger] = dest
-        return out
-
-    def onward(self, state: str) -> list[str]:
-        """``state`` and the states its ``Continue`` edges lead through, to a loop or an end."""
-        out = [state]
-        while True:
-            nexts = [d for s, d, _, on in self.edges if s == out[-1] and on == "Continue"]
-            if not nexts or nexts[0] in out:
-                return out
-            out.append(nexts[0])
-
-    def awaits_decision(self, state: str) -> bool:
-        """Whether a run resting at ``state`` meets an approval gate before any tool runs."""
-        for s in self.onward(state):
-            steps = self.steps.get(s, ())
-            if APPROVAL_STEP in steps:
-                return True
-            if EXECUTE_STEP in steps:
-                return False
-        return False
-
-    def runs_calls_ungated(self, state: str) -> bool:
-        """Whether a run resting at ``state`` runs pending calls before any approval gate."""
-        for s in self.onward(state):
-            steps = self.steps.get(s, ())
-            if APPROVAL_STEP in steps:
-                return False
-            if EXECUTE_STEP in steps:
-                return True
-        return False
-
-    @property
-    def gated(self) -> bool:
-        return any(APPROVAL_STEP in steps for steps in self.steps.values())
-
-    def to_data(self) -> dict[str, Any]:
-        """The shape as JSON data (a saved run's header keeps it)."""
-        return {"name": self.name, "version": self.version, **self._identity()}
-
-    def _identity(self) -> dict[str, Any]:
-        return {
-            "working": list(self.working),
-            "terminals": list(self.terminals),
-            "entries": dict(self.entries),
-            "edges": [list(e) for e in self.edges],
-            "steps": {s: list(v) for s, v in self.steps.items()},
-        }
-
-    @classmethod
-    def from_data(cls, data: Mapping[str, Any]) -> MachineShape:
-        """A shape from :meth:`to_data`'s JSON (a ``ValueError`` for anything else)."""
-        try:
-            return cls(
-                name=str(data["name"]),
-                version=int(data["version"]),
-                working=tuple(str(s) for s in data["working"]),
-                terminals=tuple(str(s) for s in data["terminals"]),
-                entries={str(k): str(v) for k, v in data["entries"].items()},
-                edges=tuple(_edge_key(e) for e in data["edges"]),
-                steps={str(k): tuple(str(n) for n in v) for k, v in data["steps"].items()},
-            )
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise ValueError(f"not a machine shape: {exc}") from exc
-
-
-def _edge_key(value: Any) -> EdgeKey:
-    source, dest, trigger, on = value
-    return str(source), str(dest), str(trigger), str(on)
-
-
-def shape_of(table: MachineTable | MachineShape) -> MachineShape:
-    """``table`` as data."""
-    if isinstance(table, MachineShape):
-        return table
-    data = identity(table)
-    return MachineShape(
-        name=table.name,
-        version=table.version,
-        working=table.working,
-        terminals=table.terminals,
-        entries=dict(table.entries),
-        edges=tuple(_edge_key(e) for e in data["edges"]),
-        steps={s: tuple(v) for s, v in data["steps"].items()},
-    )
-
 
 #: Shapes read from saved runs, by fingerprint: how a run names what changed after its
 #: table is gone from the code.
@@ -225,9 +109,16 @@ def known_shape(name: str, fingerprint: str) -> MachineShape | None:
     return _SEEN.get(fingerprint)
 
 
+def fits(table: MachineTable, fingerprint: str | None) -> bool:
+    """Whether a run that recorded ``fingerprint`` was made on ``table``: its fingerprint,
+    or the one of its names alone that runs recorded before fingerprints covered code
+    (such a run could not record more; it goes on as it did then)."""
+    return fingerprint == table.fingerprint or fingerprint == fingerprint_of(names_identity(table))
+
+
 def _declared(name: str, fingerprint: str) -> MachineTable | None:
     for table in machine_versions(name):
-        if table.fingerprint == fingerprint:
+        if fits(table, fingerprint):
             return table
     return None
 
@@ -245,14 +136,11 @@ def rebuild(shape: MachineShape, using: Iterable[MachineTable] = ()) -> MachineT
     if known is not None:
         return known
     tables = [*using, *machine_versions(shape.name)]
-    steps: dict[str, Any] = {}
+    steps = named_steps(shape.name, using)
     kinds: dict[str, type[Any]] = {
         k.__name__: k for k in (Continue, Ok, Paused, Interrupted, Failed)
     }
     for table in tables:
-        for state_steps in table.steps.values():
-            for step in state_steps:
-                steps.setdefault(step_name(step), step)
         for edge in table.edges:
             kinds.setdefault(getattr(edge.on, "__name__", str(edge.on)), edge.on)
     missing = sorted(
@@ -291,158 +179,23 @@ def rebuild(shape: MachineShape, using: Iterable[MachineTable] = ()) -> MachineT
             _machine._DECLARED.pop(shape.name, None)
         else:
             _machine._DECLARED[shape.name] = before
-    if table.fingerprint != shape.fingerprint:
+    if not fits(table, shape.fingerprint):
+        changed = sorted(
+            f"{n} (state {s})"
+            for s, codes in (shape.code or {}).items()
+            for n, old, new in zip(
+                shape.steps.get(s, ()), codes, (step_code(x) for x in table.steps[s]), strict=False
+            )
+            if old != new
+        )
         raise MachineChangedError(
             f"The {shape.name} machine v{shape.version} rebuilt from its shape has "
-            f"fingerprint {table.fingerprint}, not {shape.fingerprint}."
+            f"fingerprint {table.fingerprint}, not {shape.fingerprint}"
+            + (f": the code of {', '.join(changed)} changed since" if changed else "")
+            + ". Declare the old table or map the run to the new one."
         )
     _REBUILT[shape.fingerprint] = table
     return table
-
-
-# ---------------------------------------------------------------- diff
-
-
-@attrs.frozen
-class MachineDiff:
-    """What changed from one table to another (:func:`diff`)."""
-
-    old: MachineShape
-    new: MachineShape
-    states_added: tuple[str, ...]
-    states_removed: tuple[str, ...]
-    #: States of both whose steps (or kind, working or terminal) differ.
-    states_changed: tuple[str, ...]
-    edges_added: tuple[EdgeKey, ...]
-    edges_removed: tuple[EdgeKey, ...]
-    #: ``(old, new)``: the same source and trigger, another dest or result type.
-    edges_changed: tuple[tuple[EdgeKey, EdgeKey], ...]
-    #: ``{situation: (old state, new state)}``; None where one has no such entry.
-    entries_changed: Mapping[str, tuple[str | None, str | None]]
-
-    @property
-    def same(self) -> bool:
-        """Whether nothing a run depends on changed (the fingerprints are equal)."""
-        return self.old.fingerprint == self.new.fingerprint
-
-    def lines(self) -> list[str]:
-        """The changes, one per line (``+`` added, ``-`` removed, ``~`` changed)."""
-        out = [f"+ state {s}" for s in self.states_added]
-        out += [f"- state {s}" for s in self.states_removed]
-        for s in self.states_changed:
-            out.append(f"~ state {s}: {_steps_text(self.old, s)} -> {_steps_text(self.new, s)}")
-        out += [f"+ edge {_edge_text(e)}" for e in self.edges_added]
-        out += [f"- edge {_edge_text(e)}" for e in self.edges_removed]
-        out += [f"~ edge {_edge_text(a)} -> {_edge_text(b)}" for a, b in self.edges_changed]
-        for situation, (a, b) in self.entries_changed.items():
-            out.append(f"~ entry {situation!r}: {a} -> {b}")
-        return out
-
-    def summary(self) -> str:
-        """One line: what was added, removed and changed, or that nothing was."""
-        parts = []
-        for what, items in (
-            ("states added", self.states_added),
-            ("states removed", self.states_removed),
-            ("states changed", self.states_changed),
-        ):
-            if items:
-                parts.append(f"{what} {', '.join(items)}")
-        for what, edges in (("edges added", self.edges_added), ("removed", self.edges_removed)):
-            if edges:
-                parts.append(f"{what} {', '.join(_edge_text(e) for e in edges)}")
-        if self.edges_changed:
-            changed = ", ".join(f"{_edge_text(a)} now {b[1]}" for a, b in self.edges_changed)
-            parts.append(f"edges changed {changed}")
-        if self.entries_changed:
-            parts.append(f"entries changed {', '.join(map(repr, self.entries_changed))}")
-        return "; ".join(parts) if parts else "no change a run depends on"
-
-    def mermaid(self) -> str:
-        """Both tables in one Mermaid flowchart: added in green, removed in red (dashed
-        edges), changed in amber, the rest as it was."""
-        added, removed = set(self.states_added), set(self.states_removed)
-        changed = set(self.states_changed)
-        lines = ["flowchart TD"]
-        states = [*self.old.states, *(s for s in self.new.states if s not in self.old.states)]
-        for s in states:
-            shape = (
-                f"{s}([{s}])" if s in (*self.old.terminals, *self.new.terminals) else f"{s}[{s}]"
-            )
-            lines.append(f"    {shape}")
-        styles: list[str] = []
-        new_edges = set(self.new.edges)
-        old_edges = set(self.old.edges)
-        changed_new = {b for _, b in self.edges_changed}
-        changed_old = {a for a, _ in self.edges_changed}
-        index = itertools.count()
-        for edge in [*self.old.edges, *(e for e in self.new.edges if e not in old_edges)]:
-            source, dest, trigger, _ = edge
-            if edge in changed_old:
-                continue  # drawn as its new self
-            arrow = "-.->" if edge not in new_edges else "-->"
-            lines.append(f"    {source} {arrow}|{trigger}| {dest}")
-            n = next(index)
-            if edge not in new_edges:
-                styles.append(f"    linkStyle {n} stroke:#c62828,stroke-width:2px")
-            elif edge in changed_new:
-                styles.append(f"    linkStyle {n} stroke:#ef8f00,stroke-width:2px")
-            elif edge not in old_edges:
-                styles.append(f"    linkStyle {n} stroke:#2e7d32,stroke-width:2px")
-        lines += [
-            "    classDef added fill:#e8f5e9,stroke:#2e7d32,stroke-width:2px",
-            "    classDef removed fill:#ffebee,stroke:#c62828,stroke-dasharray:4",
-            "    classDef changed fill:#fff8e1,stroke:#ef8f00,stroke-width:2px",
-        ]
-        for kind, names in (("added", added), ("removed", removed), ("changed", changed)):
-            if names:
-                lines.append(f"    class {','.join(sorted(names))} {kind}")
-        return "\n".join(lines + styles) + "\n"
-
-
-def _edge_text(edge: EdgeKey) -> str:
-    source, dest, trigger, on = edge
-    return f"{source} --{trigger}--> {dest} (on {on})"
-
-
-def _steps_text(shape: MachineShape, state: str) -> str:
-    if state in shape.terminals:
-        return "terminal"
-    return "(" + ", ".join(shape.steps.get(state, ())) + ")"
-
-
-def diff(old: MachineTable | MachineShape, new: MachineTable | MachineShape) -> MachineDiff:
-    """What changed from ``old`` to ``new``: states and edges added, removed and changed."""
-    a, b = shape_of(old), shape_of(new)
-    states_a, states_b = set(a.states), set(b.states)
-
-    def kind(shape: MachineShape, state: str) -> tuple[str, ...] | None:
-        return None if state in shape.terminals else tuple(shape.steps.get(state, ()))
-
-    by_trigger_a = {(e[0], e[2]): e for e in a.edges}
-    by_trigger_b = {(e[0], e[2]): e for e in b.edges}
-    changed = tuple(
-        (by_trigger_a[k], by_trigger_b[k])
-        for k in by_trigger_a
-        if k in by_trigger_b and by_trigger_a[k] != by_trigger_b[k]
-    )
-    moved = {e for pair in changed for e in pair}
-    situations = sorted(set(a.entries) | set(b.entries))
-    return MachineDiff(
-        old=a,
-        new=b,
-        states_added=tuple(s for s in b.states if s not in states_a),
-        states_removed=tuple(s for s in a.states if s not in states_b),
-        states_changed=tuple(s for s in a.states if s in states_b and kind(a, s) != kind(b, s)),
-        edges_added=tuple(e for e in b.edges if e not in set(a.edges) and e not in moved),
-        edges_removed=tuple(e for e in a.edges if e not in set(b.edges) and e not in moved),
-        edges_changed=changed,
-        entries_changed={
-            s: (a.entries.get(s), b.entries.get(s))
-            for s in situations
-            if a.entries.get(s) != b.entries.get(s)
-        },
-    )
 
 
 # ---------------------------------------------------------------- policies
@@ -523,27 +276,15 @@ def mapped(
             )
         elif state in a.terminals and target not in b.terminals:
             faults.append(f"{state!r} -> {target!r}: an ended run's terminal maps to a terminal")
-        elif state in a.working and _skips_gate(a, state, b, target):
-            faults.append(
-                f"{state!r} -> {target!r} lets a call that needs approval run without its "
-                f"decision: {state!r} meets the approval check first, {target!r} runs calls "
-                "before any"
-            )
+        elif state in a.working and skips_gate(a, state, b, target):
+            faults.append(gate_fault(a, state, b, target))
+    faults += entry_faults(a, b)
     if faults:
         raise MachineChangedError(
             f"The mapping from the {a.name} machine v{a.version} to the {b.name} machine "
             f"v{b.version} is refused: " + "; ".join(faults)
         )
     return Mapped(old=a, new=b, mapping=full)
-
-
-def _skips_gate(old: MachineShape, state: str, new: MachineShape, target: str) -> bool:
-    if not new.runs_calls_ungated(target):
-        return False
-    if old.awaits_decision(state):
-        return True
-    # A gate new to the machine: only a run past an old gate may skip it.
-    return new.gated and not (old.gated and old.runs_calls_ungated(state))
 
 
 # ---------------------------------------------------------------- resuming
@@ -610,7 +351,8 @@ def _changed(traces: Sequence[Trace], table: MachineTable, why: str) -> MachineC
 
 
 def _unchanged(last: Trace, table: MachineTable) -> bool:
-    return last.machine == table.name and last.machine_fingerprint in (None, table.fingerprint)
+    fingerprint = last.machine_fingerprint
+    return last.machine == table.name and (fingerprint is None or fits(table, fingerprint))
 
 
 def check_resume(
@@ -622,13 +364,19 @@ def check_resume(
 
     A run saved on the same fingerprint (or before runs recorded one) goes on
     unchanged; any other is refused (:class:`MachineChangedError`, naming what
-    changed) unless ``policy`` allows it.
+    changed) unless ``policy`` allows it. A run of another machine altogether is
+    refused whatever the policy (:class:`OtherMachineError`).
     """
     traces = _traces(saved)
     if not traces:
         raise ValueError("a saved run has at least one segment")
     last = traces[-1]
     resting = _resting(last)
+    if last.machine != new_table.name:
+        raise OtherMachineError(
+            f"the run is of the {last.machine} machine, not the {new_table.name} machine: "
+            "no policy moves a run onto another machine"
+        )
     if _unchanged(last, new_table):
         return ResumeDecision(policy="unchanged", table=new_table, state=resting)
     fingerprint = last.machine_fingerprint or ""
@@ -656,8 +404,8 @@ def check_resume(
         off = _off_path(traces, new_table)
         if off is None and resting not in new_table.states:
             off = f"it rests at {resting!r}, which the new table lacks"
-        if off is None and old is not None and _ungates(old, resting, shape_of(new_table), resting):
-            off = f"at {resting!r} the new table runs calls the old one asked approval for"
+        if off is None and old is not None:
+            off = _gate_off(old, shape_of(new_table), resting, last)
         if off is not None:
             raise _changed(traces, new_table, f"Not compatible: {off}.")
         return ResumeDecision(policy="compatible", table=new_table, state=resting, diff=changes)
@@ -672,6 +420,16 @@ def check_resume(
     return ResumeDecision(
         policy="mapped", table=new_table, state=policy.mapping[resting], diff=changes
     )
+
+
+def _gate_off(old: MachineShape, new: MachineShape, resting: str, last: Trace) -> str | None:
+    """Why going on on ``new`` at ``resting`` (or re-entering it by an entry, for a run
+    that has not ended for good) may run an undecided gated call; None when it may not."""
+    if resting in old.working and skips_gate(old, resting, new, resting):
+        return gate_fault(old, resting, new, resting)
+    if not over(last, old):
+        return "; ".join(entry_faults(old, new)) or None
+    return None
 
 
 _POLICY: contextvars.ContextVar[Policy | None] = contextvars.ContextVar(
@@ -777,16 +535,10 @@ def migration_fault(
         return f"{source!r} is not a working state of the {previous_table.name} machine"
     if trace.entry not in table.working:
         return f"it enters at {trace.entry!r}, not a working state of the {table.name} machine"
-    if _ungates(shape_of(previous_table), source, shape_of(table), trace.entry):
-        return (
-            f"{source!r} -> {trace.entry!r} lets a call that needs approval run without "
-            "its decision"
-        )
+    old, new = shape_of(previous_table), shape_of(table)
+    if skips_gate(old, source, new, trace.entry):
+        return gate_fault(old, source, new, trace.entry)
     return None
-
-
-def _ungates(old: MachineShape, state: str, new: MachineShape, target: str) -> bool:
-    return old.awaits_decision(state) and new.runs_calls_ungated(target)
 
 
 def segment_table(trace: Trace, table: MachineTable) -> MachineTable | MachineShape:
@@ -794,7 +546,7 @@ def segment_table(trace: Trace, table: MachineTable) -> MachineTable | MachineSh
     that is another than ``table`` and known here (declared, or kept with the run),
     else ``table``."""
     fingerprint = trace.machine_fingerprint
-    if fingerprint is None or fingerprint == table.fingerprint or trace.machine != table.name:
+    if fingerprint is None or trace.machine != table.name or fits(table, fingerprint):
         return table
     return _declared(trace.machine, fingerprint) or _SEEN.get(fingerprint) or table
 
@@ -825,161 +577,3 @@ def trace_identity(header: Mapping[str, Any]) -> dict[str, Any]:
     if moved is not None and not isinstance(moved, str):
         raise ValueError(f"a segment's migrated_from {moved!r} is not a state")
     return {"machine_version": version, "machine_fingerprint": fingerprint, "migrated_from": moved}
-
-
-# ---------------------------------------------------------------- replay
-
-
-@attrs.frozen
-class ReplayReport:
-    """Where a recorded run and its replay on another table part, or that they agree."""
-
-    #: The states the recorded run visited, segment after segment.
-    recorded: tuple[str, ...]
-    #: The states the replay visited.
-    replayed: tuple[str, ...]
-    #: The replay's trace and result.
-    trace: Trace
-    result: Terminal
-    #: How many recorded replies there were, and how many the replay asked for.
-    replies: int
-    model_calls: int
-    #: Tool calls the replay made that the recording has no result for.
-    unrecorded_calls: tuple[str, ...] = ()
-
-    @property
-    def index(self) -> int | None:
-        """The position of the first state where the two differ; None when they agree."""
-        for i, (a, b) in enumerate(itertools.zip_longest(self.recorded, self.replayed)):
-            if a != b:
-                return i
-        return None
-
-    @property
-    def agrees(self) -> bool:
-        return self.index is None
-
-    def __str__(self) -> str:
-        i = self.index
-        if i is None:
-            return f"the replay agrees: {len(self.replayed)} states, {' '.join(self.replayed)}"
-        a = self.recorded[i] if i < len(self.recorded) else "(the end)"
-        b = self.replayed[i] if i < len(self.replayed) else "(the end)"
-        return (
-            f"the replay parts at state {i}: recorded {a!r}, replayed {b!r} "
-            f"(after {' '.join(self.recorded[:i]) or 'nothing'})"
-        )
-
-
-def _recorded(traces: Sequence[Trace]) -> tuple[list[Message], dict[str, ToolResult]]:
-    """The model replies and tool results a run recorded, in order."""
-    replies: list[Message] = []
-    results: dict[str, ToolResult] = {}
-    seen: set[int] = set()
-    for trace in traces:
-        for t in trace.transitions:
-            last = t.chain.last_message
-            if last is None or id(last) in seen:
-                continue
-            seen.add(id(last))
-            if last.role == "assistant" and (not replies or replies[-1] != last):
-                replies.append(last)
-            for result in last.tool_results:
-                results.setdefault(result.tool_call_id, result)
-    return replies, results
-
-
-def _start_messages(traces: Sequence[Trace]) -> list[Message]:
-    for trace in traces:
-        for t in trace.transitions:
-            messages = list(t.chain.messages)
-            for i, m in enumerate(messages):
-                if m.role == "assistant":
-                    return messages[:i]
-            return messages
-    return []
-
-
-def replay(
-    saved: SavedRun | Trace | Sequence[Trace],
-    table: MachineTable,
-    opts: Mapping[str, Any] | None = None,
-) -> ReplayReport:
-    """Drive a recorded run's model replies and tool results through ``table``.
-
-    No model and no tool is called: a scripted model answers with the recorded
-    replies in order, and each tool call answers with the recorded result of
-    the same call id. The replay starts from the run's first conversation (the
-    messages before the first reply) and runs ``table`` to its end with ``opts``
-    (the run's saved options when ``saved`` is a saved run); the report
-    compares the states visited.
-    """
-
-    from agentfsm.providers.scripted import ScriptedModel
-
-    from .modes.standard import StandardMode
-    from .run import Run
-    from .tools import Tool, ToolContext, ToolOutput
-
-    traces = _traces(saved)
-    replies, results = _recorded(traces)
-    start = _start_messages(traces)
-    unrecorded: list[str] = []
-
-    def tool_for(name: str) -> Tool:
-        def answer(context: ToolContext, **_: Any) -> ToolOutput:
-            result = results.get(context.tool_call_id)
-            if result is None or result.name != name:
-                unrecorded.append(f"{name} ({context.tool_call_id})")
-                return ToolOutput(content=f"no recorded result for {name}", is_error=True)
-            return ToolOutput(
-                content=result.content,
-                state_updates=result.state_updates,
-                interrupt=result.interrupt_data if result.is_interrupt else None,
-                is_error=result.is_error,
-            )
-
-        return Tool(
-            name=name,
-            description="answers from a recorded run",
-            function=answer,
-            parameters={"type": "object", "properties": {}, "additionalProperties": True},
-            context_param="context",
-        )
-
-    names = sorted(
-        {r.name for r in results.values()} | {c.name for m in replies for c in m.tool_calls}
-    )
-    model = ScriptedModel(list(replies), model_name="replay")
-    first = next((t.chain for trace in traces for t in trace.transitions), None)
-    if first is None:
-        raise ValueError("the recorded run made no transition: there is nothing to replay")
-    chain = attrs.evolve(
-        first,
-        llm=model,
-        tools=tuple(tool_for(n) for n in names),
-        messages=start,
-        exchanged_messages=(),
-        last_message=start[-1] if start else None,
-        needs_response=True,
-        custom_context={},
-        current_failure_count=0,
-    )
-    if opts is None:
-        opts = dict(getattr(saved, "options", None) or {})
-    run: Run
-    if {"fresh", "pending tool calls", "tool results"} <= set(table.entries):
-        run = StandardMode(table).start(chain, opts)
-    else:
-        run = Run(table, chain, next(iter(table.entries.values())), opts)
-    result = run.run_sync()
-    recorded = tuple(s for trace in traces for s in trace.states)
-    return ReplayReport(
-        recorded=recorded,
-        replayed=tuple(run.trace.states),
-        trace=run.trace,
-        result=result,
-        replies=len(replies),
-        model_calls=model.calls,
-        unrecorded_calls=tuple(unrecorded),
-    )

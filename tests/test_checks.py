@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from agentfsm import Agent, SubAgent, tool
 from agentfsm.cli import main
+from agentfsm.effects import state_effects
 from agentfsm.modes.langchain import LANGCHAIN_MACHINES
 from agentfsm.modes.standard import STANDARD
+from agentfsm.providers import ScriptedModel
 from agentfsm.results import Continue, PipelineResult
 from agentfsm.steps import call_llm, execute_tools
 from agentfsm.testing import MachineProblem, check_machine, effects, effects_of
@@ -77,7 +80,16 @@ def test_effects_are_declared_and_checked() -> None:
 def test_the_cli_checks_a_module_attribute(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "agentfsm.modes.langchain:LANGCHAIN_MACHINES"]) == 0
     out = capsys.readouterr().out
-    assert out.count(": ok (approval, bounded, checkpointed)") == len(LANGCHAIN_MACHINES)
+    vacuous = (
+        ": ok (bounded, checkpointed; approval holds vacuously: the machine has no approval "
+        "state) over every path"
+    )
+    assert out.count(vacuous) == len(LANGCHAIN_MACHINES)
+    assert "ok (approval" not in out  # no machine there has a gate to prove anything of
+    assert main(["check", "agentfsm.modes.standard:STANDARD"]) == 0
+    assert capsys.readouterr().out == (
+        "standard: ok (approval (gate: interrupt_check), bounded, checkpointed) over every path\n"
+    )
     assert main(["check", "tests.test_checks:PREFETCHING"]) == 1
     out = capsys.readouterr().out
     assert "check_prefetch: 1 problem(s)" in out
@@ -90,3 +102,58 @@ def test_the_cli_checks_a_module_attribute(capsys: pytest.CaptureFixture[str]) -
     assert "steps with no declared effects (taken as pure): endless" in capsys.readouterr().out
     assert main(["check", "tests.test_checks:prefetch"]) == 2
     assert "not a MachineTable" in capsys.readouterr().err
+
+
+@tool(effects=("model",))
+def summarise(text: str) -> str:
+    """Asks a model for a summary (declared: its calls call a model)."""
+    return text[:10]
+
+
+WRITER = Agent(ScriptedModel([]), [summarise])
+LEAD = Agent(ScriptedModel([]), [SubAgent("writer", "Writes notes", WRITER)])
+#: ``executing`` runs tools in two steps, one after the other.
+TWICE = STANDARD.replace("executing", (execute_tools, run_tools), name="check_tools_twice")
+LEAD_TWICE = Agent(ScriptedModel([]), [summarise], machine=TWICE)
+
+
+def test_tools_declare_effects_and_a_subagent_calls_a_model_and_runs_tools() -> None:
+    assert summarise.effects == {"model"}
+    assert LEAD.tools[0].effects == {"model", "tools"}
+    assert tool(lambda: 1).effects == frozenset()
+    with pytest.raises(ValueError, match=r"a tool's effects are among \['model', 'tools'\]"):
+        tool(effects=("approval",))
+    with pytest.raises(ValueError, match="did you mean 'tools'"):
+        effects("tool")  # type: ignore[arg-type]
+
+
+def test_a_subagent_in_a_tools_state_breaks_checkpointed() -> None:
+    assert check_machine(STANDARD) == []  # the table alone runs no subagent
+    (problem,) = check_machine(STANDARD, tools=LEAD.tools)
+    assert problem.rule == "checkpointed"
+    assert problem.path == ("interrupt_check", "executing")
+    assert problem.message == (
+        "'executing' runs the tool(s) writer, which run tools and then call the model inside "
+        "this state's work, so those tool results are not saved at a boundary before it"
+    )
+    assert check_machine(STANDARD, tools=WRITER.tools) == []  # a model call alone is fine
+
+
+def test_a_tool_that_calls_a_model_after_tools_in_one_state_breaks_checkpointed() -> None:
+    assert check_machine(TWICE) == []
+    assert state_effects(TWICE)["executing"] == {"tools"}
+    (problem,) = check_machine(TWICE, tools=[summarise])
+    assert (problem.rule, problem.path) == ("checkpointed", ("interrupt_check", "executing"))
+    assert "calls the model after running tools in the same work" in problem.message
+
+
+def test_the_cli_checks_an_agent_with_its_tools(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "tests.test_checks:WRITER"]) == 0
+    assert capsys.readouterr().out == (
+        "standard: ok (approval (gate: interrupt_check), bounded, checkpointed) over every path\n"
+        "  tools with effects, run in executing: summarise: model\n"
+    )
+    assert main(["check", "tests.test_checks:LEAD"]) == 1
+    out = capsys.readouterr().out
+    assert "standard: 1 problem(s)\n  checkpointed: 'executing' runs the tool(s) writer" in out
+    assert "  tools with effects, run in executing: writer: model, tools\n" in out

@@ -5,8 +5,9 @@
 each path of a machine, a scenario that takes it; :func:`record` and
 :class:`Cassette` record a model's conversation and replay it;
 :func:`check_machine` proves properties of a table over all its paths, from the
-effects its steps declare (:func:`effects`). The pytest plugin (installed with
-the package) adds fixtures and a coverage report; see the testing docs.
+effects its steps declare (:func:`effects`, from :mod:`agentfsm.effects`). The
+pytest plugin (installed with the package) adds fixtures and a coverage report;
+see the testing docs.
 """
 
 from __future__ import annotations

@@ -291,8 +291,8 @@ def _names_only(request: Mapping[str, Any]) -> bool:
 
 
 def _calls_model(trace: Trace, state: str) -> bool:
+    from ..effects import effects_of
     from ..machine import machine_named
-    from ._checks import effects_of
 
     table = machine_named(trace.machine, version=trace.machine_version)
     return any("model" in (effects_of(step) or ()) for step in table.steps.get(state, ()))

@@ -1,10 +1,11 @@
 """Static checks of a machine: properties of every run, proved from the table alone.
 
-Steps say what they do with :func:`effects` (``@effects("tools")``): ``model``
-(calls the model), ``tools`` (runs tools), ``approval`` (asks whether the
-pending calls may run) and ``bound`` (ends a loop that has gone on too long,
-as ``check_max_runs`` does). The built-in steps are declared here.
-:func:`check_machine` searches every path of the table, loops included, for:
+Steps say what they do with :func:`~agentfsm.effects.effects`
+(``@effects("tools")``): ``model`` (calls the model), ``tools`` (runs tools),
+``approval`` (asks whether the pending calls may run) and ``bound`` (ends a loop
+that has gone on too long, as ``check_max_runs`` does); :mod:`agentfsm.effects`
+declares the built-in steps. :func:`check_machine` searches every path of the
+table, loops included, for:
 
 * ``approval``: when some state asks for approval, no state runs tools that a
   model asked for without an approval since that model call (and since the run
@@ -12,7 +13,10 @@ as ``check_max_runs`` does). The built-in steps are declared here.
 * ``bounded``: every cycle of the machine passes a state with a ``bound`` step;
 * ``checkpointed``: no state calls the model after running tools in the same
   state's work, so each tool call is saved at a state boundary before the next
-  model call (a run is checkpointed at every transition).
+  model call (a run is checkpointed at every transition). Given the agent's
+  ``tools``, a ``tools`` step also does what they declare: one that runs a
+  :class:`~agentfsm.SubAgent` (its child runs tools, then calls the model, and
+  its progress is saved with the parent's transition) breaks it too.
 
 A property that fails comes with a counterexample: the states of a path that
 breaks it. ``agentfsm check MODULE:ATTR`` prints them. :mod:`agentfsm.testing` exports
@@ -22,97 +26,15 @@ all of it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from typing import Final, Literal, TypeAlias, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
+from ..effects import EFFECTS, Effect, effects, effects_of, lent_effects, step_effects
 from ..machine import MachineTable
-from ..modes import langchain
-from ..modes import standard as _standard
-from ..steps import (
-    Step,
-    call_llm,
-    check_max_runs,
-    check_pause,
-    check_response_complete,
-    check_tool_interrupts,
-    check_until_tool,
-    check_until_tool_success,
-    execute_tools,
-    expand_tool_results,
-    propagate_state,
-    take_tool_answers,
-)
 
 __all__ = ["EFFECTS", "Effect", "MachineProblem", "check_machine", "effects", "effects_of"]
-
-Effect: TypeAlias = Literal["model", "tools", "approval", "bound"]
-#: Every effect a step may declare.
-EFFECTS: Final[frozenset[str]] = frozenset({"model", "tools", "approval", "bound"})
-_ATTRIBUTE: Final = "__agentfsm_effects__"
-
-_F = TypeVar("_F", bound=Callable[..., object])
-
-
-def effects(*kinds: Effect) -> Callable[[_F], _F]:
-    """Declare what a step does: ``@effects("tools")`` above ``def my_step(result, opts)``."""
-    unknown = sorted(set(kinds) - EFFECTS)
-    if unknown:
-        raise ValueError(f"unknown effect(s) {unknown}; effects: {sorted(EFFECTS)}")
-
-    def declare(step: _F) -> _F:
-        setattr(step, _ATTRIBUTE, frozenset(kinds))
-        return step
-
-    return declare
-
-
-#: The built-in steps' effects (declared here, so the steps stay plain functions).
-_BUILT_IN: Final[Mapping[object, frozenset[str]]] = {
-    call_llm: frozenset({"model"}),
-    execute_tools: frozenset({"tools"}),
-    check_max_runs: frozenset({"bound"}),
-    _standard.check_approvals: frozenset({"approval"}),
-    _standard._decide: frozenset({"bound"}),  # check_max_runs when the loop goes on
-    langchain.call_model: frozenset({"model"}),
-    langchain.tools_else_model: frozenset({"model", "tools"}),
-    # The step loop goes on only while the user's should_continue says so.
-    langchain.check_should_continue: frozenset({"bound"}),
-    # max_retry_count failures in a row end the loop; a success ends it too.
-    langchain.check_success: frozenset({"bound"}),
-    # Steps that only read or reshape the conversation.
-    **dict.fromkeys(
-        (
-            check_pause,
-            check_response_complete,
-            check_tool_interrupts,
-            check_until_tool,
-            check_until_tool_success,
-            expand_tool_results,
-            propagate_state,
-            take_tool_answers,
-            _standard._check_until,
-            _standard._this_turns_interrupts,
-            langchain.finish,
-            langchain.check_needs_response,
-            langchain.check_tool_names,
-            langchain.start_mode_state,
-        ),
-        frozenset[str](),
-    ),
-}
-
-
-def effects_of(step: Step) -> frozenset[str] | None:
-    """What ``step`` declared it does; None when it declared nothing."""
-    declared = getattr(step, _ATTRIBUTE, None)
-    if declared is not None:
-        return frozenset(declared)
-    try:
-        return _BUILT_IN.get(step)
-    except TypeError:  # an unhashable callable declares nothing
-        return None
 
 
 @attrs.frozen
@@ -154,13 +76,6 @@ class MachineProblem:
         return "\n".join(lines) + "\n"
 
 
-def _state_effects(table: MachineTable) -> dict[str, list[frozenset[str]]]:
-    return {
-        state: [effects_of(step) or frozenset() for step in steps]
-        for state, steps in table.steps.items()
-    }
-
-
 def _successors(table: MachineTable) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {s: [] for s in table.states}
     for e in table.edges:
@@ -172,7 +87,7 @@ def _successors(table: MachineTable) -> dict[str, list[str]]:
 def _approval(table: MachineTable) -> list[MachineProblem]:
     """Search (state, approved since the last model call) from each entry for a tools
     step reached unapproved; the shortest such path is the counterexample."""
-    by_state = _state_effects(table)
+    by_state = step_effects(table)
     if not any("approval" in e for steps in by_state.values() for e in steps):
         return []
     following = _successors(table)
@@ -219,7 +134,7 @@ def _walk_back(
 
 def _bounded(table: MachineTable) -> list[MachineProblem]:
     """A cycle of working states none of whose states has a ``bound`` step."""
-    by_state = _state_effects(table)
+    by_state = step_effects(table)
     free = {s for s in table.working if not any("bound" in e for e in by_state[s])}
     following = {s: [d for d in ds if d in free] for s, ds in _successors(table).items()}
     cycle = _find_cycle(free, following)
@@ -286,26 +201,44 @@ def _shortest(table: MachineTable, goal: str) -> tuple[str, ...]:
     return tuple(reversed(states))
 
 
-def _checkpointed(table: MachineTable) -> list[MachineProblem]:
-    """A state whose work calls the model after running tools, with no boundary between."""
+def _checkpointed(table: MachineTable, tools: Sequence[Any]) -> list[MachineProblem]:
+    """A state whose work calls the model after running tools, with no boundary between:
+    a later step after an earlier one, or a tool that runs tools and calls the model."""
+    lent = lent_effects(tools)
+    both = sorted(name for name, kinds in lent.items() if {"model", "tools"} <= kinds)
     problems = []
-    for state, declared in _state_effects(table).items():
+    for state, declared in step_effects(table).items():
         ran_tools = False
         for kinds in declared:
-            if "model" in kinds and ran_tools:
-                problems.append(
-                    MachineProblem(
-                        rule="checkpointed",
-                        message=f"{state!r} calls the model after running tools in the same "
-                        "work, so the tool results are not saved at a boundary before it",
-                        path=_shortest(table, state),
-                    )
+            if "tools" in kinds and both:
+                message = (
+                    f"{state!r} runs the tool(s) {', '.join(both)}, which run tools and then "
+                    "call the model inside this state's work, so those tool results are not "
+                    "saved at a boundary before it"
                 )
-                break
-            ran_tools = ran_tools or "tools" in kinds
+            elif ("model" in kinds or ("tools" in kinds and _calls_model(lent))) and ran_tools:
+                message = (
+                    f"{state!r} calls the model after running tools in the same "
+                    "work, so the tool results are not saved at a boundary before it"
+                )
+            else:
+                ran_tools = ran_tools or "tools" in kinds
+                continue
+            problems.append(
+                MachineProblem(rule="checkpointed", message=message, path=_shortest(table, state))
+            )
+            break
     return problems
 
 
-def check_machine(table: MachineTable) -> list[MachineProblem]:
-    """Every property ``table`` breaks (see the module), each with a counterexample; none: ok."""
-    return [*_approval(table), *_bounded(table), *_checkpointed(table)]
+def _calls_model(lent: Mapping[str, frozenset[str]]) -> bool:
+    return any("model" in kinds for kinds in lent.values())
+
+
+def check_machine(table: MachineTable, *, tools: Iterable[Any] = ()) -> list[MachineProblem]:
+    """Every property ``table`` breaks (see the module), each with a counterexample; none: ok.
+
+    ``tools`` are the tools its runs offer the model (an agent's ``tools``): a
+    ``tools`` step does what they declare too (``Tool.effects``).
+    """
+    return [*_approval(table), *_bounded(table), *_checkpointed(table, list(tools))]

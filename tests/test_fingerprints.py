@@ -1,0 +1,168 @@
+"""A table's fingerprint covers its steps' code: a changed body or other arguments show."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import agentfsm.machine as m
+from agentfsm import STANDARD, Continue
+from agentfsm._identity import names_identity, step_code
+from agentfsm.cli import main
+from agentfsm.machine import MachineTable, fingerprint_of
+from agentfsm.results import PipelineResult
+from agentfsm.versions import MachineShape, check_resume, diff, shape_of
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _own_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(m, "_DECLARED", {k: dict(v) for k, v in m._DECLARED.items()})
+    yield
+
+
+def _with(step: Any, name: str, version: int = 1) -> MachineTable:
+    return STANDARD.replace("deciding", (step,), name=name, version=version)
+
+
+def _module(tmp_path: Path, name: str, body: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    (tmp_path / f"{name}.py").write_text(
+        "from agentfsm import Continue\n\n\ndef decide(result, opts=None):\n" + body
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return importlib.import_module(name)
+
+
+def test_a_changed_step_body_changes_the_fingerprint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = _module(tmp_path, "steps_a", "    return result\n", monkeypatch)
+    b = _module(tmp_path, "steps_b", "    return Continue(result.chain)\n", monkeypatch)
+    c = _module(tmp_path, "steps_c", "    return result\n", monkeypatch)
+    one, two = _with(a.decide, "body_changed"), _with(b.decide, "body_changed", 2)
+    assert a.decide.__qualname__ == b.decide.__qualname__ == "decide"
+    assert names_identity(one) == names_identity(two)  # what fingerprints covered before
+    assert one.fingerprint != two.fingerprint
+    assert _with(c.decide, "body_same").fingerprint == one.fingerprint  # another module, same code
+    changes = diff(one, two)
+    assert not changes.same and changes.code_changed == (("deciding", "decide"),)
+    assert changes.states_changed == ()
+    assert "notice: the code of step decide in state deciding changed" in "\n".join(changes.lines())
+    assert "code changed decide (state deciding)" in changes.summary()
+
+
+def _limited(result: PipelineResult, opts: Mapping[str, Any], limit: int = 0) -> PipelineResult:
+    return result
+
+
+def _factory(limit: int) -> Any:
+    def decide(result: PipelineResult, opts: Mapping[str, Any]) -> PipelineResult:
+        return result if limit else Continue(result.chain)
+
+    return decide
+
+
+def test_arguments_a_step_was_made_with_change_the_fingerprint() -> None:
+    three = functools.partial(_limited, limit=3)
+    assert step_code(three) == step_code(functools.partial(_limited, limit=3))
+    assert step_code(three) != step_code(functools.partial(_limited, limit=5))
+    assert step_code(functools.partial(_limited, 3)) != step_code(functools.partial(_limited, 4))
+    assert (
+        _with(three, "partial_3").fingerprint
+        != _with(functools.partial(_limited, limit=5), "partial_5").fingerprint
+    )
+    assert step_code(_factory(1)) != step_code(_factory(0))  # a closure's values count
+    assert step_code(_factory(2)) == step_code(_factory(2))
+
+
+def test_two_lambdas_differ_and_objects_count_by_their_type_only() -> None:
+    same = lambda r, o: r  # noqa: E731
+    other = lambda r, o: Continue(r.chain)  # noqa: E731
+    first, second = (lambda r, o: r), (lambda r, o: o)  # one line, two lambdas
+    assert step_code(same) != step_code(other)
+    assert step_code(first) != step_code(second)
+    assert _with(same, "lambda_a").fingerprint != _with(other, "lambda_b").fingerprint
+    held = functools.partial(_limited, limit=object())  # no address may leak in
+    assert step_code(held) == step_code(functools.partial(_limited, limit=object()))
+
+
+_PRINT = """
+import functools, json
+from agentfsm import STANDARD
+from tests.test_fingerprints import _limited
+t = STANDARD.replace("deciding", (functools.partial(_limited, limit=3),), name="child_proc")
+print(json.dumps([STANDARD.fingerprint, t.fingerprint]))
+"""
+
+
+def test_fingerprints_are_the_same_in_another_process() -> None:
+    here = _with(functools.partial(_limited, limit=3), "child_proc")
+    out = subprocess.run(
+        [sys.executable, "-c", _PRINT], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == [STANDARD.fingerprint, here.fingerprint]
+
+
+def test_a_shape_keeps_code_and_effects_and_an_old_shape_keeps_its_fingerprint() -> None:
+    shape = shape_of(STANDARD)
+    assert shape.fingerprint == STANDARD.fingerprint
+    assert shape.effects is not None and shape.effects["interrupt_check"] == (("approval",),)
+    again = MachineShape.from_data(json.loads(json.dumps(shape.to_data())))
+    assert again == shape and again.fingerprint == STANDARD.fingerprint
+    data = shape.to_data()
+    del data["code"], data["effects"]  # a shape saved before they were kept
+    old = MachineShape.from_data(data)
+    assert old.fingerprint == fingerprint_of(names_identity(STANDARD)) != STANDARD.fingerprint
+    assert old.gates == ("interrupt_check",)  # its effects read from the steps, by name
+
+
+def test_a_run_recorded_with_a_names_only_fingerprint_goes_on_unchanged() -> None:
+    from agentfsm.trace import Trace
+
+    legacy = fingerprint_of(names_identity(STANDARD))
+    trace = Trace(
+        entry="expanding", machine="standard", machine_version=1, machine_fingerprint=legacy
+    )
+    assert check_resume(trace, STANDARD).policy == "unchanged"
+
+
+_DIFF = """
+from agentfsm import STANDARD
+
+
+def decide(result, opts=None):
+    return result
+
+
+V1 = STANDARD.replace("deciding", (decide,), name="cli_recoded")
+"""
+
+
+def test_machines_diff_gives_a_changed_step_code_as_a_notice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cli_recoded_a.py").write_text(_DIFF)
+    (tmp_path / "cli_recoded_b.py").write_text(
+        _DIFF.replace("return result", "return result  # unchanged, but said otherwise").replace(
+            'name="cli_recoded"', 'name="cli_recoded", version=2'
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("cli_recoded_a", "cli_recoded_b"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert main(["machines", "diff", "cli_recoded_a:V1", "cli_recoded_b:V1", "--no-diagram"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[2:] == [
+        "notice: the code of step decide in state deciding changed (same name, another body "
+        "or other arguments)"
+    ]
