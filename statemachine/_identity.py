@@ -3,10 +3,12 @@
 A step's *code* is a digest of what it does, the same in every process that
 loads the same source:
 
-* a function: its qualified name, its source text (decorators included, so
-  ``@effects(...)`` counts), the global and attribute names and the local names
-  its code uses, the column it starts at (two lambdas on one line differ), its
-  defaults and the values its closure holds;
+* a function: its qualified name, its source as a syntax tree (decorators included,
+  so ``@effects(...)`` counts; comments, docstrings and layout do not, so a
+  release that rewords a step's docstring keeps every saved run's fingerprint), the
+  global and attribute names and the local names its code uses, where a lambda
+  starts on its line (two lambdas on one line differ), its defaults and the values
+  its closure holds;
 * a ``functools.partial``: the function's code and the bound arguments;
 * a bound method: its function's code and its object's class;
 * a callable object: its class, its ``__call__``'s code, and its attributes
@@ -23,10 +25,12 @@ of an object, so nothing changes from one process to the next.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import inspect
 import json
+import textwrap
 import types
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -153,13 +157,31 @@ def _function(function: types.FunctionType, depth: int) -> dict[str, Any]:
 
 def _source(code: types.CodeType) -> str | None:
     try:
-        return inspect.cleandoc(inspect.getsource(code))
+        text = textwrap.dedent(inspect.getsource(code))
     except (OSError, TypeError):
         return None
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:  # a lambda's line, say, that is no statement on its own
+        return inspect.cleandoc(text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Module)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]  # the docstring says why, not what
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
 
 def _column(code: types.CodeType) -> int | None:
-    """Where the code's first instruction with a place in the source starts on its line."""
+    """Where a lambda's first instruction with a place in the source starts on its line
+    (None for a ``def``, whose tree tells it apart)."""
+    if code.co_name != "<lambda>":
+        return None
     for _, _, column, end in code.co_positions():
         if column is not None and end is not None and end > column:
             return column

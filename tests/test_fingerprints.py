@@ -153,7 +153,7 @@ def test_machines_diff_gives_a_changed_step_code_as_a_notice(
 ) -> None:
     (tmp_path / "cli_recoded_a.py").write_text(_DIFF)
     (tmp_path / "cli_recoded_b.py").write_text(
-        _DIFF.replace("return result", "return result  # unchanged, but said otherwise").replace(
+        _DIFF.replace("return result", "return result if result else result").replace(
             'name="cli_recoded"', 'name="cli_recoded", version=2'
         )
     )
@@ -166,3 +166,22 @@ def test_machines_diff_gives_a_changed_step_code_as_a_notice(
         "notice: the code of step decide in state deciding changed (same name, another body "
         "or other arguments)"
     ]
+
+
+def test_comments_docstrings_and_layout_leave_a_steps_code_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release that rewords a step's docstring or comments keeps saved runs' fingerprints;
+    a change of what it does changes them."""
+    sources = {
+        "same_a": 'def decide(result, opts=None):\n    """Say why."""\n    return result\n',
+        "same_b": (
+            "def decide(result,\n           opts=None):\n    # now a comment\n    return result\n"
+        ),
+        "other": "def decide(result, opts=None):\n    return None\n",
+    }
+    for name, text in sources.items():
+        (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    codes = {name: step_code(importlib.import_module(name).decide) for name in sources}
+    assert codes["same_a"] == codes["same_b"] != codes["other"]

@@ -120,7 +120,7 @@ def test_an_interrupted_then_approved_run_replays_on_its_machine(tmp_path: Path)
     store = SQLiteStore(tmp_path / "runs.db")
     start_run(_agent(gated=True), AgentState.of("1+2?"), store, run_id="h").run_sync()
     assert replay(load_run(store, "h", strict=False), STANDARD).agrees
-    _agent(say("3"), gated=True).resume_run_sync("h", store, [{"type": "approve"}])
+    _agent(say("3"), gated=True).resume_run_sync("h", store, [{"type": "approve"}], unbound=True)
     saved = load_run(store, "h", strict=False)
     assert [t.path.split()[-1] for t in saved.traces] == ["interrupted", "ok"]
     report = replay(saved, STANDARD)
