@@ -222,3 +222,45 @@ def test_a_long_run_loads_and_steps_quickly(
     # Loose bounds, far above what it takes (about 0.8 s and 5 ms on an idle machine): they
     # catch a page that rebuilds every step per key press, not a slow shared machine.
     assert loaded < 30 and times[10] < 500, (loaded, times)
+
+
+def test_typing_into_the_edit_box_types_what_the_reviewer_typed(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    tmp_path: pathlib.Path,
+) -> None:
+    """The run page's step keys (j, k, arrows, Home, End) belong to the page, not to a
+    decision's controls: an edited argument is sent as typed, and arrows on the decision
+    menu choose a decision instead of moving the step."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import Select
+
+    from agentfsm import HumanInTheLoop, tool
+    from agentfsm.providers import ScriptedModel, call_tool
+
+    @tool
+    def restore(entry: str) -> str:
+        """Restore a backup entry."""
+        return entry
+
+    agent = Agent(
+        ScriptedModel([call_tool("restore", entry="a.json")]),
+        [restore],
+        middleware=[HumanInTheLoop({"restore": True})],
+    )
+    db = tmp_path / "runs.db"
+    with SQLiteStore(db) as store:
+        start_run(agent, AgentState.of("restore it"), store, run_id="waiting").run_sync()
+    with serving(create_app(str(db), agent=agent)) as base:
+        browser.get(base + "/runs/waiting")
+        menus = _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#act select"), what="menu")
+        step = browser.execute_script("return document.body.dataset.step")
+        Select(menus[0]).select_by_value("edit")
+        box = browser.find_element(By.CSS_SELECTOR, "#act textarea")
+        box.clear()
+        typed = '{"entry": "jackknife backup.json"}'
+        box.send_keys(typed, Keys.ARROW_LEFT, Keys.HOME, Keys.END, Keys.ARROW_UP)
+        assert box.get_attribute("value") == typed
+        menus[0].send_keys(Keys.ARROW_UP)  # on the menu: another decision, never another step
+        assert browser.execute_script("return document.body.dataset.step") == step
+        assert _severe(browser) == []

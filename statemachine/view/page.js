@@ -354,6 +354,10 @@
   }
   document.addEventListener("keydown", (event) => {
     if (event.altKey || event.ctrlKey || event.metaKey) return;
+    // Keys typed into a field or a decision's controls are theirs, never a step move:
+    // an edit box must receive "j", "k" and the arrows as the reviewer typed them.
+    const target = event.target;
+    if (target instanceof Element && target.closest("input, textarea, select, button, form, fieldset, [contenteditable]")) return;
     const moves = { ArrowRight: 1, ArrowDown: 1, j: 1, ArrowLeft: -1, ArrowUp: -1, k: -1 };
     if (event.key in moves) select(current + moves[event.key]);
     else if (event.key === "Home") select(0);
