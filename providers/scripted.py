@@ -5,6 +5,12 @@ records every request. A reply may be an assistant :class:`Message`, a ``str``
 (plain text), or a :class:`ChainError` / exception to raise on cue::
 
     model = ScriptedModel([call_tool("search", q="attrs"), say("Found it.")])
+
+A call whose id the script leaves out gets one when the model replies with it:
+``call_N``, numbered on from the last ``call_N`` of the conversation it was sent,
+so a run resumed in another process never repeats an id and a scripted run
+gets the same ids every time. Ids are unique within a conversation, not across
+runs (two runs of one script both start at ``call_1``).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
@@ -41,6 +48,15 @@ Reply: TypeAlias = Message | str | BaseException
 Script: TypeAlias = Callable[[Sequence[Message]], Reply | Awaitable[Reply]]
 
 _ids = itertools.count(1)
+_NUMBERED = re.compile(r"call_(\d+)")
+
+
+class _MadeUp(str):
+    """A call id :func:`call_tools` made up: the model that replies with the call
+    numbers it from the conversation (:func:`_numbered`). Until then it is a plain,
+    process-unique ``call_N``, for a reply added to a chain by hand."""
+
+    __slots__ = ()
 
 
 def say(text: str, *, status: Status = "complete") -> Message:
@@ -68,7 +84,7 @@ def call_tools(
     tool_calls = []
     for spec in calls:
         name, arguments = spec[0], spec[1]
-        call_id = (spec[2] if len(spec) > 2 else None) or f"call_{next(_ids)}"
+        call_id = (spec[2] if len(spec) > 2 else None) or _MadeUp(f"call_{next(_ids)}")
         tool_calls.append(ToolCall(call_id=call_id, name=name, arguments=dict(arguments)))
     return Message.assistant(text, tool_calls)
 
@@ -143,15 +159,40 @@ class ScriptedModel:
             raise reply
         if isinstance(reply, str):  # built with the model's name at once
             message = Message.assistant(reply, metadata={"model": self.model_name})
-        elif "model" in reply.metadata:
-            message = reply
         else:
-            message = _named(reply, self.model_name)
+            if reply.tool_calls and any(c.call_id.__class__ is _MadeUp for c in reply.tool_calls):
+                reply = _numbered(reply, messages)
+            message = reply if "model" in reply.metadata else _named(reply, self.model_name)
         if self.stream and on_delta is not None and message.text:
             for word in message.text.split(" "):
                 on_delta(MessageDelta(content=word + " "))
                 await asyncio.sleep(0)
         return message
+
+
+def _numbered(reply: Message, conversation: Sequence[Message]) -> Message:
+    """``reply`` with the ids :func:`call_tools` made up numbered on from the last
+    ``call_N`` of ``conversation`` (the latest message that has one: no scan of the
+    whole conversation per call), skipping the ids the reply names itself."""
+    last = 0
+    for message in reversed(conversation):
+        ids = [c.call_id for c in message.tool_calls] or [
+            r.tool_call_id for r in message.tool_results
+        ]
+        numbers = [int(m[1]) for i in ids if (m := _NUMBERED.fullmatch(i))]
+        if numbers:
+            last = max(numbers)
+            break
+    given = {c.call_id for c in reply.tool_calls if c.call_id.__class__ is not _MadeUp}
+    calls = []
+    for call in reply.tool_calls:
+        if call.call_id.__class__ is _MadeUp:
+            last += 1
+            while f"call_{last}" in given:
+                last += 1
+            call = attrs.evolve(call, call_id=f"call_{last}")
+        calls.append(call)
+    return attrs.evolve(reply, tool_calls=tuple(calls))
 
 
 def _named(reply: Message, model: str) -> Message:

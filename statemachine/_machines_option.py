@@ -1,7 +1,8 @@
 """``--machines MODULE``: import the modules that declare a user's own machines.
 
 A saved run names its machine; the machine is found only once the module that
-declares it is imported. ``view``, ``runs show`` and ``studio`` take the modules
+declares it is imported. ``view``, ``studio`` and ``runs`` ``show``, ``fork``,
+``compare`` and ``export`` take the modules
 as ``--machines MODULE`` (repeatable) or ``AGENTFSM_MACHINES`` (comma-separated),
 importable from the current folder (put on ``sys.path`` after the installed packages).
 """

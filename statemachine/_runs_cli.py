@@ -177,6 +177,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="MODULE:FACTORY",
         help="for --test: a function of the model that returns the agent to replay through",
     )
+    add_machines_option(export)
     _versions_cli.add_runs_commands(commands)  # migrate, replay: their own handlers
     return runs
 
@@ -204,6 +205,9 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
             import_machines(args.machines)
             return _show(db, args.run_id, args.json, out)
         if args.runs_command == "export":
+            from ._machines_option import import_machines
+
+            import_machines(args.machines)
             return _export(db, args.run_id, args.cassette, args.test, args.agent, out)
         if args.runs_command in ("fork", "compare"):
             from ._machines_option import import_machines
@@ -244,12 +248,21 @@ def _export(
 
     if test is not None and agent is None:
         raise UsageError("--test needs --agent MODULE:FACTORY, the agent to replay through")
+    from .store.checkpoint import execute_options
+
     saved = load_run(open_store(db), run_id, strict=False)
+    text = None
+    if test is not None and agent is not None:  # before writing anything: it may refuse
+        options = execute_options(saved.options)
+        text = regression_test(saved.traces, cassette, agent=agent, test=test, options=options)
     calls = cassette_from_traces(saved.traces, cassette)
     _say(out, f"wrote {calls} model call(s) of run {run_id} to {cassette}")
-    if test is not None and agent is not None:
-        Path(test).write_text(regression_test(saved.trace, cassette, agent=agent), "utf-8")
-        _say(out, f"wrote {test}: it replays {cassette} and asserts the path {saved.trace.path}")
+    if test is not None and text is not None:
+        Path(test).parent.mkdir(parents=True, exist_ok=True)
+        Path(test).write_text(text, "utf-8")
+        paths = "; ".join(t.path for t in saved.traces)
+        segments = f"{len(saved.traces)} segments' paths" if len(saved.traces) > 1 else "the path"
+        _say(out, f"wrote {test}: it replays {cassette} and asserts {segments} {paths}")
     return 0
 
 

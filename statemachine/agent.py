@@ -387,7 +387,9 @@ class Agent:
                     usage=usage,
                 )
             case Failed(_, failure):
-                if failure.type == "exceeded_max_runs":
+                # The agent's own budget reads as SPEC words it; a child machine's keeps
+                # the error naming the child and where it stopped (subagents._named).
+                if failure.type == "exceeded_max_runs" and "child" not in failure.details:
                     failure = ChainError(failure.type, MAX_RUNS_MESSAGE, retryable=False)
                 return AgentState(messages, agent_state, status="error", error=failure, usage=usage)
         raise AssertionError(f"unexpected result {result!r}")

@@ -133,6 +133,11 @@ def _result_line(result: Terminal | None) -> Text | None:
     return None
 
 
+def _count(tools: Any) -> int:
+    """How many tools a step's detail lists (a detail read from a file may list none)."""
+    return len(tools) if isinstance(tools, list | tuple) else 0
+
+
 def summary(
     trace: Trace,
     result: Terminal | None = None,
@@ -147,7 +152,7 @@ def summary(
     (approved calls), which its trace does not show.
     """
     calls = sum(t.source == "calling" and not (t.detail or {}).get("requested") for t in trace)
-    tools = sum(len((t.detail or {}).get("tools", ())) for t in trace if t.source == "executing")
+    tools = sum(_count((t.detail or {}).get("tools")) for t in trace if t.source == "executing")
     seconds = wall_time if wall_time is not None else sum(t.elapsed for t in trace)
     terminal = trace.terminal or "(not ended)"
     grid = Table.grid(padding=(0, 2))

@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ._printable import printable
 from .machine import Edge, MachineTable, UnknownMachineError, machine_named
 from .modes.standard import STANDARD
 from .paths import compress_path, loop_edges, paths, shared_edges, state_label
@@ -92,8 +93,9 @@ def _wrap(text: str, width: int) -> list[str]:
 
 
 def _cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text safe inside a Markdown table cell, control characters spelled out (it may
+    come from a saved file)."""
+    return printable(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _dot_id(state: str) -> str:
@@ -769,7 +771,10 @@ def _dot_child(
 
 
 def describe_detail(transition: Transition) -> str:
-    """What a step did, in a few words: the model and the tools it asked for, the tools run."""
+    """What a step did, in a few words: the model and the tools it asked for, the tools run.
+
+    A detail read from a file may hold anything: a value of another type than a run
+    records is written as it is, never a reason to fail."""
     detail = transition.detail
     if not detail:
         return ""
@@ -779,18 +784,25 @@ def describe_detail(transition: Transition) -> str:
         calls = rest.pop("tool_calls", None)
         text = str(rest.pop("model"))
         if calls:
-            text += " -> " + ", ".join(map(str, calls))
+            text += " -> " + _names(calls)
         elif calls is not None:
             text += " -> answer"
         parts.append(text)
     if "tools" in rest:
-        tools = ", ".join(map(str, rest.pop("tools")))
+        tools = _names(rest.pop("tools"))
         errors = rest.pop("errors", 0)
         parts.append(f"ran {tools}" + (f" ({errors} failed)" if errors else ""))
     if "inserted" in rest:
         parts.append(f"+{rest.pop('inserted')} messages")
     parts += [f"{k}={_short(v)}" for k, v in rest.items()]
     return "; ".join(parts)
+
+
+def _names(value: Any) -> str:
+    """A detail's list of names, comma-separated; a value that is no list as it is."""
+    if isinstance(value, list | tuple):
+        return ", ".join(map(str, value))
+    return str(value)
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -15,13 +15,17 @@ server is a URL (streamable HTTP), :func:`stdio` parameters, a
 transport, an in-process server). Each tool keeps the server's input schema as
 it is given; a call's result comes back as content parts (text, images,
 files), and a result the server marks as an error, or a call that fails, is an
-error result the model reads. Tools are plain :class:`~agentfsm.tools.Tool`
-values, so middleware such as approval works on them as on any other.
+error result the model reads. A server that goes away (its process dies, its
+port closes) fails the calls made to it as error results naming it, over stdio
+and HTTP alike; the run goes on, and leaving the ``async with`` raises nothing.
+Tools are plain :class:`~agentfsm.tools.Tool` values, so middleware such as
+approval works on them as on any other.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -101,19 +105,99 @@ async def mcp_tools(
     ``mcp.types.Tool``); ``prefix`` goes before each name the model sees (the
     server is called with its own). ``timeout`` bounds each call, in seconds.
     """
+    label = _label(server)
     async with AsyncExitStack() as stack:
+        if isinstance(server, str):
+            server = StreamableHTTP(server)
         if isinstance(server, StreamableHTTP):
             http = await stack.enter_async_context(
                 httpx2.AsyncClient(
                     headers=dict(server.headers),
                     timeout=httpx2.Timeout(_CONNECT_SECONDS, read=_READ_SECONDS),
+                    transport=_Answering(httpx2.AsyncHTTPTransport(), label),
                 )
             )
             target: Any = streamable_http_client(server.url, http_client=http)
         else:
             target = server
         client = await stack.enter_async_context(Client(target))
-        yield await tools_of(client, tool_filter=tool_filter, prefix=prefix, timeout=timeout)
+        yield await tools_of(
+            client, tool_filter=tool_filter, prefix=prefix, timeout=timeout, server=label
+        )
+
+
+def _label(server: MCPServerSpec) -> str:
+    """How an error result names ``server``: its URL (no credentials, no query), the
+    command that runs it, or its name."""
+    if isinstance(server, StreamableHTTP):
+        server = server.url
+    if isinstance(server, str):
+        url = httpx2.URL(server)
+        return str(url.copy_with(username=None, password=None, query=None, fragment=None))
+    if isinstance(server, StdioServerParameters):
+        return shlex.join([server.command, *server.args])
+    name = getattr(server, "name", None)
+    return name if isinstance(name, str) and name else type(server).__name__
+
+
+class _Answering(httpx2.AsyncBaseTransport):
+    """The HTTP transport under a streamable HTTP connection: a request the server
+    never answers (refused, reset, dropped mid-reply, timed out) is answered here, with
+    the JSON-RPC error a server sends at a 503, so the SDK fails that one request.
+
+    The SDK posts each request in a task of the connection's task group, and a
+    transport error raised there would cancel the whole group, the host's code
+    inside the ``async with`` (the run) with it. Over stdio a dead server fails the
+    pending request instead; this makes HTTP do the same."""
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, server: str) -> None:
+        self._inner = inner
+        self._server = server
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            return self._unanswered(request, exc)
+        response.stream = _Guarded(response.stream)
+        return response
+
+    def _unanswered(self, request: httpx2.Request, exc: Exception) -> httpx2.Response:
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        error = {"code": _UNANSWERED, "message": f"no answer over HTTP ({why})"}
+        body = {"jsonrpc": "2.0", "id": None, "error": error}
+        return httpx2.Response(503, json=body, request=request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+#: The JSON-RPC error code of a request the server never answered (the SDK's own
+#: "connection closed" code, as a dead stdio server gives).
+_UNANSWERED = -32000
+
+
+class _DroppedError(httpx2.StreamError):
+    """A reply cut off by the server going away: a stream error, which the SDK turns
+    into an error for the one request it answered."""
+
+
+class _Guarded(httpx2.AsyncByteStream):
+    """A reply's body whose transport error, should the server go away halfway, is
+    raised as a :class:`_DroppedError`."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except httpx2.TransportError as exc:
+            raise _DroppedError(f"the reply was cut off ({type(exc).__name__}: {exc})") from exc
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 async def tools_of(
@@ -122,9 +206,14 @@ async def tools_of(
     tool_filter: ToolFilter | None = None,
     prefix: str = "",
     timeout: float | None = None,
+    server: str | None = None,
 ) -> list[Tool]:
     """The tools of a connected ``mcp.Client``, every page of its listing read; for
-    a connection you open and close yourself."""
+    a connection you open and close yourself. ``server`` names the server in the
+    error result of a call that fails (default: the name it gave when connecting)."""
+    if server is None:
+        info = client.server_info
+        server = info.name if info is not None and info.name else "server"
     listed: list[mcp_types.Tool] = []
     cursor: str | None = None
     for _ in range(_MAX_PAGES):
@@ -134,7 +223,7 @@ async def tools_of(
         if cursor is None:
             break
     keep = _keeper(tool_filter)
-    return [_tool(client, item, prefix, timeout) for item in listed if keep(item)]
+    return [_tool(client, item, prefix, timeout, server) for item in listed if keep(item)]
 
 
 def _keeper(tool_filter: ToolFilter | None) -> Callable[[mcp_types.Tool], bool]:
@@ -148,12 +237,21 @@ def _keeper(tool_filter: ToolFilter | None) -> Callable[[mcp_types.Tool], bool]:
     return lambda item: item.name in names
 
 
-def _tool(client: Client, item: mcp_types.Tool, prefix: str, timeout: float | None) -> Tool:
+def _tool(
+    client: Client, item: mcp_types.Tool, prefix: str, timeout: float | None, server: str
+) -> Tool:
     """One server tool as an agentfsm tool: the server's schema, a call through ``client``."""
     name = item.name
 
     async def call(**arguments: Any) -> ToolOutput:
-        result = await client.call_tool(name, arguments, read_timeout_seconds=timeout)
+        try:
+            result = await client.call_tool(name, arguments, read_timeout_seconds=timeout)
+        except Exception as exc:  # the call failed on the way: the connection's, not the tool's
+            why = str(exc) or type(exc).__name__
+            return ToolOutput(
+                f"The MCP server {server} failed the call to {name}: {why}",
+                is_error=True,
+            )
         return ToolOutput(content=result_content(result), is_error=result.is_error)
 
     call.__name__ = name

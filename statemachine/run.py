@@ -148,7 +148,8 @@ class Run:
             options = table.options.of(options, extra_steps={**options.extra_steps, **extra_steps})
         #: The options every step of this run is given, checked once.
         self.opts: Options = options
-        #: Why the run paused, when it ended paused with a cause (``Paused.reason``).
+        #: Why the run paused, when it ended paused with a cause: ``Paused.reason``, or
+        #: the ``custom_context["pause_reason"]`` a step set before its plain ``Paused``.
         self.pause_reason: Any = None
         self._work = table.work(options.extra_steps)
         self._details = table.details
@@ -384,7 +385,12 @@ class Run:
         self._carried = result if result.__class__ is Continue else None
         if dest in self._terminals:
             if result.__class__ is Paused:
-                self.pause_reason = result.reason
+                # A step-level cause, or one a step wrote into the chain itself and
+                # returned the plain ``Paused(chain)`` (the seed allows both).
+                reason = result.reason
+                if reason is None:
+                    reason = result.chain.custom_context.get("pause_reason")
+                self.pause_reason = reason
             elif result.__class__ is Interrupted and result.state is None:
                 # The state that asked is where the answer enters the machine.
                 result = Interrupted(chain=result.chain, data=result.data, state=source)

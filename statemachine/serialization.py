@@ -670,6 +670,28 @@ def _mapping(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
+def _context(value: Any, index: int) -> dict[str, Any]:
+    """A saved ``custom_context``, its fields the engine reads in the shape it reads them:
+    ``mode_state`` an object whose ``run_count`` is a count, ``state`` an object (either
+    may be absent or null). ``pause_reason`` and every other field are free-form."""
+    context = dict(_mapping(value, f"context {index}"))
+    problem = None
+    mode_state = context.get("mode_state")
+    state = context.get("state")
+    if mode_state is not None and not isinstance(mode_state, Mapping):
+        problem = f"mode_state must be an object, got: {type(mode_state).__name__}"
+    elif mode_state is not None:
+        count = mode_state.get("run_count", 0)
+        if type(count) is not int or count < 0:
+            got = count if type(count) is int else type(count).__name__
+            problem = f"mode_state's run_count must be an integer, 0 or more, got: {got}"
+    if problem is None and state is not None and not isinstance(state, Mapping):
+        problem = f"state must be an object, got: {type(state).__name__}"
+    if problem is not None:
+        raise FormatError(f"Context {index} of the document is malformed: {problem}")
+    return context
+
+
 class Unpacker:
     """Reads chain records against a document's tables; chains share what they share."""
 
@@ -684,9 +706,7 @@ class Unpacker:
                     f"Message {index} of the document is malformed: "
                     + "; ".join(cattrs.transform_error(exc))
                 ) from exc
-        self.contexts: list[Mapping[str, Any]] = [
-            dict(_mapping(c, f"context {i}")) for i, c in enumerate(contexts)
-        ]
+        self.contexts: list[Mapping[str, Any]] = [_context(c, i) for i, c in enumerate(contexts)]
         self._logs: dict[tuple[tuple[int, int], ...], MessageLog] = {}
 
     def log(self, runs: Any) -> MessageLog:

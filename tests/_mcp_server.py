@@ -4,6 +4,7 @@ tests._mcp_server stdio`` or ``python -m tests._mcp_server http PORT``."""
 from __future__ import annotations
 
 import base64
+import os
 import sys
 from typing import Any
 
@@ -58,6 +59,18 @@ def write_note(text: str) -> str:
     """Write a note (asks for approval in the tests)."""
     NOTES.append(text)
     return f"noted: {text} ({len(NOTES)} notes)"
+
+
+@server.tool()
+def pid() -> int:
+    """The server's process id (a test kills it between calls)."""
+    return os.getpid()
+
+
+@server.tool()
+def crash() -> str:
+    """The server process dies while it answers."""
+    os._exit(3)
 
 
 if __name__ == "__main__":

@@ -147,10 +147,20 @@ def test_a_saved_run_becomes_a_regression_test(tmp_path: Path) -> None:
     run = _agent(real).start(AgentState.of("1+2?"))
     run.run_sync()
     cassette_from_traces(run.trace, tmp_path / "saved.json")
-    text = regression_test(run.trace, tmp_path / "saved.json", agent="tests.test_cassettes:_agent")
+    agent = "tests.test_cassettes:_agent"
+    text = regression_test(
+        run.trace, tmp_path / "saved.json", agent=agent, test=tmp_path / "test_saved.py"
+    )
     assert "from tests.test_cassettes import _agent" in text
-    assert repr(run.trace.path) in text and "Path(__file__).with_name('saved.json')" in text
+    assert repr(run.trace.path) in text and "Path(__file__).parent / 'saved.json'" in text
     compile(text, "test_saved.py", "exec")  # a valid test module
+    # the cassette's place: absolute as given; relative, from the test file's folder
+    absolute = regression_test(run.trace, tmp_path / "saved.json", agent=agent)
+    assert f"CASSETTE = Path({(tmp_path / 'saved.json').as_posix()!r})" in absolute
+    nested = regression_test(run.trace, "cassettes/saved.json", agent=agent, test="tests/t.py")
+    assert "CASSETTE = Path(__file__).parent / '../cassettes/saved.json'" in nested
+    as_given = regression_test(run.trace, "cassettes/saved.json", agent=agent)
+    assert "CASSETTE = Path(__file__).parent / 'cassettes/saved.json'" in as_given
 
 
 def test_runs_export_turns_a_saved_run_into_a_cassette_and_a_passing_test(
@@ -207,3 +217,150 @@ def test_runs_export_turns_a_saved_run_into_a_cassette_and_a_passing_test(
         timeout=120,
     )
     assert refused.returncode == 2 and "--test needs --agent" in refused.stderr
+
+
+SHOP_AGENT = '''
+"""A user's own machine and the agent that runs on it (the module a test imports)."""
+
+from agentfsm import STANDARD, Agent, HumanInTheLoop, tool
+from agentfsm.providers import call_tool, say
+
+
+def tally(result, opts):
+    """A step of the shop's own, between the until-tool check and the decision."""
+    return result
+
+
+SHOP = STANDARD.insert("tallying", (tally,), after="until_check", name="shop_standard")
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+def publish(text: str) -> str:
+    """Publish the total (needs approval)."""
+    return f"published {text}"
+
+
+def script(messages):
+    """Add, then publish, then done: a reply fixed by how far the conversation got."""
+    turns = sum(m.role == "tool" for m in messages)
+    if turns == 0:
+        return call_tool("add", a=2, b=40)
+    if turns == 1:
+        return call_tool("publish", text="42")
+    return say("done")
+
+
+def make_agent(model):
+    gate = HumanInTheLoop({"publish": True})
+    return Agent(model, [add, publish], middleware=[gate], machine=SHOP)
+'''
+
+
+def test_runs_export_replays_a_resumed_run_of_a_users_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of a user's own machine, paused then resumed then approved (or rejected),
+    exported from the shell with the cassette in another folder than the test: the
+    tests written pass, each asserting every segment's path."""
+    import os
+    import subprocess
+    import sys
+
+    from agentfsm.providers import ScriptedModel
+    from agentfsm.store import SQLiteStore, load_run, start_run
+
+    (tmp_path / "shop_agent.py").write_text(SHOP_AGENT)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import shop_agent  # type: ignore[import-not-found]
+
+    def agent() -> Agent:
+        return shop_agent.make_agent(ScriptedModel(shop_agent.script))  # type: ignore[no-any-return]
+
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        asked = start_run(
+            agent(), AgentState.of("2 + 40?"), store, run_id="asked", should_pause=lambda: True
+        )
+        asked.run_sync()
+        assert agent().resume_run_sync("asked", store).status == "interrupted"
+        assert agent().resume_run_sync("asked", store, [{"type": "approve"}]).status == "ok"
+        drained = start_run(agent(), AgentState.of("2 + 40?"), store, run_id="drained")
+        for _ in range(4):  # past the tools of the first reply
+            drained.step_sync()
+        drained.request_pause("draining")
+        drained.run_sync()
+        assert agent().resume_run_sync("drained", store).status == "interrupted"
+        assert agent().resume_run_sync("drained", store, [{"type": "reject"}]).status == "ok"
+        paths = {
+            run_id: [t.path for t in load_run(store, run_id, strict=False).traces]
+            for run_id in ("asked", "drained")
+        }
+    tallied = "propagating until_check tallying deciding"
+    assert paths == {
+        "asked": [
+            "expanding calling paused",
+            f"interrupt_check executing {tallied} expanding calling interrupt_check interrupted",
+            f"{tallied} expanding calling interrupt_check executing {tallied} ok",
+        ],
+        "drained": [
+            "expanding calling interrupt_check executing propagating paused",
+            f"{tallied} expanding calling interrupt_check interrupted",
+            f"{tallied} expanding calling interrupt_check executing {tallied} ok",
+        ],
+    }
+    cli = [sys.executable, "-m", "agentfsm.cli", "runs", "export", "--db", "runs.db"]
+    agent_option = ["--agent", "shop_agent:make_agent"]
+    elsewhere = tmp_path / "recorded" / "drained.json"
+    exports = [
+        (  # the user's machines named by the environment, a relative cassette
+            [*cli, "asked", "--cassette", "cassettes/asked.json", "--test", "out/test_asked.py"],
+            {"AGENTFSM_MACHINES": "shop_agent"},
+        ),
+        (  # ... or by --machines, and an absolute one
+            [
+                *cli,
+                "drained",
+                "--cassette",
+                str(elsewhere),
+                "--test",
+                "out/test_drained.py",
+                "--machines",
+                "shop_agent",
+            ],
+            {},
+        ),
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "AGENTFSM_MACHINES"}
+    for argv, more in exports:
+        done = subprocess.run(
+            [*argv, *agent_option],
+            cwd=tmp_path,
+            env={**env, **more},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+    asked_test = (tmp_path / "out" / "test_asked.py").read_text()
+    assert "CASSETTE = Path(__file__).parent / '../cassettes/asked.json'" in asked_test
+    assert "decided = {'call_2': {'type': 'approve'}}" in asked_test
+    drained_test = (tmp_path / "out" / "test_drained.py").read_text()
+    assert "CASSETTE = Path(__file__).parent / '../recorded/drained.json'" in drained_test
+    assert "decided = {'call_2': {'type': 'reject'}}" in drained_test
+    for path in (*paths["asked"], *paths["drained"]):
+        assert repr(path) in asked_test + drained_test
+    replayed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "out"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "2 passed" in replayed.stdout

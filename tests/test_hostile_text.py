@@ -17,7 +17,8 @@ from rich.console import Console
 
 from agentfsm import Agent, AgentState, tool
 from agentfsm._printable import printable
-from agentfsm.cli import _decide, dump_runs, main
+from agentfsm.cli import _decide, dump_runs, load_runs, main
+from agentfsm.diagrams import trace_markdown
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.store import SQLiteStore, start_run
 
@@ -178,3 +179,70 @@ def test_errors_from_a_file_are_spelled_out(
     err = capsys.readouterr().err
     _safe(err)
     assert "pwned" in err and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- odd values in a trace file
+
+
+def _odd_trace_file(path: pathlib.Path, tools: object) -> pathlib.Path:
+    """A saved trace whose step details hold values of types no run records: a number for
+    the tool calls, ``tools`` as ``tools`` says, markup and escapes in every field."""
+    run = Agent(
+        ScriptedModel([call_tool("echo_back", text="x", call_id="c1"), say("done")]), [echo_back]
+    ).start(AgentState.of("go"))
+    run.run_sync()
+    document = dump_runs([run.trace])
+    (saved,) = document["runs"]
+    transitions = saved["value"]["transitions"]
+    for transition in transitions:
+        transition["elapsed"] = 0.0
+    assert [t["source"] for t in transitions[:4]] == [
+        "expanding",
+        "calling",
+        "interrupt_check",
+        "executing",
+    ]
+    transitions[0]["detail"] = {"inserted": {"x": 1}, "[red]k": "[link=http://x]v\x1b[2J"}
+    transitions[1]["detail"] = {"model": "[bold red]m[/]", "tool_calls": 1.5, "usage": "lots"}
+    transitions[3]["detail"] = {"tools": tools, "errors": "[blink]e"}
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("tools", "ran"), [(3, "ran 3"), (None, "ran None"), ("ab", "ran ab")])
+def test_show_writes_odd_detail_values_as_text(
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tools: object,
+    ran: str,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+    trace = _odd_trace_file(tmp_path / "odd.json", tools)
+    assert main(["show", str(trace)]) == 0
+    out = capsys.readouterr().out
+    _safe(out)
+    rows = [line.split("│")[-2].strip() for line in out.splitlines() if line.count("│") > 6]
+    assert rows[:4] == [
+        "+{'x': 1} messages; [red]k=[link=http://x]v\\u001b[2J",
+        "[bold red]m[/] -> 1.5; usage=lots",
+        "",
+        f"{ran} ([blink]e failed)",
+    ]
+    assert "tools run    0" in out  # a detail that lists no tools counts none
+
+
+@pytest.mark.parametrize(("tools", "ran"), [(3, "ran 3"), (None, "ran None")])
+def test_trace_markdown_writes_odd_detail_values_as_text(
+    tmp_path: pathlib.Path, tools: object, ran: str
+) -> None:
+    (trace,) = load_runs(json.loads(_odd_trace_file(tmp_path / "odd.json", tools).read_text()))
+    lines = trace_markdown(trace).splitlines()
+    assert lines[4:8] == [
+        "| 1 | `expanding` | `expanded` | `calling` | 0.0 "
+        "| +{'x': 1} messages; [red]k=[link=http://x]v\\u001b[2J |",
+        "| 2 | `calling` | `called` | `interrupt_check` | 0.0 "
+        "| [bold red]m[/] -> 1.5; usage=lots |",
+        "| 3 | `interrupt_check` | `clear` | `executing` | 0.0 |  |",
+        f"| 4 | `executing` | `executed` | `propagating` | 0.0 | {ran} ([blink]e failed) |",
+    ]

@@ -4,7 +4,11 @@ server process started and stopped here), in agent runs with approval."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -47,6 +51,12 @@ def _free_port() -> int:
 @pytest.fixture
 def http_server() -> Iterator[str]:
     """The test server on streamable HTTP at a free loopback port, stopped at the end."""
+    with _http_server() as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def _http_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "tests._mcp_server", "http", str(port)],
@@ -65,7 +75,7 @@ def http_server() -> Iterator[str]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("the MCP test server did not start") from None
                 time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/mcp", process
     finally:
         process.terminate()
         try:
@@ -81,7 +91,15 @@ def http_server() -> Iterator[str]:
 async def test_stdio_tools_keep_the_servers_schemas_and_answer() -> None:
     async with mcp_tools(_server_stdio()) as tools:
         by_name = {t.name: t for t in tools}
-        assert sorted(by_name) == ["add", "broken", "picture", "shout", "write_note"]
+        assert sorted(by_name) == [
+            "add",
+            "broken",
+            "crash",
+            "picture",
+            "pid",
+            "shout",
+            "write_note",
+        ]
         add = by_name["add"]
         assert add.description == "Add two numbers."
         assert add.parameters == {
@@ -134,7 +152,7 @@ async def test_a_filter_and_a_prefix_in_an_agent_run() -> None:
 
 async def test_a_filter_may_be_a_test_of_each_tool() -> None:
     def without_side_effects(item: mcp_types.Tool) -> bool:
-        return item.name not in ("write_note", "broken")
+        return item.name not in ("write_note", "broken", "crash", "pid")
 
     async with mcp_tools(_server_stdio(), tool_filter=without_side_effects) as tools:
         assert sorted(t.name for t in tools) == ["add", "picture", "shout"]
@@ -208,3 +226,55 @@ def test_result_content_of_each_kind_of_block() -> None:
         "a\nb\n[resource log at file:///log.txt]\ninside\n"
         "[audio (audio/wav) the model cannot be sent]"
     )
+
+
+# ---------------------------------------------------------------- a server that goes away
+
+
+@pytest.mark.parametrize("over", ["stdio", "http"])
+@pytest.mark.parametrize("dies", ["during a call", "between calls"])
+async def test_a_server_that_dies_fails_its_calls_as_results_and_the_run_goes_on(
+    over: str, dies: str
+) -> None:
+    """Over stdio and streamable HTTP alike: each call to a dead server is an error
+    result naming it, the model reads it, the run ends ok, and the block exits quietly."""
+    with contextlib.ExitStack() as stack:
+        if over == "http":
+            server: Any
+            server, _ = stack.enter_context(_http_server())
+            named = server
+        else:
+            server = _server_stdio()
+            named = shlex.join([server.command, *server.args])
+        first = call_tool("crash") if dies == "during a call" else call_tool("add", a=1, b=1)
+        model = ScriptedModel([first, call_tool("add", a=2, b=3), say("the server is gone")])
+        async with mcp_tools(server, tool_filter=["add", "crash", "pid"]) as tools:
+            if dies == "between calls":
+                by_name = {t.name: t for t in tools}
+                alive = await by_name["pid"].invoke(ToolCall("c", "pid", {}), CONTEXT)
+                os.kill(int(alive.text), signal.SIGKILL)
+            run = Agent(model, tools).start(AgentState.of("add"))
+            result = await run.run()
+        # leaving the block raised nothing
+    assert type(result).__name__ == "Ok"
+    assert_path(run, f"{LOOP} {LOOP} {LOOP} ok")
+    state = run.agent_state
+    assert state.status == "ok" and state.messages[-1].text == "the server is gone"
+    results = [r for m in state.messages for r in m.tool_results]
+    assert [(r.name, r.is_error) for r in results] == [
+        (first.tool_calls[0].name, True),
+        ("add", True),
+    ]
+    prefix = f"The MCP server {named} failed the call to "
+    if over == "stdio":
+        assert [r.text for r in results] == [
+            f"{prefix}{first.tool_calls[0].name}: Connection closed",
+            f"{prefix}add: Connection closed",
+        ]
+    else:
+        # which transport error a call meets (a kept-alive connection reset or cut, or
+        # the closed port refusing a new one) is the kernel's to say
+        errors = "ConnectError|ReadError|RemoteProtocolError|WriteError"
+        gone = rf"no answer over HTTP \(({errors})(: .+)?\)"
+        for result, name in zip(results, (first.tool_calls[0].name, "add"), strict=True):
+            assert re.fullmatch(re.escape(f"{prefix}{name}: ") + gone, result.text), result.text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sqlite3
 from collections.abc import Callable
@@ -10,14 +12,16 @@ from typing import Any
 
 import pytest
 
-from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, tool
+from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, LLMChain, tool
+from agentfsm.cli import main
 from agentfsm.errors import InvariantError
 from agentfsm.machine import UnknownMachineError
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.serialization import FormatError, Packer, loads
 from agentfsm.store import SQLiteStore, load_run, start_run
 from agentfsm.testing import assert_path
-from tests.support import edit_saved, edit_store
+from tests._crash_worker import make_agent
+from tests.support import edit_saved, edit_store, saved_rows
 
 DELETED: list[str] = []
 
@@ -238,3 +242,94 @@ def test_a_deeply_nested_store_row_is_a_format_error(interrupted: Path) -> None:
 
 def test_the_standard_table_is_what_restores_check() -> None:
     assert agent().mode.table is STANDARD
+
+
+# ---------------------------------------------------------------- contexts the engine reads
+
+
+@pytest.mark.parametrize(
+    ("mode_state", "problem"),
+    [
+        ([1], "mode_state must be an object, got: list"),
+        ("x", "mode_state must be an object, got: str"),
+        ({"run_count": "3"}, "mode_state's run_count must be an integer, 0 or more, got: str"),
+        ({"run_count": 1.5}, "mode_state's run_count must be an integer, 0 or more, got: float"),
+        ({"run_count": True}, "mode_state's run_count must be an integer, 0 or more, got: bool"),
+        ({"run_count": -1}, "mode_state's run_count must be an integer, 0 or more, got: -1"),
+    ],
+)
+def test_a_saved_mode_state_the_engine_cannot_read_is_refused_by_runs_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode_state: Any, problem: str
+) -> None:
+    """A paused run whose saved contexts were edited: ``runs resume`` says so in one line
+    (exit 2), no traceback, and nothing runs."""
+
+    db, log = tmp_path / "runs.db", tmp_path / "tools.log"
+    with SQLiteStore(db) as store:
+        run = start_run(
+            make_agent(log), AgentState.of("go"), store, run_id="r", should_pause=lambda: True
+        )
+        run.run_sync()
+    assert_path(run, "expanding calling paused")
+    for kind, _, index, _ in saved_rows(db):
+        if kind == "contexts":
+            edit_saved(db, "contexts", index, lambda c: c.update(mode_state=mode_state))
+    message = f"Context 0 of the document is malformed: {problem}"
+    with SQLiteStore(db) as store, pytest.raises(FormatError) as refused:
+        load_run(store, "r", strict=False)
+    assert str(refused.value) == message
+    monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(
+            ["runs", "resume", "r", "--db", str(db), "--agent", "tests._crash_worker:agent"]
+        )
+    assert (status, out.getvalue(), err.getvalue()) == (2, "", f"agentfsm runs: {message}\n")
+    assert not log.exists()  # the paused call never ran
+
+
+def _chain_document(context: dict[str, Any]) -> str:
+    document = {
+        "format": "agentfsm/1",
+        "type": "LLMChain",
+        "messages": [{"role": "user", "content": "hi"}],
+        "contexts": [context],
+        "value": {"llm": "m", "messages": [[0, 1]], "needs_response": True, "context": 0},
+    }
+    return json.dumps(document)
+
+
+@pytest.mark.parametrize(
+    ("context", "problem"),
+    [
+        ({"mode_state": [1]}, "mode_state must be an object, got: list"),
+        (
+            {"mode_state": {"run_count": None}},
+            "mode_state's run_count must be an integer, 0 or more, got: NoneType",
+        ),
+        ({"state": [1, 2]}, "state must be an object, got: list"),
+        ({"state": "x"}, "state must be an object, got: str"),
+    ],
+)
+def test_a_chain_document_with_a_context_the_engine_cannot_read_is_a_format_error(
+    context: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(FormatError) as refused:
+        loads(_chain_document(context), LLMChain, models=[ScriptedModel([], model_name="m")])
+    assert str(refused.value) == f"Context 0 of the document is malformed: {problem}"
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        {},
+        {"mode_state": None, "state": None},
+        {"mode_state": {}},
+        {"mode_state": {"run_count": 4, "mine": [1]}},
+        {"pause_reason": ["free", {"form": 1}], "anything": [1]},
+        {"pause_reason": None},
+    ],
+)
+def test_contexts_the_engine_reads_load_as_they_are(context: dict[str, Any]) -> None:
+    chain = loads(_chain_document(context), LLMChain, models=[ScriptedModel([], model_name="m")])
+    assert chain.custom_context == context

@@ -228,6 +228,29 @@ async def test_11_a_step_pauses_with_a_cause() -> None:
     assert run.agent_state.pause_reason == "draining"
 
 
+async def test_11b_a_step_that_sets_the_pause_reason_itself() -> None:
+    """The seed's other way: a step (or custom mode) writes ``custom_context["pause_reason"]``
+    and returns the plain ``Paused(chain)``; the agent layer reads it back."""
+
+    def unreachable(result: Any, opts: Any) -> Any:
+        chain = result.chain.update_custom_context({"pause_reason": {"cause": "store_unreachable"}})
+        return Paused(chain)
+
+    model = ScriptedModel([call_tool("add", a=1, b=1)])
+    run = start(model, extra_steps={"executing": [unreachable]})
+    result = await run.run()
+    assert_path(run, "expanding calling interrupt_check executing paused")
+    assert isinstance(result, Paused) and result.reason is None
+    assert result.chain.custom_context["pause_reason"] == {"cause": "store_unreachable"}
+    assert run.pause_reason == {"cause": "store_unreachable"}
+    assert run.agent_state.status == "paused"
+    assert run.agent_state.pause_reason == {"cause": "store_unreachable"}
+    state = await agent(ScriptedModel([call_tool("add", a=1, b=1)])).execute(
+        AgentState.of("go"), extra_steps={"executing": [unreachable]}
+    )
+    assert state.status == "paused" and state.pause_reason == {"cause": "store_unreachable"}
+
+
 @tool
 def fetch_doc() -> object:
     """Bring a document into the conversation."""

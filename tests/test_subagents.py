@@ -690,3 +690,46 @@ async def test_a_subagent_spends_the_parents_token_budget() -> None:
     assert state.status == "error" and state.error is not None
     assert state.error.type == "exceeded_token_budget"  # the parent's next reply is past 100
     assert state.usage.input_tokens == 30 + 80 + 5
+
+
+async def test_a_child_machine_out_of_max_runs_keeps_its_name_in_the_agents_error() -> None:
+    """The generic "Max number of automated turns" is for the agent's own budget; a child
+    machine's budget running out says which child, and where, as the run's error does."""
+    consulting = STANDARD.insert(
+        "consulting",
+        (run_machine(STANDARD, name="consultant", options={"max_runs": 1}),),
+        after="until_check",
+        name="consulting_standard",
+    )
+    model = ScriptedModel([say("parent answer"), call_tool("look_up", topic="x", call_id="c1")])
+    run = Agent(model, [look_up], machine=consulting).start(AgentState.of("go"))
+    result = await run.run()
+    assert_path(
+        run, "expanding calling interrupt_check executing propagating until_check consulting error"
+    )
+    assert_path(
+        run.trace.where("consulting")[0].children[0],
+        "expanding calling interrupt_check executing propagating until_check deciding error",
+    )
+    message = (
+        "The child machine 'consultant' (standard) failed in 'deciding': "
+        "Exceeded maximum number of runs (1/1)"
+    )
+    assert isinstance(result, Failed) and result.error.message == message
+    state = run.agent_state
+    assert state.status == "error" and state.error is not None
+    assert state.error.type == "exceeded_max_runs"
+    assert state.error.message == message
+    assert state.error.details == {"child": "consultant", "child_state": "deciding"}
+    assert state.error.retryable is False
+
+
+async def test_the_agents_own_max_runs_keeps_the_generic_message() -> None:
+    model = ScriptedModel(lambda messages: call_tool("look_up", topic="more"))
+    state = await Agent(model, [look_up], max_runs=1).execute(AgentState.of("go"))
+    assert state.status == "error" and state.error is not None
+    assert state.error.type == "exceeded_max_runs"
+    assert (
+        state.error.message == "Max number of automated turns reached. You may continue if desired."
+    )
+    assert state.error.details == {}

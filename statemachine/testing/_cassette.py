@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -334,30 +335,150 @@ def cassette_from_traces(
     return len(episodes)
 
 
-def regression_test(trace: Trace, cassette: str | Path, *, agent: str) -> str:
+#: The result a rejected call gets (the approval middleware's words).
+_REJECTED: Final = "Tool call '{name}' was rejected by a human reviewer."
+
+
+def regression_test(
+    traces: Trace | Sequence[Trace],
+    cassette: str | Path,
+    *,
+    agent: str,
+    test: str | Path | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> str:
     """The text of a pytest file that replays ``cassette`` through ``agent``
     (``module:factory``, a function of the model returning the Agent) and asserts
-    the run takes ``trace``'s path again."""
+    the run takes each of ``traces``' paths again, one per segment.
+
+    A segment that paused is paused where it did (the run's ``should_pause`` at
+    that step, or, for a pause the host requested, ``request_pause`` before it);
+    the next is started from where it ended, as resuming it does. One that was
+    interrupted for approval is answered with the decisions its results show:
+    ``reject`` for a call whose result says it was rejected, ``approve`` for the
+    others (an edit is not kept by a saved run: change that decision by hand).
+    ``options`` (``Agent.start``'s, such as ``until_tool``) go to every segment.
+
+    ``test`` is where the file will be written: the test then finds ``cassette``
+    from its own folder, wherever either is. Without it, a relative ``cassette``
+    is taken as relative to the test file's folder, and an absolute one is
+    written as it is.
+    """
+    runs = [traces] if isinstance(traces, Trace) else list(traces)
+    if not runs:
+        raise ValueError("regression_test needs the run's traces, one per segment; got none")
     module, _, factory = agent.partition(":")
     first = next(
-        (m.text for t in trace for m in t.chain.messages if m.role == "user"),
+        (m.text for t in runs[0] for m in t.chain.messages if m.role == "user"),
         "",
     )
-    return f'''"""A saved run, replayed from its cassette: it must take the same path."""
+    where = Path(cassette)
+    if test is not None:
+        try:
+            where = Path(os.path.relpath(where.resolve(), Path(test).resolve().parent))
+        except ValueError:  # another drive: only the absolute path finds it
+            where = where.resolve()
+    if where.is_absolute():
+        cassette_expr = f"Path({where.as_posix()!r})"
+    else:
+        cassette_expr = f"Path(__file__).parent / {where.as_posix()!r}"
+    extra = "" if not options else ", **OPTIONS"
+    body: list[str] = []
+    needs_pause_at = needs_asyncio = False
+    for index, trace in enumerate(runs):
+        ends = trace.terminal or "(not ended)"
+        body.append(
+            f"    # segment {index + 1} of {len(runs)}: entered at {trace.entry}, ended {ends}"
+        )
+        before = runs[index - 1] if index else None
+        if before is None:
+            state = f"AgentState.of({first!r})"
+            start = "agent.start({state}{pause}" + extra + ")"
+        elif before.terminal == "interrupted":
+            decided = _decided(before, trace)
+            body.append(f"    decided = {decided!r}")
+            body.append("    ids = run.agent_state.interrupt_data['hitl_tool_call_ids']")
+            state = "run.agent_state, [decided[i] for i in ids]"
+            start = "asyncio.run(agent.start_resume({state}{pause}" + extra + "))"
+            needs_asyncio = True
+        else:
+            state = "run.agent_state"
+            start = "agent.start({state}{pause}" + extra + ")"
+        last = trace.transitions[-1] if trace.transitions else None
+        paused = last is not None and last.dest == "paused"
+        # a pause the run's work asked for (should_pause), or one from outside its work
+        # (requested by the host, or a cancellation): paused there by request_pause
+        outside = last is not None and bool({"requested", "cancelled"} & set(last.detail or {}))
+        if paused and not outside:
+            needs_pause_at = True
+            body.append(f"    pause = _PauseAt({len(trace)})")
+            body.append(
+                "    run = pause.run = " + start.format(state=state, pause=", should_pause=pause")
+            )
+            body.append("    run.run_sync()")
+        elif paused:
+            body.append("    run = " + start.format(state=state, pause=""))
+            body.append(f"    while len(run.trace) < {len(trace) - 1}:")
+            body.append("        run.step_sync()")
+            body.append("    run.request_pause('paused here, as the saved run was')")
+            body.append("    run.run_sync()")
+        else:
+            body.append("    run = " + start.format(state=state, pause=""))
+            body.append("    run.run_sync()")
+        body.append(f"    assert_path(run, {trace.path!r})")
+    body.append("    model.check()")
+    head = [
+        '"""A saved run, replayed from its cassette: each segment must take its path again."""',
+        "",
+    ]
+    if needs_asyncio:
+        head.append("import asyncio")
+    head += [
+        "from pathlib import Path",
+        "",
+        "from agentfsm import AgentState",
+        "from agentfsm.testing import Cassette, assert_path",
+        f"from {module} import {factory}",
+        "",
+        f"CASSETTE = {cassette_expr}",
+    ]
+    if options:
+        head.append(f"OPTIONS = {dict(options)!r}")
+    if needs_pause_at:
+        head += [
+            "",
+            "",
+            "class _PauseAt:",
+            '    """should_pause of a run that paused at step ``step``: true while it works."""',
+            "",
+            "    def __init__(self, step):",
+            "        self.step, self.run = step, None",
+            "",
+            "    def __call__(self):",
+            "        return self.run is not None and len(self.run.trace) + 1 == self.step",
+        ]
+    head += [
+        "",
+        "",
+        "def test_saved_run_takes_its_path_again():",
+        "    model = Cassette(CASSETTE)",
+        f"    agent = {factory}(model)",
+    ]
+    return "\n".join([*head, *body]) + "\n"
 
-from pathlib import Path
 
-from agentfsm import AgentState
-from agentfsm.testing import Cassette, assert_path
-from {module} import {factory}
-
-CASSETTE = Path(__file__).with_name({Path(cassette).name!r})
-
-
-def test_saved_run_takes_its_path_again():
-    model = Cassette(CASSETTE)
-    run = {factory}(model).start(AgentState.of({first!r}))
-    run.run_sync()
-    model.check()
-    assert_path(run, {trace.path!r})
-'''
+def _decided(interrupted: Trace, answered: Trace) -> dict[str, dict[str, str]]:
+    """The decisions a saved run's answer to an approval interrupt shows, by call id: the
+    tool message the resume added, at the start of the ``answered`` segment."""
+    asked = interrupted.transitions[-1].chain.messages if interrupted.transitions else ()
+    after = answered.transitions[0].chain.messages if answered.transitions else ()
+    if len(after) <= len(asked) or after[len(asked)].role != "tool":
+        raise ValueError(
+            f"The segment entered at {answered.entry} resumed an interrupt without the "
+            "tool message an approval adds: its answer is not in the saved run, so it "
+            "cannot be replayed"
+        )
+    return {
+        r.tool_call_id: {"type": "reject" if r.text == _REJECTED.format(name=r.name) else "approve"}
+        for r in after[len(asked)].tool_results
+    }
