@@ -90,8 +90,8 @@ def test_demo_writes_a_diagram_and_a_trace(
     data = json.loads(files["trace"].read_text(encoding="utf-8"))
     assert data["decision"] == decision
     traces = load_runs(data)
-    # The resumed segment enters at the state that asked; the decision is its first
-    # transition's, and executing carries it out in the trace.
+    # The resumed segment enters at the state that asked, which applies the decision;
+    # executing carries it out in the trace and names it.
     assert [t.path for t in traces] == [
         "expanding calling interrupt_check executing propagating until_check deciding "
         "expanding calling interrupt_check executing propagating until_check deciding "
@@ -99,12 +99,21 @@ def test_demo_writes_a_diagram_and_a_trace(
         "interrupt_check executing propagating until_check deciding expanding calling "
         "interrupt_check executing propagating until_check deciding ok",
     ]
-    decided, executed = traces[1].transitions[:2]
-    assert decided.detail == {"decisions": {"call_4": decision}}
+    executed = traces[1].transitions[1]
+    assert executed.source == "executing"
     if decision == "approve":
-        assert executed.detail == {"tools": ["write_file"], "errors": 0}
-    else:
-        assert executed.detail == {"tools": [], "errors": 0, "rejected": ["write_file"]}
+        assert executed.detail == {
+            "tools": ["write_file"],
+            "errors": 0,
+            "decisions": {"call_4": "approve"},
+        }
+    else:  # a rejected call gets its result, and did not run
+        assert executed.detail == {
+            "tools": [],
+            "errors": 0,
+            "rejected": ["write_file"],
+            "decisions": {"call_4": "reject"},
+        }
     for trace in traces:
         assert STANDARD.is_path(trace.states, trace.triggers)
     answer = traces[-1].transitions[-1].chain.last_message

@@ -95,7 +95,8 @@ class Runs(RuleBasedStateMachine):
             "executing",
             "executing",
         )
-        assert first.detail == {"decisions": {r.tool_call_id: kind for r in requests}}
+        assert second.detail is not None
+        assert second.detail["decisions"] == {r.tool_call_id: kind for r in requests}
         self._collect()
 
     def _collect(self) -> None:

@@ -229,7 +229,7 @@ def test_an_interrupted_run_resumes_with_decisions(db: Path, log: Path) -> None:
     assert state.status == "ok"
     saved = load_run(store, "hitl", strict=False)
     # Each answer enters the machine at the state that asked; the approved call runs
-    # there as a transition of the resumed segment, decided in the one before it.
+    # at executing, a transition of the resumed segment that names the decisions.
     assert [t.path for t in saved.traces] == [
         "expanding calling interrupt_check interrupted",
         "interrupt_check executing propagating until_check deciding expanding calling "
@@ -237,9 +237,9 @@ def test_an_interrupted_run_resumes_with_decisions(db: Path, log: Path) -> None:
         "interrupt_check executing propagating until_check deciding expanding calling "
         "interrupt_check executing propagating until_check deciding ok",
     ]
-    assert [t.transitions[0].detail for t in saved.traces[1:]] == [
-        {"decisions": {"c1": "approve"}},
-        {"decisions": {"c2": "approve"}},
+    assert [t.transitions[1].detail for t in saved.traces[1:]] == [
+        {"tools": ["record"], "errors": 0, "decisions": {"c1": "approve"}},
+        {"tools": ["record"], "errors": 0, "decisions": {"c2": "approve"}},
     ]
     assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
     assert saved.steps == sum(len(t) for t in saved.traces)

@@ -2,11 +2,12 @@
 fresh resumer finishes the run and the approved call ran once, bar the one in flight.
 
 The resumed run enters at the approval state with the answer in its chain, which the
-resume's first checkpoint saves; the decision is its first transition and executing
-runs the approved call as a checkpointed one. So wherever the resumer dies, a fresh one
-(no answer: the run is running, not interrupted) goes on from the last boundary written,
-and the call ran exactly once, unless the kill landed while it was in flight: inside the
-tool, or after it finished and before its result was written (at least once, then).
+resume's first checkpoint saves; the approval state applies it and executing runs the
+approved call as a checkpointed transition that names the decision. So wherever the
+resumer dies, a fresh one (no answer: the run is running, not interrupted) goes on from
+the last boundary written, and the call ran exactly once, unless the kill landed while it
+was in flight: inside the tool, or after it finished and before its result was written
+(at least once, then).
 
 Beside ``test_approval_kills.py`` (every boundary, a plain agent and a subagent, one
 after another), this one runs its trials at once, adds the kill before the first step
@@ -65,7 +66,11 @@ def _finish(folder: Path) -> tuple[str, ...]:
     assert saved.chain.last_message is not None and saved.chain.last_message.text == "done"
     resumed = saved.traces[1]
     assert STANDARD.is_path(resumed.states, resumed.triggers)
-    assert resumed.transitions[0].detail == {"decisions": {"c1": "approve"}}
+    assert resumed.transitions[1].detail == {
+        "tools": ["launch"],
+        "errors": 0,
+        "decisions": {"c1": "approve"},
+    }
     return tuple(f"{t.source} --{t.trigger}--> {t.dest}" for t in resumed)
 
 

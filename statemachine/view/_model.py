@@ -185,17 +185,13 @@ def _requests(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _decisions(pending: Sequence[ToolCall], trace: Trace) -> list[dict[str, Any]]:
     """What a human decided on an interrupt, read from the segment that answered it.
 
-    The answer enters at the approval state, whose first transition names each call's
-    decision (its detail's ``decisions``); ``executing`` then carries them out, so the
-    results (and an edit's arguments, rewritten in the call) are in the first chain that
-    holds every answered call's result. A run saved before decisions were recorded reads
-    them from the results alone: a rejected call's result says so; any other ran.
+    The answer enters at the approval state, which applies it; ``executing`` carries the
+    decisions out and names them (its detail's ``decisions``), so the results (and an
+    edit's arguments, rewritten in the call) are in the first chain that holds every
+    answered call's result. A run saved before decisions were recorded reads them from
+    the results alone: a rejected call's result says so; any other ran.
     """
-    if not trace.transitions:
-        return []
-    detail = trace.transitions[0].detail
-    decided = detail.get("decisions") if isinstance(detail, Mapping) else None
-    decided = decided if isinstance(decided, Mapping) else {}
+    decided: Mapping[str, Any] = {}
     results: dict[str, ToolResult] = {}
     calls = {c.call_id: c for c in pending}
     for transition in trace.transitions:
@@ -205,6 +201,9 @@ def _decisions(pending: Sequence[ToolCall], trace: Trace) -> list[dict[str, Any]
             calls.update(
                 {c.call_id: c for m in messages for c in m.tool_calls if c.call_id in calls}
             )
+            detail = transition.detail
+            said = detail.get("decisions") if isinstance(detail, Mapping) else None
+            decided = said if isinstance(said, Mapping) else {}
             break
     out = []
     for asked in pending:
