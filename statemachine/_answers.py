@@ -14,8 +14,10 @@ from typing import Any
 
 import attrs
 
+from ._invariants import check_decisions_fit
 from ._state import AgentState
 from .approval import Approval, DecisionError, Decisions
+from .errors import InvariantError
 from .messages import ToolResult
 from .middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
 from .tools import Tool, ToolOutput
@@ -59,9 +61,13 @@ def check_approval(
 
     The approval must be the one the gate asks of the conversation as it stands (every
     request a pending call as it is, every gated pending call asked): a state whose
-    interrupt was edited, or belongs to another conversation, is refused. Then each
-    decision must fit its request (:meth:`Approval.check`).
+    interrupt was edited, or belongs to another conversation, is refused
+    (:class:`~agentfsm.errors.InvariantError`). Then each decision must fit its request
+    (:meth:`Approval.check`).
     """
+    # A request that is no pending call as it stands is a state that contradicts its
+    # conversation (InvariantError, naming the request), not a decision that does not fit.
+    check_decisions_fit(state.messages, state.interrupt_data or {}, middleware)
     shown = Approval.of(state.interrupt_data)
     pending = unanswered_calls(state.messages)
     gate = _gate(middleware, pending)
@@ -73,7 +79,7 @@ def check_approval(
         )
     asked = gate.approval(pending, tools)
     if [r.to_data() for r in asked.requests] != [r.to_data() for r in shown.requests]:
-        raise DecisionError(
+        raise InvariantError(
             "The interrupt's action requests are not the pending calls of the conversation "
             "as it stands: the state was edited or belongs to another conversation. Nothing "
             "was run; execute the state again to ask for approval anew."

@@ -540,6 +540,8 @@ def _check_resumable(saved: SavedRun, decisions: object, agent: Agent, spec: str
             f"--decisions answers an interrupted run; run {run_id} is {saved.status}: "
             "resume it without --decisions"
         )
+    if isinstance(decisions, list):
+        _check_bound(saved, decisions, db)
     have = {t.name for t in agent.tools}
     missing = sorted({n for n in saved.chain.tool_names if n not in have})
     if missing:
@@ -547,6 +549,22 @@ def _check_resumable(saved: SavedRun, decisions: object, agent: Agent, spec: str
             f"the agent of --agent {spec} lacks tools run {run_id} used: {', '.join(missing)}; "
             "pass the --agent the run was made with"
         )
+
+
+def _check_bound(saved: SavedRun, decisions: Sequence[object], db: str) -> None:
+    """Refuse a decision that carries no digest: the command line is the wire, and a
+    decision on it approves only the request it was made on (the Python API's
+    ``unbound=True`` has no flag here)."""
+    for index, decision in enumerate(decisions):
+        if isinstance(decision, Mapping) and decision.get("digest") is None:
+            run_id = saved.run_id
+            state = saved.agent_state
+            data = state.interrupt_data if state is not None else None
+            raise UsageError(
+                f"decision {index} carries no digest of the request it decides; "
+                f"agentfsm runs show {shlex.quote(run_id)}{db_flag(db)} lists each request "
+                f"with its digest. Run {run_id} is {resume_hint(run_id, data, db)}"
+            )
 
 
 def _resume(

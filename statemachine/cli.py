@@ -43,6 +43,7 @@ from ._printable import printable, shown
 from ._runs_cli import UsageError
 from ._state import AgentState
 from .agent import Agent, AgentRun
+from .approval import request_digest
 from .errors import AgentfsmError, ChainError, MachineChangedError
 from .machine import UnknownMachineError, machine_named
 from .modes.standard import STANDARD
@@ -173,7 +174,8 @@ def _decide(
             raise UsageError("no answer on stdin; pass --approve, --reject or --later") from None
         decision = "approve" if approved else "reject"
     console.print(Text.assemble("decision: ", (decision, "bold"), " ", shown(name)))
-    return {"type": decision}
+    # Bound to the request shown: a decision approves only what the reviewer saw.
+    return {"type": decision, "digest": request_digest(request)}
 
 
 def _unique(base: pathlib.Path, suffixes: Sequence[str], taken: set[str]) -> pathlib.Path:
@@ -196,13 +198,12 @@ async def _resumed(
     console: Console,
     title: str,
 ) -> AgentRun:
-    """Run the approved calls, then the rest of the run, checkpointed in a new segment."""
-    from .console import summary, watch
+    """The rest of the run, checkpointed in a new segment that enters at the approval
+    state: the approved calls run there, as transitions of its trace."""
+    from .console import watch
 
     run = await restore_run(agent, run_id, store, decisions)
-    await watch(run, console, title=title, show_summary=False)
-    ran = sum(d["type"] in ("approve", "edit") for d in decisions)
-    console.print(summary(run.trace, run.result, table=run.table, tools_before=ran))
+    await watch(run, console, title=title)
     return run
 
 

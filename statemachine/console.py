@@ -148,8 +148,8 @@ def summary(
 ) -> RenderableType:
     """A closing summary: terminal, model calls, tools run, time, and the path in short.
 
-    ``tools_before`` counts tools a resume ran before the run's first step
-    (approved calls), which its trace does not show.
+    ``tools_before`` counts tools a host ran outside the trace, before its first step
+    (a resume runs approved calls in its trace: they need no count here).
     """
     calls = sum(t.source == "calling" and not (t.detail or {}).get("requested") for t in trace)
     tools = sum(_count((t.detail or {}).get("tools")) for t in trace if t.source == "executing")

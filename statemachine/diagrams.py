@@ -791,7 +791,10 @@ def describe_detail(transition: Transition) -> str:
     if "tools" in rest:
         tools = _names(rest.pop("tools"))
         errors = rest.pop("errors", 0)
-        parts.append(f"ran {tools}" + (f" ({errors} failed)" if errors else ""))
+        if tools:
+            parts.append(f"ran {tools}" + (f" ({errors} failed)" if errors else ""))
+    if "rejected" in rest:
+        parts.append("rejected " + ", ".join(map(str, rest.pop("rejected"))))
     if "inserted" in rest:
         parts.append(f"+{rest.pop('inserted')} messages")
     parts += [f"{k}={_short(v)}" for k, v in rest.items()]

@@ -90,8 +90,30 @@ def test_demo_writes_a_diagram_and_a_trace(
     data = json.loads(files["trace"].read_text(encoding="utf-8"))
     assert data["decision"] == decision
     traces = load_runs(data)
-    assert [t.entry for t in traces] == ["expanding", "propagating"]
-    assert [t.terminal for t in traces] == ["interrupted", "ok"]
+    # The resumed segment enters at the state that asked, which applies the decision;
+    # executing carries it out in the trace and names it.
+    assert [t.path for t in traces] == [
+        "expanding calling interrupt_check executing propagating until_check deciding "
+        "expanding calling interrupt_check executing propagating until_check deciding "
+        "expanding calling interrupt_check interrupted",
+        "interrupt_check executing propagating until_check deciding expanding calling "
+        "interrupt_check executing propagating until_check deciding ok",
+    ]
+    executed = traces[1].transitions[1]
+    assert executed.source == "executing"
+    if decision == "approve":
+        assert executed.detail == {
+            "tools": ["write_file"],
+            "errors": 0,
+            "decisions": {"call_4": "approve"},
+        }
+    else:  # a rejected call gets its result, and did not run
+        assert executed.detail == {
+            "tools": [],
+            "errors": 0,
+            "rejected": ["write_file"],
+            "decisions": {"call_4": "reject"},
+        }
     for trace in traces:
         assert STANDARD.is_path(trace.states, trace.triggers)
     answer = traces[-1].transitions[-1].chain.last_message
@@ -107,7 +129,8 @@ def test_demo_live_view_and_decision_are_shown(
     assert "decision: reject write_file" in stdout
     assert "interrupt_check" in stdout and "ended" in stdout
     assert "(expanding … deciding)x2 expanding … interrupt_check interrupted" in stdout
-    assert "propagating … deciding expanding … deciding ok" in stdout
+    assert "interrupt_check … deciding expanding … deciding ok" in stdout
+    assert "rejected write_file" in stdout and "ran write_file" not in stdout
 
 
 def test_demo_asks_at_a_terminal(
@@ -313,7 +336,7 @@ def test_the_resumed_run_counts_the_approved_tool(
     demos: dict[str, dict[str, pathlib.Path]],
 ) -> None:
     approved = demos["approve"]["stdout"].read_text(encoding="utf-8")
-    assert re.search(r"tools run +1 \(1 on resume\)", approved)
+    assert re.search(r"run 2 \(resumed\)(.|\n)*ran write_file(.|\n)*tools run +1 *\n", approved)
     rejected = demos["reject"]["stdout"].read_text(encoding="utf-8")
     assert re.search(r"run 2 \(resumed\)(.|\n)*tools run +0 *\n", rejected)
 
@@ -330,7 +353,7 @@ def test_runs_list_show_and_view_work_right_after_the_demo(
     listed = capsys.readouterr().out
     assert run_id in listed and " ok " in listed
     assert main(["runs", "show", run_id, "--db", db]) == 0
-    assert f"run {run_id}: ok at ok, 27 steps, 2 segment(s)" in capsys.readouterr().out
+    assert f"run {run_id}: ok at ok, 29 steps, 2 segment(s)" in capsys.readouterr().out
     page = tmp_path / "run.html"
     assert main(["view", run_id, "--db", db, "--out", str(page)]) == 0
     assert capsys.readouterr().out == f"wrote {page}\n"
@@ -360,11 +383,25 @@ def test_demo_later_leaves_the_run_for_runs_resume(
     hint = stdout.strip().splitlines()[-1]
     assert hint.startswith("waiting for a decision on write_file; answer with: ")
     command = hint.split("answer with: ", 1)[1].split(" (one per request")[0]
-    assert command == f'agentfsm runs resume {run_id} --decisions \'[{{"type": "approve"}}]\''
+    digest = _request_digest(run_id)
+    approve = json.dumps([{"type": "approve", "digest": digest}])
+    assert command == f"agentfsm runs resume {run_id} --decisions '{approve}'"
     # Without decisions: the hint again, in flags, not Python.
     assert main(["runs", "resume", run_id]) == 2
     err = capsys.readouterr().err
     assert "--decisions" in err and "resume_run(" not in err and "decisions=[" not in err
+    # A decision on the command line is bound to the request it was made on: one without
+    # a digest is refused, saying where the digests are, and nothing runs.
+    assert main(["runs", "resume", run_id, "--decisions", '[{"type": "approve"}]']) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"decision 0 carries no digest of the request it decides; agentfsm runs show {run_id}"
+        in err
+    )
+    assert approve in err and "unbound" not in err
+    assert not pathlib.Path("summary.md").exists()
+    assert main(["runs", "show", run_id]) == 0
+    assert f"digest {digest}" in capsys.readouterr().out
     # The command as printed.
     assert main(shlex.split(command)[1:]) == 0
     assert f"run {run_id}: ok at ok" in capsys.readouterr().out
@@ -375,7 +412,7 @@ def test_runs_resume_names_flags_when_the_agent_lacks_the_tools(
     later: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_id, _ = later
-    decide = ["--decisions", '[{"type": "approve"}]']
+    decide = ["--decisions", json.dumps([{"type": "approve", "digest": _request_digest(run_id)}])]
     assert main(["runs", "resume", run_id, *decide, "--agent", "tests.test_cli:calculator"]) == 2
     err = capsys.readouterr().err
     assert "lacks tools" in err and "--agent" in err and "strict=False" not in err
@@ -384,7 +421,8 @@ def test_runs_resume_names_flags_when_the_agent_lacks_the_tools(
     assert main(["runs", "resume", run_id, *decide, "--agent", spec]) == 2
     assert "calling calculator_agent() failed: TypeError" in capsys.readouterr().err
     # Decisions for a run that does not wait for any.
-    assert main(["runs", "resume", run_id, "--decisions", '[{"type": "reject"}]']) == 0
+    reject = json.dumps([{"type": "reject", "digest": _request_digest(run_id)}])
+    assert main(["runs", "resume", run_id, "--decisions", reject]) == 0
     capsys.readouterr()
     assert main(["runs", "resume", run_id, *decide]) == 2
     assert "there is nothing to resume" in capsys.readouterr().err
@@ -408,7 +446,7 @@ def test_runs_resume_imports_the_agent_from_the_current_folder(tmp_path: pathlib
     assert agentfsm("demo", "--later", "--out", ".", cwd=tmp_path).returncode == 0
     (tmp_path / "my_agents.py").write_text(AGENT_MODULE, encoding="utf-8")
     (run,) = _runs(tmp_path)
-    decisions = '[{"type": "reject"}]'
+    decisions = json.dumps([{"type": "reject", "digest": _request_digest(run, tmp_path)}])
     # -P: the folder is not on sys.path by itself, as for the installed agentfsm script.
     result = subprocess.run(
         [
@@ -431,6 +469,18 @@ def test_runs_resume_imports_the_agent_from_the_current_folder(tmp_path: pathlib
     )
     assert result.returncode == 0, result.stderr
     assert "did not write summary.md" in result.stdout
+
+
+def _request_digest(run_id: str, folder: pathlib.Path = pathlib.Path()) -> str:
+    """The digest of the one request the saved run ``run_id`` waits on."""
+    from agentfsm import Approval
+    from agentfsm.store import SQLiteStore, load_run
+
+    with SQLiteStore(folder / "agentfsm.db", read_only=True) as store:
+        state = load_run(store, run_id, strict=False).agent_state
+    assert state is not None
+    (request,) = Approval.of(state.interrupt_data).requests
+    return request.digest
 
 
 def _runs(folder: pathlib.Path) -> list[str]:

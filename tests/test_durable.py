@@ -254,8 +254,10 @@ def test_a_decision_enters_at_the_state_that_asked_and_the_approved_call_runs_at
     ] * 3
     executed = [t.transitions[1] for t in result.traces[1:]]
     assert [(e.source, e.trigger) for e in executed] == [("executing", "executed")] * 3
+    ran = {"tools": ["record"], "errors": 0}
+    refused = {"tools": [], "errors": 0, "rejected": ["record"]}  # it did not run
     assert [dict(e.detail or {}) for e in executed] == [
-        {"tools": ["record"], "errors": 0, "decisions": {f"gate-{i}": kind}}
+        {**(refused if kind == "reject" else ran), "decisions": {f"gate-{i}": kind}}
         for i, kind in enumerate(("approve", "reject", "edit"))
     ]
     texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]

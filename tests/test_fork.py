@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from agentfsm import Agent, AgentState, Message
+from agentfsm import Agent, AgentState, Approval, Message
 from agentfsm._compare import compare_runs
 from agentfsm._demo import DEMO_PROMPT, demo_agent
 from agentfsm.errors import FormatError
@@ -27,7 +27,8 @@ from tests.support import add
 
 
 def _parent(tmp_path: pathlib.Path) -> tuple[pathlib.Path, SQLiteStore]:
-    """A store with the demo run, approved: 27 steps over two segments."""
+    """A store with the demo run, approved: 29 steps over two segments (17, then 12 from
+    the approval state)."""
     store = SQLiteStore(tmp_path / "runs.db")
     agent = demo_agent(delay=0, stream=False, folder=tmp_path)
     start_run(agent, AgentState.of(DEMO_PROMPT), store, run_id="parent").run_sync()
@@ -62,7 +63,7 @@ def test_a_fork_keeps_the_past_up_to_its_step_and_names_its_parent(
         assert fork.chain.messages == step.chain.messages
         # Only the messages of its own past: a search never finds what came after.
         assert set(map(id, fork.messages)) <= {id(m) for t in mine for m in t.chain.messages}
-    assert forked == 25
+    assert forked == 27  # every step but the two into a terminal
     assert load_run(store, "parent", strict=False).head == head  # the parent is only read
     infos = {i.run_id: i for i in store.runs()}
     assert infos["fork-3"].summary == "forked from parent at step 3"
@@ -71,8 +72,8 @@ def test_a_fork_keeps_the_past_up_to_its_step_and_names_its_parent(
 
 def test_a_fork_refuses_what_is_not_a_step_or_a_free_id(tmp_path: pathlib.Path) -> None:
     _, store = _parent(tmp_path)
-    for bad in (0, 28, -1):
-        with pytest.raises(ValueError, match="has steps 1 to 27"):
+    for bad in (0, 30, -1):
+        with pytest.raises(ValueError, match="has steps 1 to 29"):
             fork_run(store, "parent", bad)
     with pytest.raises(RunExistsError):
         fork_run(store, "parent", 3, new_id="parent")
@@ -149,19 +150,30 @@ def test_fork_and_compare_from_the_command_line(tmp_path: pathlib.Path) -> None:
     assert refused.stderr.count("\n") == 1
     resumed = _runs("resume", "other", "--db", str(db), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    decided = '[{"type": "reject"}]'
-    assert _runs("resume", "other", "--db", str(db), "--decisions", decided, cwd=tmp_path)
+    assert "interrupt_check --interrupted--> interrupted" in resumed.stdout
+    with SQLiteStore(db) as again:
+        waiting = load_run(again, "other", strict=False).agent_state
+    assert waiting is not None
+    decided = json.dumps(
+        [r.reject().to_data() for r in Approval.of(waiting.interrupt_data).requests]
+    )
+    rejected = _runs("resume", "other", "--db", str(db), "--decisions", decided, cwd=tmp_path)
+    assert rejected.returncode == 0, rejected.stderr
+    assert "segment 1 (entered at interrupt_check):" in rejected.stdout
+    assert "run other: ok at ok" in rejected.stdout
     compared = _runs("compare", "parent", "other", "--db", str(db), cwd=tmp_path)
     assert compared.returncode == 0, compared.stderr
     lines = compared.stdout.splitlines()
-    assert lines[1] == "B  run other: ok at ok, 27 steps on standard, forked from parent at step 16"
-    assert "they part at step 18" in lines[2]
-    assert any(line.startswith("> ~    18  propagating") for line in lines)
-    assert sum(line.startswith("  =") for line in lines) == 17
+    assert lines[1] == "B  run other: ok at ok, 29 steps on standard, forked from parent at step 16"
+    # Both enter at the approval state and take its edge (one approves, the other
+    # rejects); the conversations part where executing carries the decisions out.
+    assert "they part at step 19" in lines[2]
+    assert any(line.startswith("> ~    19  executing --executed--> propagating") for line in lines)
+    assert sum(line.startswith("  =") for line in lines) == 18
     shown = _runs("show", "other", "--db", str(db), cwd=tmp_path)
     assert "forked from parent at step 16" in shown.stdout.splitlines()[1]
     numbers = [int(line.split()[0]) for line in shown.stdout.splitlines() if "-->" in line]
-    assert numbers == list(range(1, 28))  # one count over both segments, as fork counts
+    assert numbers == list(range(1, 30))  # one count over both segments, as fork counts
     as_json = _runs("show", "other", "--json", "--db", str(db), cwd=tmp_path)
     assert json.loads(as_json.stdout)["forked_from"] == {"run_id": "parent", "step": 16}
     with SQLiteStore(db) as again:

@@ -17,6 +17,7 @@ from rich.console import Console
 
 from agentfsm import Agent, AgentState, tool
 from agentfsm._printable import printable
+from agentfsm.approval import request_digest
 from agentfsm.cli import _decide, dump_runs, load_runs, main
 from agentfsm.diagrams import trace_markdown
 from agentfsm.providers import ScriptedModel, call_tool, say
@@ -165,7 +166,11 @@ def test_the_live_view_and_the_answer(
 def test_the_approval_panel() -> None:
     console = Console(file=io.StringIO(), width=100, force_terminal=False, color_system=None)
     request = {"tool_name": HOSTILE, "display_text": HOSTILE, "arguments": {HOSTILE: HOSTILE}}
-    assert _decide(request, "reject", console) == {"type": "reject"}
+    # The decision is bound to the request as shown, hostile text and all.
+    assert _decide(request, "reject", console) == {
+        "type": "reject",
+        "digest": request_digest(request),
+    }
     out = console.file.getvalue()  # type: ignore[attr-defined]
     _spelled(out)
 

@@ -23,7 +23,7 @@ pytest.importorskip("mcp")
 
 import mcp_types
 
-from agentfsm import Agent, AgentState, HumanInTheLoop
+from agentfsm import Agent, AgentState, Approval, HumanInTheLoop
 from agentfsm.mcp import StreamableHTTP, mcp_tools, result_content, stdio
 from agentfsm.messages import ContentPart, ToolCall
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
@@ -161,26 +161,27 @@ async def test_a_filter_may_be_a_test_of_each_tool() -> None:
 async def test_approval_gates_an_mcp_tool_like_any_other() -> None:
     hitl = HumanInTheLoop({"notes_write_note": True})
 
-    async def ask(tools: list[Any], text: str, decision: dict[str, Any]) -> AgentState:
+    async def ask(tools: list[Any], text: str, kind: str) -> AgentState:
         model = ScriptedModel([call_tool("notes_write_note", text=text), say("ok")])
         agent = Agent(model, tools, middleware=[hitl])
         run = agent.start(AgentState.of(f"note {text}"))
         await run.run()
         assert_path(run, "expanding calling interrupt_check interrupted")
         assert run.agent_state.interrupt_data is not None
-        request = run.agent_state.interrupt_data["action_requests"][0]
-        assert request["tool_name"] == "notes_write_note"
+        (request,) = Approval.of(run.agent_state.interrupt_data).requests
+        assert request.tool_name == "notes_write_note"
+        decision = request.approve() if kind == "approve" else request.reject()
         return await agent.resume(run.agent_state, [decision])
 
     async with mcp_tools(_server_stdio(), prefix="notes_") as tools:
-        approved = await ask(tools, "milk", {"type": "approve"})
+        approved = await ask(tools, "milk", "approve")
         assert approved.status == "ok"
         assert approved.messages[2].tool_results[0].content == "noted: milk (1 notes)"
-        rejected = await ask(tools, "eggs", {"type": "reject", "message": "not now"})
+        rejected = await ask(tools, "eggs", "reject")
         assert rejected.status == "ok"
         assert "noted" not in rejected.messages[2].tool_results[0].text
         # the rejected call never reached the server: this is its second note
-        again = await ask(tools, "tea", {"type": "approve"})
+        again = await ask(tools, "tea", "approve")
         assert again.messages[2].tool_results[0].content == "noted: tea (2 notes)"
 
 

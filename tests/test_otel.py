@@ -362,12 +362,20 @@ def test_an_interrupted_run_resumed_links_to_the_run_it_continues(telemetry: Tel
     assert second.status == "ok"
     resumed = [s for s in telemetry.named("invoke_agent") if s is not interrupted]
     resumed_run = one(resumed)
-    assert attributes(resumed_run)["agentfsm.entry"] == "propagating"
+    assert attributes(resumed_run)["agentfsm.entry"] == "interrupt_check"
     link = one(resumed_run.links)  # type: ignore[arg-type]
     assert (link.context.trace_id, link.context.span_id) == context_of(interrupted)
     assert dict(link.attributes or {}) == {"agentfsm.link": "continues"}
     states = [s.name for s in telemetry.children(resumed_run)]
-    assert states[:3] == ["agentfsm.propagating", "agentfsm.until_check", "agentfsm.deciding"]
+    # The approved call runs in the resumed run, as its own state's span.
+    assert states[:4] == [
+        "agentfsm.interrupt_check",
+        "agentfsm.executing",
+        "agentfsm.propagating",
+        "agentfsm.until_check",
+    ]
+    executing = telemetry.children(resumed_run)[1]
+    assert [s.name for s in telemetry.children(executing)] == ["execute_tool write_file"]
 
 
 class _DrainAfterExecuted:

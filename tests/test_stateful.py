@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from agentfsm import STANDARD, Agent, AgentRun, AgentState, HumanInTheLoop, Message
+from agentfsm import STANDARD, Agent, AgentRun, AgentState, Approval, HumanInTheLoop, Message
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, fail, say
 from tests.support import add, boom, remember, submit
 
@@ -81,12 +81,22 @@ class Runs(RuleBasedStateMachine):
         if "hitl_tool_call_ids" not in data:
             self.state = AgentState(self.state.messages, self.state.state)
             return
-        decisions = [{"type": kind} for _ in data["hitl_tool_call_ids"]]
+        requests = Approval.of(data).requests
+        decisions = [r.approve() if kind == "approve" else r.reject() for r in requests]
         import asyncio
 
         self.run = asyncio.run(self.agent.start_resume(self.state, decisions))
-        assert self.run.state == "propagating"
+        # The answer enters where it was asked; nothing has run until the run is stepped.
+        assert self.run.state == "interrupt_check" and not self.run.trace.transitions
         self.run.run_sync()
+        first, second = self.run.trace.transitions[:2]
+        assert (first.source, first.dest, second.source) == (
+            "interrupt_check",
+            "executing",
+            "executing",
+        )
+        assert second.detail is not None
+        assert second.detail["decisions"] == {r.tool_call_id: kind for r in requests}
         self._collect()
 
     def _collect(self) -> None:

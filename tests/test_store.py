@@ -25,6 +25,7 @@ from agentfsm import (
     STANDARD,
     Agent,
     AgentState,
+    Approval,
     HumanInTheLoop,
     LLMChain,
     Message,
@@ -227,7 +228,20 @@ def test_an_interrupted_run_resumes_with_decisions(db: Path, log: Path) -> None:
     state = gated().resume_run_sync("hitl", store, [{"type": "approve"}], unbound=True)
     assert state.status == "ok"
     saved = load_run(store, "hitl", strict=False)
-    assert [t.entry for t in saved.traces] == ["expanding", "propagating", "propagating"]
+    # Each answer enters the machine at the state that asked; the approved call runs
+    # at executing, a transition of the resumed segment that names the decisions.
+    assert [t.path for t in saved.traces] == [
+        "expanding calling interrupt_check interrupted",
+        "interrupt_check executing propagating until_check deciding expanding calling "
+        "interrupt_check interrupted",
+        "interrupt_check executing propagating until_check deciding expanding calling "
+        "interrupt_check executing propagating until_check deciding ok",
+    ]
+    assert [t.transitions[1].detail for t in saved.traces[1:]] == [
+        {"tools": ["record"], "errors": 0, "decisions": {"c1": "approve"}},
+        {"tools": ["record"], "errors": 0, "decisions": {"c2": "approve"}},
+    ]
+    assert executions(log) == {"start one": 1, "done one": 1, "start two": 1, "done two": 1}
     assert saved.steps == sum(len(t) for t in saved.traces)
     assert store.runs()[0].steps == saved.steps
     whole_path(saved)
@@ -432,7 +446,7 @@ def test_runs_list_show_and_resume(
 
 
 def test_runs_resume_takes_decisions_for_the_demo_agent(
-    db: Path, monkeypatch: pytest.MonkeyPatch
+    db: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from agentfsm._demo import DEMO_PROMPT, demo_agent
 
@@ -442,9 +456,18 @@ def test_runs_resume_takes_decisions_for_the_demo_agent(
     run.run_sync()
     assert run.agent_state.status == "interrupted"
     run_id = Checkpointer.of(run).run_id
+    # The command line takes decisions bound to the requests shown: a digest-less one is
+    # refused, and nothing runs.
     status, out = cli(
         "runs", "resume", run_id, "--db", str(db), "--decisions", '[{"type": "approve"}]'
     )
+    assert status == 2
+    assert "decision 0 carries no digest" in capsys.readouterr().err
+    assert not (db.parent / "summary.md").exists()
+    assert load_run(SQLiteStore(db), run_id, strict=False).status == "interrupted"
+    approval = Approval.of(run.agent_state.interrupt_data)
+    decisions = json.dumps([d.to_data() for d in approval.approve_all()])
+    status, out = cli("runs", "resume", run_id, "--db", str(db), "--decisions", decisions)
     assert status == 0, out
     assert f"run {run_id}: ok" in out
     saved = load_run(SQLiteStore(db), run_id, strict=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import sqlite3
 import sys
@@ -11,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agentfsm import AgentState
+from agentfsm import AgentState, Approval
 from agentfsm.cli import main
 from agentfsm.serialization import FormatError
-from agentfsm.store import SQLiteStore, StoreError, start_run
+from agentfsm.store import SQLiteStore, StoreError, load_run, start_run
 from tests import _race_worker as race
 
 
@@ -74,7 +75,10 @@ def test_a_run_in_use_is_refused_by_runs_resume_in_one_line(
     ledger = tmp_path / "ledger.txt"
     race.interrupted(db, ledger)
     with SQLiteStore(db) as store:
+        state = load_run(store, "r", strict=False).agent_state
         store.claim("r", f"{os.uname().nodename}:{os.getpid()}:holder", None)
+    assert state is not None
+    approve = [d.to_data() for d in Approval.of(state.interrupt_data).approve_all()]
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setenv("AGENTFSM_TEST_LEDGER", str(ledger))
     status, _, err = run_cli(
@@ -86,7 +90,7 @@ def test_a_run_in_use_is_refused_by_runs_resume_in_one_line(
         "--agent",
         "tests._race_worker:agent",
         "--decisions",
-        '[{"type": "approve"}]',
+        json.dumps(approve),
     )
     assert status == 2 and err.count("\n") == 1, err
     assert "another process" in err and "Traceback" not in err

@@ -120,7 +120,7 @@ def test_the_index_lists_every_run_waiting_first(store: pathlib.Path) -> None:
         finished = next(r for r in listing["runs"] if r["run_id"] == "finished")
         assert finished["status"] == "ok" and finished["machine"] == "standard"
         assert finished["model_calls"] == 4 and finished["segments"] == 2
-        assert finished["steps"] == 27 and finished["duration"] >= 0
+        assert finished["steps"] == 29 and finished["duration"] >= 0
         assert set(finished["tools"]) == {"search_notes", "read_note", "write_file"}
         assert listing["statuses"] == {"interrupted": 1, "ok": 2}
 
@@ -158,7 +158,7 @@ def test_a_run_page_and_its_json(store: pathlib.Path) -> None:
         data = httpx.get(f"{base}/api/runs/finished").json()
         assert data["status"] == "ok" and data["requests"] == []
         steps = data["page"]["steps"]
-        assert len(steps) == 27 and all(isinstance(s["wall"], float) for s in steps)
+        assert len(steps) == 29 and all(isinstance(s["wall"], float) for s in steps)
         assert steps[0]["wall"] <= steps[-1]["wall"] <= time.time()
         (decision,) = data["page"]["segments"][1]["decisions"]
         assert decision["decision"] == "approved" and decision["tool"] == "write_file"

@@ -89,7 +89,7 @@ def test_open_the_index_then_a_run(
 
     rows[0].find_element(By.TAG_NAME, "a").click()
     _wait(lambda: "/runs/finished#" in browser.current_url, what="the run page")
-    _wait(lambda: _steps(browser) == 27, what="the timeline")
+    _wait(lambda: _steps(browser) == 29, what="the timeline")
     text = browser.find_element(By.TAG_NAME, "body").text
     assert "human decision: ✔ approved write_file" in text
     title = browser.find_element(By.CSS_SELECTOR, "#steps li[data-step='0']").get_attribute("title")

@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
 
+from agentfsm import Approval
 from agentfsm._demo import demo_agent
 from agentfsm.store import SQLiteStore, fork_run, load_run
 from agentfsm.studio import CSRF_HEADER, create_app
@@ -43,7 +44,7 @@ def test_fork_over_http_needs_the_page_token_and_a_working_step(
 ) -> None:
     base, db = studio
     data = addon_data(httpx.get(f"{base}/runs/finished").text)
-    assert data["forkable"] == [n for n in range(1, 28) if n not in (17, 27)]
+    assert data["forkable"] == [n for n in range(1, 30) if n not in (17, 29)]
     assert data["forked_from"] is None
     no_token = httpx.post(base + data["fork"], json={"step": 3})
     assert no_token.status_code == 403
@@ -103,7 +104,7 @@ def test_fork_a_run_from_a_transition_in_the_browser(
     base, db = studio
     browser.get_log("browser")
     browser.get(base + "/runs/finished")
-    _wait(lambda: _steps(browser) == 27, what="the timeline")
+    _wait(lambda: _steps(browser) == 29, what="the timeline")
     button = browser.find_element(By.ID, "fork")
     assert button.get_attribute("disabled")  # the last step ends the run: no fork there
     browser.find_element(By.CSS_SELECTOR, "#steps li[data-step='15']").click()
@@ -136,7 +137,10 @@ def test_compare_two_runs_picked_on_the_index(
     with SQLiteStore(db) as store:
         fork_run(store, "finished", 16, new_id="rejected")
         agent.resume_run_sync("rejected", store)  # asks for the approval again
-        agent.resume_run_sync("rejected", store, [{"type": "reject"}], unbound=True)
+        waiting = load_run(store, "rejected", strict=False).agent_state
+        assert waiting is not None
+        (request,) = Approval.of(waiting.interrupt_data).requests
+        agent.resume_run_sync("rejected", store, [request.reject()])
     browser.get_log("browser")
     browser.get(base + "/")
     for run_id in ("finished", "rejected"):
@@ -145,9 +149,11 @@ def test_compare_two_runs_picked_on_the_index(
     browser.find_element(By.CSS_SELECTOR, "#compare-runs button").click()
     _wait(lambda: "/compare?" in browser.current_url, what="the compare page")
     parts = browser.find_element(By.ID, "parts").text
-    assert parts.startswith("they part at step 18"), parts
+    # Both take the approval state's edge; executing, which carries the decisions out,
+    # is where the conversations part (the rejection's result).
+    assert parts.startswith("they part at step 19"), parts
     parted = browser.find_element(By.ID, "parted")
-    assert parted.get_attribute("data-step") == "18"
+    assert parted.get_attribute("data-step") == "19"
     cells = parted.find_elements(By.TAG_NAME, "td")
     assert cells[1].text == "~"  # the same edge; the rejection's result in the conversation
     # The index lists the newer run first: it is A.
@@ -156,5 +162,5 @@ def test_compare_two_runs_picked_on_the_index(
     _shot(browser, "studio-compare", tmp_path)
     # From a step of the comparison to that step of a run.
     cells[2].find_element(By.TAG_NAME, "a").click()
-    _wait(lambda: browser.current_url.endswith("/runs/rejected#step-18"), what="the step")
+    _wait(lambda: browser.current_url.endswith("/runs/rejected#step-19"), what="the step")
     assert _severe(browser) == []

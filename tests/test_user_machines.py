@@ -494,9 +494,15 @@ def launch(target: str) -> str:
     return f"launched at {target}"
 
 
+@tool
+def abort(target: str) -> str:
+    """Abort a launch (never called here)."""
+    return f"aborted at {target}"
+
+
 def _gated_agent(*middleware: Any) -> Agent:
     model = ScriptedModel([call_tool("launch", target="moon", call_id="l1"), say("done")])
-    return Agent(model, [launch], middleware=list(middleware))
+    return Agent(model, [launch, abort], middleware=list(middleware))
 
 
 class _TwoKeys:
@@ -529,7 +535,8 @@ def test_any_middleware_can_gate_tool_calls() -> None:
 
 
 def test_a_gate_that_lets_the_calls_run_leaves_the_run_as_it_was() -> None:
-    run = _gated_agent(Middleware(), HumanInTheLoop({"other": True})).start(AgentState.of("go"))
+    # The gate guards a tool of the agent's that this run never calls.
+    run = _gated_agent(Middleware(), HumanInTheLoop({"abort": True})).start(AgentState.of("go"))
     assert isinstance(run.run_sync(), Ok)
     assert_path(
         run,

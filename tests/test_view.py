@@ -82,7 +82,9 @@ def test_the_page_draws_every_edge_with_the_runs_counts() -> None:
         assert f'id="edge-{k}"' in html
     loop = STANDARD.edges.index(STANDARD.edge("deciding", "loop"))  # type: ignore[arg-type]
     assert re.search(rf'id="edge-{loop}">.*?>loop x3</text>', html, re.S)
-    assert ">Ok x1</text>" in html and ">tool results x1</text>" in html
+    # The resumed run enters where the approval was asked: the pending-calls entry.
+    assert ">Ok x1</text>" in html and ">pending tool calls x1</text>" in html
+    assert ">fresh x1</text>" in html and ">tool results x" not in html
 
 
 def test_run_strings_are_escaped(tmp_path: pathlib.Path) -> None:

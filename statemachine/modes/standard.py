@@ -144,11 +144,16 @@ def _executed(chain: LLMChain, result: PipelineResult) -> Mapping[str, Any] | No
     last = result.chain.last_message
     if last is None or last is chain.last_message or last.role != "tool":
         return None
+    # A call a reviewer rejected got its result without running: not one of the tools run.
+    decided = chain.custom_context.get(DECIDED) or {}
+    refused = [r for r in last.tool_results if decided.get(r.tool_call_id) == "reject"]
+    ran = [r for r in last.tool_results if decided.get(r.tool_call_id) != "reject"]
     detail: dict[str, Any] = {
-        "tools": [r.name for r in last.tool_results],
-        "errors": sum(r.is_error for r in last.tool_results),
+        "tools": [r.name for r in ran],
+        "errors": sum(r.is_error for r in ran),
     }
-    decided = chain.custom_context.get(DECIDED)
+    if refused:
+        detail["rejected"] = [r.name for r in refused]
     if decided:  # a reviewer's decisions, which the approval state applied to this batch
         detail["decisions"] = dict(decided)
     return detail

@@ -449,7 +449,8 @@ def _parent(saved: SavedRun) -> dict[str, Any] | None:
 
 
 async def _resume(studio: _Studio, run_id: str, decisions: Sequence[Mapping[str, Any]]) -> Any:
-    """The run resumed with ``decisions`` (claimed, approved calls run), not yet stepped."""
+    """The run resumed with ``decisions``, claimed, at the approval state that takes them;
+    not yet stepped (the approved calls run as it steps, in its trace)."""
     agent = studio.agent()
     store = studio.writer()
     before = load_run(store, run_id, strict=False)

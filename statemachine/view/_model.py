@@ -185,20 +185,38 @@ def _requests(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _decisions(pending: Sequence[ToolCall], trace: Trace) -> list[dict[str, Any]]:
     """What a human decided on an interrupt, read from the segment that answered it.
 
-    The answered calls' results open the next segment's conversation: a rejected call's
-    result says so; any other ran, approved (or edited) by the reviewer.
+    The answer enters at the approval state, which applies it; ``executing`` carries the
+    decisions out and names them (its detail's ``decisions``), so the results (and an
+    edit's arguments, rewritten in the call) are in the first chain that holds every
+    answered call's result. A run saved before decisions were recorded reads them from
+    the results alone: a rejected call's result says so; any other ran.
     """
-    if not trace.transitions:
-        return []
-    results = {
-        r.tool_call_id: r for m in trace.transitions[0].chain.messages for r in m.tool_results
-    }
+    decided: Mapping[str, Any] = {}
+    results: dict[str, ToolResult] = {}
+    calls = {c.call_id: c for c in pending}
+    for transition in trace.transitions:
+        messages = transition.chain.messages
+        results = {r.tool_call_id: r for m in messages for r in m.tool_results}
+        if all(c.call_id in results for c in pending):
+            calls.update(
+                {c.call_id: c for m in messages for c in m.tool_calls if c.call_id in calls}
+            )
+            detail = transition.detail
+            said = detail.get("decisions") if isinstance(detail, Mapping) else None
+            decided = said if isinstance(said, Mapping) else {}
+            break
     out = []
-    for call in pending:
-        result = results.get(call.call_id)
+    for asked in pending:
+        result = results.get(asked.call_id)
         if result is None:
             continue
-        rejected = result.text == f"Tool call '{result.name}' was rejected by a human reviewer."
+        call = calls[asked.call_id]
+        said = decided.get(call.call_id)
+        rejected = (
+            said == "reject"
+            if said is not None
+            else result.text == f"Tool call '{result.name}' was rejected by a human reviewer."
+        )
         out.append(
             {
                 "tool": call.name,
