@@ -1,11 +1,11 @@
-"""Approved calls are exactly-once: kill -9 at every boundary after the decision.
+"""A subagent's approved call is exactly-once: kill -9 at every boundary after the decision.
 
-A run stops for approval; a resumer process approves it and is killed right after its
-N-th transition was checkpointed (every N the resume has, parent's and child's alike),
-then a fresh process finishes the run. The approved tool must have run exactly once:
-it is never in flight at these kills, so the at-least-once of a call cut off mid-way
-never excuses a second run. For a plain agent, and for a subagent whose child waits on
-the approval (its run is saved beside its parent's, so its resume goes on where it was).
+A lead's subagent stops for approval; a resumer process approves it and is killed right
+after its N-th transition was checkpointed (every N the resume has, the lead's and the
+child's alike), then a fresh process finishes the run. The approved tool must have run
+exactly once: it is never in flight at these kills, and the child's run is saved beside
+its parent's, so its resume goes on where it was. (A plain agent's kills, in flight ones
+included: tests/test_store_approval_kills.py.)
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _transitions(shape: str, tmp: Path) -> int:
     return (after - before) + (children_after - children_before)
 
 
-@pytest.mark.parametrize("shape", ["plain", "subagent"])
+@pytest.mark.parametrize("shape", ["subagent"])  # a plain agent's: test_store_approval_kills
 def test_an_approved_call_runs_once_whichever_boundary_the_resumer_dies_at(
     shape: str, tmp_path: Path
 ) -> None:

@@ -288,14 +288,20 @@ def test_runs_export_replays_a_resumed_run_of_a_users_machine(
         )
         asked.run_sync()
         assert agent().resume_run_sync("asked", store).status == "interrupted"
-        assert agent().resume_run_sync("asked", store, [{"type": "approve"}]).status == "ok"
+        assert (
+            agent().resume_run_sync("asked", store, [{"type": "approve"}], unbound=True).status
+            == "ok"
+        )
         drained = start_run(agent(), AgentState.of("2 + 40?"), store, run_id="drained")
         for _ in range(4):  # past the tools of the first reply
             drained.step_sync()
         drained.request_pause("draining")
         drained.run_sync()
         assert agent().resume_run_sync("drained", store).status == "interrupted"
-        assert agent().resume_run_sync("drained", store, [{"type": "reject"}]).status == "ok"
+        assert (
+            agent().resume_run_sync("drained", store, [{"type": "reject"}], unbound=True).status
+            == "ok"
+        )
         paths = {
             run_id: [t.path for t in load_run(store, run_id, strict=False).traces]
             for run_id in ("asked", "drained")
@@ -305,12 +311,14 @@ def test_runs_export_replays_a_resumed_run_of_a_users_machine(
         "asked": [
             "expanding calling paused",
             f"interrupt_check executing {tallied} expanding calling interrupt_check interrupted",
-            f"{tallied} expanding calling interrupt_check executing {tallied} ok",
+            f"interrupt_check executing {tallied} expanding calling interrupt_check "
+            f"executing {tallied} ok",
         ],
         "drained": [
             "expanding calling interrupt_check executing propagating paused",
             f"{tallied} expanding calling interrupt_check interrupted",
-            f"{tallied} expanding calling interrupt_check executing {tallied} ok",
+            f"interrupt_check executing {tallied} expanding calling interrupt_check "
+            f"executing {tallied} ok",
         ],
     }
     cli = [sys.executable, "-m", "agentfsm.cli", "runs", "export", "--db", "runs.db"]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from agentfsm.providers import WrapperModel
 
+from ..approval import DECIDED
 from ..errors import ChainError
 from ..messages import Message, MessageDelta
 from ..serialization import dump, load
@@ -355,8 +356,9 @@ def regression_test(
     that step, or, for a pause the host requested, ``request_pause`` before it);
     the next is started from where it ended, as resuming it does. One that was
     interrupted for approval is answered with the decisions its results show:
-    ``reject`` for a call whose result says it was rejected, ``approve`` for the
-    others (an edit is not kept by a saved run: change that decision by hand).
+    the decisions its approval state applied, an edit with the arguments that ran (a
+    run saved before answers entered the machine shows only ``reject`` or ``approve``
+    in its results: change an edit there by hand).
     ``options`` (``Agent.start``'s, such as ``until_tool``) go to every segment.
 
     ``test`` is where the file will be written: the test then finds ``cassette``
@@ -399,7 +401,8 @@ def regression_test(
             body.append(f"    decided = {decided!r}")
             body.append("    ids = run.agent_state.interrupt_data['hitl_tool_call_ids']")
             state = "run.agent_state, [decided[i] for i in ids]"
-            start = "asyncio.run(agent.start_resume({state}{pause}" + extra + "))"
+            # the recorded decisions, as they were made: bound to the request at hand
+            start = "asyncio.run(agent.start_resume({state}, unbound=True{pause}" + extra + "))"
             needs_asyncio = True
         else:
             state = "run.agent_state"
@@ -467,9 +470,23 @@ def regression_test(
     return "\n".join([*head, *body]) + "\n"
 
 
-def _decided(interrupted: Trace, answered: Trace) -> dict[str, dict[str, str]]:
-    """The decisions a saved run's answer to an approval interrupt shows, by call id: the
-    tool message the resume added, at the start of the ``answered`` segment."""
+def _decided(interrupted: Trace, answered: Trace) -> dict[str, dict[str, Any]]:
+    """The decisions a saved run's answer to an approval interrupt took, by call id: the
+    ones its approval state applied (an edit with the arguments that ran), or, for a run
+    saved before answers entered the machine, those the tool message the resume added
+    shows."""
+    if answered.transitions:
+        applied = answered.transitions[0].chain
+        decided = applied.custom_context.get(DECIDED)
+        reply = applied.last_message
+        if isinstance(decided, Mapping) and reply is not None:
+            calls = {c.call_id: c for c in reply.tool_calls}
+            out: dict[str, dict[str, Any]] = {}
+            for call_id, kind in decided.items():
+                out[call_id] = {"type": kind}
+                if kind == "edit" and call_id in calls:
+                    out[call_id]["arguments"] = dict(calls[call_id].arguments)
+            return out
     asked = interrupted.transitions[-1].chain.messages if interrupted.transitions else ()
     after = answered.transitions[0].chain.messages if answered.transitions else ()
     if len(after) <= len(asked) or after[len(asked)].role != "tool":
