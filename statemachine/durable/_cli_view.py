@@ -43,7 +43,8 @@ class _NotEndedError(ValueError):
 
 def view_page(db: str | os.PathLike[str], run_id: str) -> str:
     """The run page (:mod:`agentfsm.view`) of a durable run that ended, as ``agentfsm view``
-    writes a saved run's; ValueError for one still queued, running or waiting."""
+    writes a saved run's; ValueError for one still queued, running or waiting, and for one
+    that ended before its first step (it has no path to draw)."""
     from .. import view
 
     with quiet_engine():
@@ -55,6 +56,12 @@ def view_page(db: str | os.PathLike[str], run_id: str) -> str:
             f"'agentfsm runs show {run_id} --db {db}' says where it stands"
         )
     traces = result.traces
+    if not traces:  # it failed before any step (options its agent refused): nothing to draw
+        said = f": {result.state.error}" if result.state.error is not None else ""
+        raise _NotEndedError(
+            f"run {run_id} ended {result.state.status} before its first step, so it has no "
+            f"path to draw{said}; 'agentfsm runs show {run_id} --db {db}' shows it"
+        )
     return view.page(
         traces,
         title=f"run {run_id}",
