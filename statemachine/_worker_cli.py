@@ -95,9 +95,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run the worker until SIGTERM or SIGINT; the exit status."""
+    from ._db_url import check_db
     from ._runs_cli import UsageError, load_agent
 
     out = out or sys.stdout
+    try:
+        check_db(args.db, flag="--db")
+    except ValueError as exc:
+        print(f"agentfsm worker: {exc}", file=sys.stderr)
+        return 2
     try:
         from .durable import Engine
     except ImportError as exc:

@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import AgentState
-from agentfsm.durable import Engine
+from agentfsm import AgentfsmError, AgentState
+from agentfsm.durable import Engine, StoreError, list_runs
 from tests.test_durable import ROOT, _record_agent
 from tests.test_durable import db as db  # a fixture
 from tests.test_durable import pg_server as pg_server  # a fixture
@@ -60,3 +60,79 @@ def test_view_of_a_run_that_ended_before_its_first_step_is_one_line_and_exit_2(
         "shows it"
     ], viewed.stderr
     assert not (tmp_path / "page.html").exists()
+
+
+# ---------------------------------------------------------------- databases named wrong
+
+
+EMPTY = (
+    "--db is empty: give a SQLite file path or a URL "
+    "(postgresql://USER@HOST/DATABASE, sqlite:///FILE)"
+)
+MYSQL = (
+    "--db mysql://me:***@db-host/agents: mysql:// is not a database agentfsm runs on; did you "
+    "mean postgresql://USER@HOST/DATABASE, or a SQLite file (a path, or sqlite:///FILE)?"
+)
+PORT = (
+    "--db postgresql://me@db-host:fivefour/agents: the port 'fivefour' is not a number "
+    "from 1 to 65535"
+)
+
+
+def test_the_client_refuses_a_database_no_worker_made_in_one_typed_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "never.db"
+    with Engine(missing) as engine, pytest.raises(StoreError) as refused:
+        engine.submit(AgentState.of("x"), agent="plain")
+    assert str(refused.value) == (
+        f"no durable database at {missing}: start a worker on it first (it creates the "
+        "database and its tables), or check the path"
+    )
+    assert not missing.exists()  # never made empty by a client
+    with pytest.raises(StoreError, match="no durable database at"):
+        list_runs(missing)
+    assert capfd.readouterr().err == ""
+
+
+def test_the_client_on_a_postgresql_database_no_worker_made_says_what_to_do(
+    pg_server: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    url = pg_server.rsplit("/", 1)[0] + "/nobody_made_this"
+    with Engine(url) as engine, pytest.raises(StoreError) as refused:
+        engine.submit(AgentState.of("x"), agent="plain")
+    said = str(refused.value)
+    assert isinstance(refused.value, AgentfsmError) and "\n" not in said
+    assert said.startswith(f"the durable database {url} cannot be used: ")
+    assert said.endswith(
+        '"nobody_made_this" does not exist; no worker ever started on it: start a worker '
+        "first (it creates the database and its tables), or create the database"
+    ), said
+    assert capfd.readouterr().err == ""  # DBOS logs nothing of it: the error says it all
+    listed = _cli("runs", "list", "--db", url)
+    assert listed.returncode == 2
+    assert listed.stderr.splitlines() == [f"agentfsm runs: {said}"]
+
+
+@pytest.mark.parametrize(
+    ("db", "said"),
+    [
+        ("mysql://me:secret@db-host/agents", MYSQL),
+        ("postgresql://me@db-host:fivefour/agents", PORT),
+        ("", EMPTY),
+    ],
+)
+def test_a_db_that_names_no_database_is_refused_alike_everywhere(db: str, said: str) -> None:
+    with pytest.raises(StoreError) as refused:
+        Engine(db)
+    assert str(refused.value) == said.replace("--db", "db", 1)
+    commands = {
+        "worker": ["worker", "--db", db, "tests._durable_agent:agent"],
+        "runs": ["runs", "list", "--db", db],
+        "view": ["view", "some-run", "--db", db],
+    }
+    for command, argv in commands.items():
+        done = _cli(*argv)
+        assert done.returncode == 2, (command, done.stderr)
+        prefix = "agentfsm view: error:" if command == "view" else f"agentfsm {command}:"
+        assert done.stderr.splitlines() == [f"{prefix} {said}"], (command, done.stderr)

@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import re
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, overload
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar, overload
 
 import attrs
 from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer, SetWorkflowID
 from dbos._error import DBOSWorkflowIDInUseError
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from .._answers import check_approval
+from .._db_url import check_db, shown
 from .._state import AgentState
 from ..agent import Agent
 from ..approval import Approval, Decision, DecisionError
 from ..errors import AgentfsmError, DecisionConflictError
 from ..machine import fingerprint_of
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
-from ..store.base import ResumeError, RunExistsError, RunNotFoundError
+from ..store.base import ResumeError, RunExistsError, RunNotFoundError, StoreError
 from ..trace import Trace
 from ._answers import check_answer, innermost, waits_on
 from ._ledger import HEARTBEAT_SECONDS, Ledger
@@ -84,15 +88,86 @@ class DurableError(AgentfsmError, RuntimeError):
     """The engine could not run a run as asked (its workflow failed or was cancelled)."""
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class _Silence(logging.Filter):
+    """Drops DBOS's records logged by the threads inside :func:`_silenced`: the engine
+    raises the failure as a :class:`StoreError` instead of DBOS logging it first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread not in self.threads
+
+
+_SILENCE: Final = _Silence()
+logging.getLogger("dbos").addFilter(_SILENCE)
+
+
+@contextmanager
+def _silenced() -> Iterator[None]:
+    me = threading.get_ident()
+    _SILENCE.threads.add(me)
+    try:
+        yield
+    finally:
+        _SILENCE.threads.discard(me)
+
+
+def _database_error(url: str, exc: BaseException) -> StoreError:
+    """A driver's failure as one line that says what to do about it."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    reason = " ".join(text.splitlines()[0].split()) if text else type(exc).__name__
+    low = reason.lower()
+    hint = ""
+    if "does not exist" in low or "no such table" in low:
+        hint = (
+            "; no worker ever started on it: start a worker first (it creates the "
+            "database and its tables), or create the database"
+        )
+    elif any(w in low for w in ("refused", "could not connect", "connection failed", "timeout")):
+        hint = "; is the database server up, and the URL right?"
+    elif "unable to open database file" in low:
+        hint = "; is the path right, in a folder that exists?"
+    return StoreError(f"the durable database {shown(url)} cannot be used: {reason}{hint}")
+
+
+def _guarded(
+    method: Callable[Concatenate[Engine, _P], _R],
+) -> Callable[Concatenate[Engine, _P], _R]:
+    """The database's own failures (the driver's, SQLAlchemy's) as a :class:`StoreError`."""
+
+    @functools.wraps(method)
+    def guarded(self: Engine, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except SQLAlchemyError as exc:
+            raise _database_error(self.url, exc) from exc
+
+    return guarded
+
+
 def agent_queue(agent: str) -> str:
     """The queue runs of the agent registered as ``agent`` go to by default."""
     return f"{QUEUE_PREFIX}{agent}"
 
 
 def database_url(db: str | os.PathLike[str]) -> str:
-    """A DBOS system database URL: ``postgresql://...``, ``sqlite:///...``, or a file path."""
+    """A DBOS system database URL: ``postgresql://...``, ``sqlite:///...``, or a file path.
+
+    Anything else is a :class:`StoreError` that says what was meant: an empty ``db``,
+    another database's URL (``mysql://...``), a port that is not a number.
+    """
     text = os.fspath(db)
-    if text.startswith(("postgresql://", "postgres://", "postgresql+", "sqlite://")):
+    try:
+        check_db(text)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
+    if "://" in text:
         return text
     return f"sqlite:///{os.path.abspath(text)}"
 
@@ -352,12 +427,24 @@ class Engine:
 
     @property
     def client(self) -> DBOSClient:
+        """DBOS's client of the database; a :class:`StoreError` when it cannot be used
+        (a SQLite file no worker made is refused, never made empty here)."""
         if self._client is None:
-            self._client = DBOSClient(
-                system_database_url=self.url,
-                serializer=_SERIALIZER,
-                application_name="agentfsm",
-            )
+            path = self.url.removeprefix("sqlite:///") if self.url.startswith("sqlite:///") else ""
+            if path and not os.path.exists(path):
+                raise StoreError(
+                    f"no durable database at {path}: start a worker on it first (it creates "
+                    "the database and its tables), or check the path"
+                )
+            try:
+                with _silenced():
+                    self._client = DBOSClient(
+                        system_database_url=self.url,
+                        serializer=_SERIALIZER,
+                        application_name="agentfsm",
+                    )
+            except SQLAlchemyError as exc:
+                raise _database_error(self.url, exc) from exc
         return self._client
 
     @property
@@ -367,6 +454,7 @@ class Engine:
             self._ledger = Ledger(self.client._sys_db.engine)
         return self._ledger
 
+    @_guarded
     def submit(
         self,
         state: AgentState,
@@ -464,6 +552,7 @@ class Engine:
         ]
         return (f"{prefix}{max(numbers)}", max(numbers)) if numbers else (run_id, 0)
 
+    @_guarded
     def status(self, run_id: str) -> RunRecord:
         """How the run stands now (its newest continuation's standing), without waiting:
         a few reads of the database, never a wait for the run."""
@@ -491,6 +580,10 @@ class Engine:
         """The run's result, waiting up to ``timeout`` seconds (None: until it ends,
         through any wait for decisions). With ``wait=False``: the result if the run
         ended, else None at once (see :meth:`status` for where it stands)."""
+        return self._wait_result(run_id, wait=wait, timeout=timeout)
+
+    @_guarded
+    def _wait_result(self, run_id: str, *, wait: bool, timeout: float | None) -> RunResult | None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self._status(run_id, output=True)
@@ -506,6 +599,7 @@ class Engine:
                 raise TimeoutError(f"Run {run_id!r} is still {status.status.lower()}")
             time.sleep(self.polling_interval / 2)
 
+    @_guarded
     def decide(
         self, run_id: str, decisions: Sequence[Mapping[str, Any]], *, unbound: bool = False
     ) -> None:
@@ -662,6 +756,7 @@ class Engine:
             pass
         self.client.send(continuation, dict(message), DECISIONS_TOPIC)
 
+    @_guarded
     def waiting(self, run_id: str) -> Mapping[str, Any] | None:
         """The approval request a run waits for decisions on, or None.
 
@@ -674,6 +769,7 @@ class Engine:
             return None
         return innermost(event["interrupt"])
 
+    @_guarded
     def runs(self, *, limit: int = 100) -> list[RunRecord]:
         """The newest runs first (of the ``limit`` newest workflows), each as it stands now.
 
