@@ -136,3 +136,43 @@ def test_a_db_that_names_no_database_is_refused_alike_everywhere(db: str, said: 
         assert done.returncode == 2, (command, done.stderr)
         prefix = "agentfsm view: error:" if command == "view" else f"agentfsm {command}:"
         assert done.stderr.splitlines() == [f"{prefix} {said}"], (command, done.stderr)
+
+
+# ---------------------------------------------------------------- one queue, one agent
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_a_worker_refuses_a_queue_a_live_worker_of_another_agent_serves(
+    db: str, tmp_path: Path
+) -> None:
+    with Engine(db, queue="shared", polling_interval=0.05) as alpha:
+        alpha.register("alpha", _record_agent())
+        alpha.launch(executor_id="alpha-worker")
+        beta = _cli(
+            "worker", "--db", db, "tests._durable_agent:agent", "--name", "beta",
+            "--queue", "shared", "--executor-id", "beta-worker",
+        )  # fmt: skip
+        assert beta.returncode == 2, beta.stderr
+        assert beta.stderr.splitlines() == [
+            f"agentfsm worker: cannot start on {db}: queue 'shared' is served by worker "
+            "'alpha-worker', running 'alpha'; a worker of 'beta' on it would take their runs "
+            "and they its: give each agent its own queue (drop --queue, or name another)"
+        ]
+        # the runs of the queue stay alpha's: none ends unknown_agent
+        ids = [alpha.submit(AgentState.of(f"a{n}"), agent="alpha") for n in range(4)]
+        results = [alpha.result(i, timeout=30) for i in ids]
+        assert [r.status for r in results] == ["ok"] * 4
+        # another worker of the same agent shares the queue (a second machine, a release)
+        same = subprocess.Popen(
+            [sys.executable, "-m", "agentfsm.cli", "worker", "--db", db,
+             "tests._durable_agent:agent", "--name", "alpha", "--queue", "shared",
+             "--executor-id", "alpha-2"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert same.stdout is not None
+            assert "running 'alpha' on shared" in same.stdout.readline()
+        finally:
+            same.terminate()
+            same.communicate(timeout=60)
+    assert same.returncode == 0

@@ -274,11 +274,14 @@ class Engine:
         version than the agents' (:func:`app_version`): runs started on other machines,
         taken on purpose (a recorded step the machine does not expect ends such a run
         in an error naming both). It serves :attr:`queues` alone: a run of another
-        agent is never taken here.
+        agent is never taken here, and a queue a live worker of other agents serves is
+        refused (:class:`DurableError`): each would take the other's runs.
         """
         if not self.queues:
             raise RuntimeError("Register an agent (or give the engine a queue) before launch().")
-        self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        executor = executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        self._refuse_shared(executor)
+        self.executor_id = executor
         self.app_version = version or app_version({name: AGENTS[name] for name in self._names})
         WORKER.reset()
         DBOS(
@@ -317,6 +320,29 @@ class Engine:
                     load_output=False,
                 )
             )
+
+    def _refuse_shared(self, executor: str) -> None:
+        """Refuse the queues a live worker of other agents serves.
+
+        DBOS hands a queue's runs to any worker of the queue on the run's application
+        version, and a run is submitted on the version of the queue's newest live worker,
+        whatever agent it runs: two agents on one queue take each other's runs, to end
+        ``unknown_agent``. DBOS cannot route within a queue by agent (a worker dequeues
+        every partition of a queue it serves), so a worker refuses to share one.
+        """
+        try:
+            others = self.ledger.serving(self.queues, besides=executor)
+        except StoreError:
+            return  # no database yet: no worker serves anything on it
+        mine = sorted(self._names)
+        for other, queue, agents in others:
+            if agents != mine:
+                raise DurableError(
+                    f"queue {queue!r} is served by worker {other!r}, running "
+                    f"{', '.join(map(repr, agents))}; a worker of {', '.join(map(repr, mine))} "
+                    "on it would take their runs and they its: give each agent its own queue "
+                    "(drop --queue, or name another)"
+                )
 
     def drain(self, timeout: float = 30.0) -> list[str]:
         """Stop this worker: its runs pause at their next boundary and go back to the queue.
@@ -370,7 +396,7 @@ class Engine:
         stop = self._beating = threading.Event()
         ledger, queues, pid = self.ledger, self.queues, os.getpid()
         version = self.app_version or APP_VERSION
-        ledger.beat(executor, queues, version, pid, first=True)
+        ledger.beat(executor, queues, version, pid, first=True, agents=self._names)
         self._adopt(queues, version)
 
         def beat() -> None:
