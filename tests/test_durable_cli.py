@@ -7,14 +7,15 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import AgentfsmError, AgentState
+from agentfsm import STANDARD, Agent, AgentfsmError, AgentState
 from agentfsm.durable import Engine, StoreError, list_runs
-from tests.test_durable import ROOT, _record_agent
+from tests.test_durable import ROOT, _record_agent, _wait_for_decisions
 from tests.test_durable import db as db  # a fixture
 from tests.test_durable import pg_server as pg_server  # a fixture
 
@@ -176,3 +177,50 @@ def test_a_worker_refuses_a_queue_a_live_worker_of_another_agent_serves(
             same.terminate()
             same.communicate(timeout=60)
     assert same.returncode == 0
+
+
+# ---------------------------------------------------------------- a release under one id
+
+
+def _released() -> Agent:
+    """The gated agent on changed machines: another application version."""
+
+    def keep(result: Any, opts: Any = None) -> Any:
+        return result
+
+    other = STANDARD.replace("deciding", (*STANDARD.steps["deciding"], keep), name="released")
+    agent = _record_agent(gated=True)
+    return Agent(agent.model, agent.tools, middleware=agent.middleware, machine=other)
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_a_run_left_by_a_worker_started_again_on_another_version_shows_orphaned(
+    db: str,
+) -> None:
+    first = Engine(db, polling_interval=0.05)
+    first.register("rel", _record_agent(gated=True))
+    first.launch(executor_id="box")
+    old = first.app_version
+    run_id = first.submit(AgentState.of("rel"), agent="rel", run_id="left")
+    _wait_for_decisions(first, run_id, "rel-0")
+    first.close()  # killed: nothing drained, nothing handed back
+    with Engine(db, polling_interval=0.05) as second:
+        second.register("rel", _released())
+        second.launch(executor_id="box")  # the same id, the next release
+        new = second.app_version
+        assert new != old
+        record = second.status(run_id)
+        listed = {r.run_id: r.status for r in second.runs()}
+        shown = _cli("runs", "show", run_id, "--db", _path(db))
+        as_list = _cli("runs", "list", "--db", _path(db))
+    reason = (
+        f"its worker box runs version {new} now, not the run's {old}: start a worker of the "
+        "run's version (its agents' machines as they were) with --recover box"
+    )
+    assert (record.status, record.executor, record.reason) == ("orphaned", "box", reason)
+    assert listed[run_id] == "orphaned"
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[1] == f"orphaned: {reason}"
+    assert shown.stdout.startswith("run left: orphaned (agent rel")
+    [row] = [line for line in as_list.stdout.splitlines() if line.startswith("left ")]
+    assert row.split()[1] == "orphaned"

@@ -136,6 +136,8 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
             "queue": record.queue,
             "executor": record.executor,
         }
+        if record.reason is not None:
+            doc["reason"] = record.reason
         if waiting is not None:
             doc["waiting"] = dict(waiting)
         if result is not None:
@@ -148,6 +150,8 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
         f"run {record.run_id}: {record.status} (agent {record.agent}, queue {record.queue}, "
         f"worker {record.executor or '-'}, updated {_when(record.updated)})",
     )
+    if record.reason is not None:
+        _say(out, f"{record.status}: {record.reason}")
     if waiting is not None:
         requests = [r for r in waiting.get("action_requests") or () if isinstance(r, Mapping)]
         names = ", ".join(str(r.get("tool_name")) for r in requests) or "its interrupt"

@@ -190,8 +190,9 @@ class RunResult:
 @attrs.frozen
 class RunRecord:
     """A run as a listing shows it: ``queued`` (on ``queue``, for a worker serving it),
-    ``running``, ``waiting`` (for decisions), ``orphaned`` (its worker is gone and none
-    took it over yet), or how it ended."""
+    ``running``, ``waiting`` (for decisions), ``orphaned`` (nothing runs it: its worker
+    is gone, or runs another version now, and none took it over yet; ``reason`` says
+    which, and what to do), or how it ended."""
 
     run_id: str
     status: RunState
@@ -200,6 +201,8 @@ class RunRecord:
     created: float | None
     updated: float | None
     queue: str | None = None
+    #: Why an ``orphaned`` run is, and what takes it over (None for any other).
+    reason: str | None = None
 
 
 def _seconds(ms: int | None) -> float | None:
@@ -816,12 +819,28 @@ class Engine:
         pending = [now for _, now in pairs if now.status == "PENDING"]
         executors = sorted({now.executor_id for now in pending if now.executor_id})
         gone = self.ledger.gone(executors) if executors else set()
+        serves = self.ledger.versions(executors) if executors else {}
         records = []
         for first, now in pairs:
             state = _state(now)
+            reason = None
+            worker = now.executor_id
             if now.status == "PENDING":
-                if now.executor_id in gone:
+                if worker in gone:
                     state = "orphaned"
+                    reason = (
+                        f"its worker {worker} is gone: start it again (--executor-id {worker}), "
+                        f"or another worker with --recover {worker}"
+                    )
+                elif worker in serves and now.app_version and serves[worker] != now.app_version:
+                    # a worker started again under the id on other machines: it recovers
+                    # only the runs of its own version, and leaves this one unrun
+                    state = "orphaned"
+                    reason = (
+                        f"its worker {worker} runs version {serves[worker]} now, not the run's "
+                        f"{now.app_version}: start a worker of the run's version (its agents' "
+                        f"machines as they were) with --recover {worker}"
+                    )
                 elif isinstance(
                     self.client.get_event(now.workflow_id, WAITING_EVENT, timeout_seconds=0),
                     Mapping,
@@ -836,6 +855,7 @@ class Engine:
                     created=_seconds(first.created_at),
                     updated=_seconds(now.updated_at),
                     queue=now.queue_name,
+                    reason=reason,
                 )
             )
         return records

@@ -243,6 +243,20 @@ class Ledger:
                 .values(stopped=time.time())
             )
 
+    def versions(self, executor_ids: Sequence[str], *, now: float | None = None) -> dict[str, str]:
+        """The application version each live one of ``executor_ids`` serves now."""
+        if not executor_ids:
+            return {}
+        limit = (time.time() if now is None else now) - 3 * HEARTBEAT_SECONDS
+        rows = self._read(
+            sa.select(_WORKERS.c.executor_id, _WORKERS.c.version).where(
+                _WORKERS.c.executor_id.in_(list(executor_ids)),
+                _WORKERS.c.stopped.is_(None),
+                _WORKERS.c.beat >= limit,
+            )
+        )
+        return {r.executor_id: str(r.version) for r in rows if r.version is not None}
+
     def gone(self, executor_ids: Sequence[str], *, now: float | None = None) -> set[str]:
         """Those of ``executor_ids`` that have beaten but are silent for three beats
         (a worker that never beat, an older one, is not judged)."""
