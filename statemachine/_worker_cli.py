@@ -169,11 +169,19 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         WORKER.listeners.remove(listener)
         if ready is not None:
             ready.unlink(missing_ok=True)
+    waiting = engine.handed_waiting
     if args.log_format == "json":
-        log_line(out, "json", "drained", executor=name, handed_back=handed)
+        log_line(out, "json", "drained", executor=name, handed_back=handed, waiting=waiting)
     else:
+        # a waiting run is handed back as it waits: no paused segment, its wait goes on
+        said = (
+            f" ({len(waiting)} of them waiting for decisions, handed back as they wait: "
+            "the next worker takes their decisions)"
+            if waiting
+            else ""
+        )
         print(
-            f"agentfsm worker {name}: drained, {len(handed)} run(s) handed back to the queue",
+            f"agentfsm worker {name}: drained, {len(handed)} run(s) handed back to the queue{said}",
             file=out,
             flush=True,
         )

@@ -4,6 +4,7 @@ database mistakes, and two agents on one queue."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,9 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import STANDARD, Agent, AgentfsmError, AgentState
+from agentfsm import STANDARD, Agent, AgentfsmError, AgentState, Approval
 from agentfsm.durable import Engine, StoreError, list_runs
-from tests.test_durable import ROOT, _record_agent, _wait_for_decisions
+from tests.test_durable import ROOT, _record_agent, _wait_for_decisions, _Workers
 from tests.test_durable import db as db  # a fixture
 from tests.test_durable import pg_server as pg_server  # a fixture
 
@@ -224,3 +225,44 @@ def test_a_run_left_by_a_worker_started_again_on_another_version_shows_orphaned(
     assert shown.stdout.startswith("run left: orphaned (agent rel")
     [row] = [line for line in as_list.stdout.splitlines() if line.startswith("left ")]
     assert row.split()[1] == "orphaned"
+
+
+# ---------------------------------------------------------------- a drain while a run waits
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_a_run_drained_while_it_waits_keeps_its_wait_and_the_worker_says_so(
+    db: str, tmp_path: Path
+) -> None:
+    workers = _Workers(
+        db, tmp_path / "calls.log", model_delay=0, tool_delay=0, agent="tests._durable_agent:gated"
+    )
+    client = Engine(db, polling_interval=0.05)
+    try:
+        first = workers.start("first", "--name", "gated")
+        run_id = client.submit(AgentState.of("held"), agent="gated", run_id="held")
+        [asked] = Approval.of(_wait_for_decisions(client, run_id, "held-0")).requests
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=60)
+        assert first.returncode == 0, err
+        assert out.splitlines() == [
+            "agentfsm worker first: drained, 1 run(s) handed back to the queue (1 of them "
+            "waiting for decisions, handed back as they wait: the next worker takes their "
+            "decisions)"
+        ]
+        assert client.status(run_id).status == "queued"
+        client.decide(run_id, [asked.approve().to_data()])  # while no worker runs it
+        workers.start("second", "--name", "gated")
+        for call in ("held-1", "held-2"):
+            _wait_for_decisions(client, run_id, call)
+            client.decide(run_id, [{"type": "approve"}], unbound=True)
+        result = client.result(run_id, timeout=60)
+        record = client.status(run_id)
+    finally:
+        client.close()
+        workers.close()
+    assert (result.status, record.executor) == ("ok", "second")
+    assert "paused: draining" not in result.ends  # handed back as it waited, not paused
+    assert result.ends[0] == "interrupted"
+    tools = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]
+    assert len(tools) == 3 and all(t.startswith("recorded ") for t in tools), tools

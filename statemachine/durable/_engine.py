@@ -239,6 +239,8 @@ class Engine:
         self._ledger: Ledger | None = None
         self._names: list[str] = []
         self._beating: threading.Event | None = None
+        #: Of the runs the last :meth:`drain` handed back, those that waited for decisions.
+        self.handed_waiting: list[str] = []
 
     # ------------------------------------------------------------ worker
 
@@ -353,6 +355,11 @@ class Engine:
         A run inside a model or tool call finishes that call first (up to
         ``timeout`` seconds; one still running then is cut off and its call made
         again by the next worker). Returns the ids handed back.
+
+        A run waiting for decisions is handed back as it waits, not paused: it gets no
+        ``paused: draining`` segment (its segment ended ``interrupted`` already), and the
+        next worker waits again where it waited, for decisions sent before or after. Those
+        runs are :attr:`handed_waiting`.
         """
         if self.executor_id is None:
             return []
@@ -366,15 +373,22 @@ class Engine:
         DBOS.destroy()
         self.executor_id = None
         self._beat_stop(executor, stopped=True)
-        handed = self._requeue(
-            self.client.list_workflows(
-                status="PENDING",
-                executor_id=executor,
-                name=[WORKFLOW, CHILD_WORKFLOW],
-                load_input=True,
-                load_output=False,
-            )
+        pending = self.client.list_workflows(
+            status="PENDING",
+            executor_id=executor,
+            name=[WORKFLOW, CHILD_WORKFLOW],
+            load_input=True,
+            load_output=False,
         )
+        self.handed_waiting = [
+            w.workflow_id
+            for w in pending
+            if w.name == WORKFLOW
+            and isinstance(
+                self.client.get_event(w.workflow_id, WAITING_EVENT, timeout_seconds=0), Mapping
+            )
+        ]
+        handed = self._requeue(pending)
         self.close()
         return handed
 
