@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import _versions_cli
+from ._db_url import check_db
 from ._printable import message_line, printable, short
 from ._spec import import_attribute
 from .agent import Agent
@@ -57,6 +58,7 @@ __all__ = [
     "add_parser",
     "db_flag",
     "default_db",
+    "given_db",
     "handle",
     "load_agent",
     "open_store",
@@ -76,6 +78,17 @@ class UsageError(AgentfsmError):
 def default_db() -> str:
     """The store used when ``--db`` is not given: ``$AGENTFSM_DB``, else ``agentfsm.db``."""
     return os.environ.get("AGENTFSM_DB") or DEFAULT_DB
+
+
+def given_db(db: str | None) -> str:
+    """The database ``--db`` names (None: the default store); UsageError, naming the flag,
+    for an empty one or a URL of a database agentfsm does not run on."""
+    if db is None:
+        return default_db()
+    try:
+        return check_db(db, flag="--db")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def db_flag(db: str) -> str:
@@ -185,7 +198,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run the parsed ``runs`` command; the exit status."""
     out = out or sys.stdout
-    db = args.db or default_db()
+    try:
+        db = given_db(args.db)
+    except UsageError as exc:
+        _say(sys.stderr, f"agentfsm runs: {exc}")
+        return 2
     if _is_durable(db):
         if args.runs_command in ("fork", "compare"):
             _say(

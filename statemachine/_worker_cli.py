@@ -95,9 +95,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run the worker until SIGTERM or SIGINT; the exit status."""
+    from ._db_url import check_db
     from ._runs_cli import UsageError, load_agent
 
     out = out or sys.stdout
+    try:
+        check_db(args.db, flag="--db")
+    except ValueError as exc:
+        print(f"agentfsm worker: {exc}", file=sys.stderr)
+        return 2
     try:
         from .durable import Engine
     except ImportError as exc:
@@ -163,11 +169,19 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         WORKER.listeners.remove(listener)
         if ready is not None:
             ready.unlink(missing_ok=True)
+    waiting = engine.handed_waiting
     if args.log_format == "json":
-        log_line(out, "json", "drained", executor=name, handed_back=handed)
+        log_line(out, "json", "drained", executor=name, handed_back=handed, waiting=waiting)
     else:
+        # a waiting run is handed back as it waits: no paused segment, its wait goes on
+        said = (
+            f" ({len(waiting)} of them waiting for decisions, handed back as they wait: "
+            "the next worker takes their decisions)"
+            if waiting
+            else ""
+        )
         print(
-            f"agentfsm worker {name}: drained, {len(handed)} run(s) handed back to the queue",
+            f"agentfsm worker {name}: drained, {len(handed)} run(s) handed back to the queue{said}",
             file=out,
             flush=True,
         )

@@ -409,7 +409,7 @@ def _view_page(args: argparse.Namespace, run: str) -> tuple[str, str]:
                 raise UsageError(str(exc)) from None
         page = view.traces_page(traces, title=source.name, table=table)
         return page, source.with_suffix(".trace.html").name
-    db = args.db or _runs_cli.default_db()
+    db = _runs_cli.given_db(args.db)
     if _runs_cli._is_durable(db):
         return _durable_page(db, run), f"{_file_name(run)}.html"
     db = _runs_cli._sqlite_path(db)

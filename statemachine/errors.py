@@ -28,7 +28,8 @@ catches them all; each also keeps the standard base it had (in brackets), so an
     │   ├── RunExistsError               (ValueError) a new run given an id in use
     │   ├── RunInUseError                (RuntimeError) another process holds the run
     │   │   └── RunFinishedError         (RuntimeError) the run ended: it is never written again
-    │   └── StoreError                   (RuntimeError) the store's file cannot be used
+    │   └── StoreError                   (RuntimeError) the store's file (or a durable
+    │                                    database) cannot be used
     ├── durable runs: agentfsm.durable
     │   ├── DurableError                 (RuntimeError) the engine could not run it
     │   └── DecisionConflictError        (ValueError) another decide answered the wait first

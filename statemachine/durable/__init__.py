@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "agentfsm.durable runs on DBOS Transact: pip install 'agentfsm[dbos]'"
     ) from exc
 
-from ..errors import DecisionConflictError, ResumeError, RunNotFoundError
+from ..errors import DecisionConflictError, ResumeError, RunNotFoundError, StoreError
 from ._engine import (
     DurableError,
     Engine,
@@ -53,6 +53,7 @@ __all__ = [
     "RunNotFoundError",
     "RunRecord",
     "RunResult",
+    "StoreError",
     "agent_queue",
     "app_version",
     "database_url",

@@ -43,7 +43,8 @@ class _NotEndedError(ValueError):
 
 def view_page(db: str | os.PathLike[str], run_id: str) -> str:
     """The run page (:mod:`agentfsm.view`) of a durable run that ended, as ``agentfsm view``
-    writes a saved run's; ValueError for one still queued, running or waiting."""
+    writes a saved run's; ValueError for one still queued, running or waiting, and for one
+    that ended before its first step (it has no path to draw)."""
     from .. import view
 
     with quiet_engine():
@@ -55,6 +56,12 @@ def view_page(db: str | os.PathLike[str], run_id: str) -> str:
             f"'agentfsm runs show {run_id} --db {db}' says where it stands"
         )
     traces = result.traces
+    if not traces:  # it failed before any step (options its agent refused): nothing to draw
+        said = f": {result.state.error}" if result.state.error is not None else ""
+        raise _NotEndedError(
+            f"run {run_id} ended {result.state.status} before its first step, so it has no "
+            f"path to draw{said}; 'agentfsm runs show {run_id} --db {db}' shows it"
+        )
     return view.page(
         traces,
         title=f"run {run_id}",
@@ -129,6 +136,8 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
             "queue": record.queue,
             "executor": record.executor,
         }
+        if record.reason is not None:
+            doc["reason"] = record.reason
         if waiting is not None:
             doc["waiting"] = dict(waiting)
         if result is not None:
@@ -141,6 +150,8 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
         f"run {record.run_id}: {record.status} (agent {record.agent}, queue {record.queue}, "
         f"worker {record.executor or '-'}, updated {_when(record.updated)})",
     )
+    if record.reason is not None:
+        _say(out, f"{record.status}: {record.reason}")
     if waiting is not None:
         requests = [r for r in waiting.get("action_requests") or () if isinstance(r, Mapping)]
         names = ", ".join(str(r.get("tool_name")) for r in requests) or "its interrupt"

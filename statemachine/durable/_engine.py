@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import re
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal, overload
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar, overload
 
 import attrs
 from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer, SetWorkflowID
 from dbos._error import DBOSWorkflowIDInUseError
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from .._answers import check_approval
+from .._db_url import check_db, shown
 from .._state import AgentState
 from ..agent import Agent
 from ..approval import Approval, Decision, DecisionError
 from ..errors import AgentfsmError, DecisionConflictError
 from ..machine import fingerprint_of
 from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
-from ..store.base import ResumeError, RunExistsError, RunNotFoundError
+from ..store.base import ResumeError, RunExistsError, RunNotFoundError, StoreError
 from ..trace import Trace
 from ._answers import check_answer, innermost, waits_on
 from ._ledger import HEARTBEAT_SECONDS, Ledger
@@ -84,15 +88,86 @@ class DurableError(AgentfsmError, RuntimeError):
     """The engine could not run a run as asked (its workflow failed or was cancelled)."""
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class _Silence(logging.Filter):
+    """Drops DBOS's records logged by the threads inside :func:`_silenced`: the engine
+    raises the failure as a :class:`StoreError` instead of DBOS logging it first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.thread not in self.threads
+
+
+_SILENCE: Final = _Silence()
+logging.getLogger("dbos").addFilter(_SILENCE)
+
+
+@contextmanager
+def _silenced() -> Iterator[None]:
+    me = threading.get_ident()
+    _SILENCE.threads.add(me)
+    try:
+        yield
+    finally:
+        _SILENCE.threads.discard(me)
+
+
+def _database_error(url: str, exc: BaseException) -> StoreError:
+    """A driver's failure as one line that says what to do about it."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    reason = " ".join(text.splitlines()[0].split()) if text else type(exc).__name__
+    low = reason.lower()
+    hint = ""
+    if "does not exist" in low or "no such table" in low:
+        hint = (
+            "; no worker ever started on it: start a worker first (it creates the "
+            "database and its tables), or create the database"
+        )
+    elif any(w in low for w in ("refused", "could not connect", "connection failed", "timeout")):
+        hint = "; is the database server up, and the URL right?"
+    elif "unable to open database file" in low:
+        hint = "; is the path right, in a folder that exists?"
+    return StoreError(f"the durable database {shown(url)} cannot be used: {reason}{hint}")
+
+
+def _guarded(
+    method: Callable[Concatenate[Engine, _P], _R],
+) -> Callable[Concatenate[Engine, _P], _R]:
+    """The database's own failures (the driver's, SQLAlchemy's) as a :class:`StoreError`."""
+
+    @functools.wraps(method)
+    def guarded(self: Engine, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except SQLAlchemyError as exc:
+            raise _database_error(self.url, exc) from exc
+
+    return guarded
+
+
 def agent_queue(agent: str) -> str:
     """The queue runs of the agent registered as ``agent`` go to by default."""
     return f"{QUEUE_PREFIX}{agent}"
 
 
 def database_url(db: str | os.PathLike[str]) -> str:
-    """A DBOS system database URL: ``postgresql://...``, ``sqlite:///...``, or a file path."""
+    """A DBOS system database URL: ``postgresql://...``, ``sqlite:///...``, or a file path.
+
+    Anything else is a :class:`StoreError` that says what was meant: an empty ``db``,
+    another database's URL (``mysql://...``), a port that is not a number.
+    """
     text = os.fspath(db)
-    if text.startswith(("postgresql://", "postgres://", "postgresql+", "sqlite://")):
+    try:
+        check_db(text)
+    except ValueError as exc:
+        raise StoreError(str(exc)) from None
+    if "://" in text:
         return text
     return f"sqlite:///{os.path.abspath(text)}"
 
@@ -115,8 +190,9 @@ class RunResult:
 @attrs.frozen
 class RunRecord:
     """A run as a listing shows it: ``queued`` (on ``queue``, for a worker serving it),
-    ``running``, ``waiting`` (for decisions), ``orphaned`` (its worker is gone and none
-    took it over yet), or how it ended."""
+    ``running``, ``waiting`` (for decisions), ``orphaned`` (nothing runs it: its worker
+    is gone, or runs another version now, and none took it over yet; ``reason`` says
+    which, and what to do), or how it ended."""
 
     run_id: str
     status: RunState
@@ -125,6 +201,8 @@ class RunRecord:
     created: float | None
     updated: float | None
     queue: str | None = None
+    #: Why an ``orphaned`` run is, and what takes it over (None for any other).
+    reason: str | None = None
 
 
 def _seconds(ms: int | None) -> float | None:
@@ -161,6 +239,8 @@ class Engine:
         self._ledger: Ledger | None = None
         self._names: list[str] = []
         self._beating: threading.Event | None = None
+        #: Of the runs the last :meth:`drain` handed back, those that waited for decisions.
+        self.handed_waiting: list[str] = []
 
     # ------------------------------------------------------------ worker
 
@@ -199,11 +279,14 @@ class Engine:
         version than the agents' (:func:`app_version`): runs started on other machines,
         taken on purpose (a recorded step the machine does not expect ends such a run
         in an error naming both). It serves :attr:`queues` alone: a run of another
-        agent is never taken here.
+        agent is never taken here, and a queue a live worker of other agents serves is
+        refused (:class:`DurableError`): each would take the other's runs.
         """
         if not self.queues:
             raise RuntimeError("Register an agent (or give the engine a queue) before launch().")
-        self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        executor = executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        self._refuse_shared(executor)
+        self.executor_id = executor
         self.app_version = version or app_version({name: AGENTS[name] for name in self._names})
         WORKER.reset()
         DBOS(
@@ -243,12 +326,40 @@ class Engine:
                 )
             )
 
+    def _refuse_shared(self, executor: str) -> None:
+        """Refuse the queues a live worker of other agents serves.
+
+        DBOS hands a queue's runs to any worker of the queue on the run's application
+        version, and a run is submitted on the version of the queue's newest live worker,
+        whatever agent it runs: two agents on one queue take each other's runs, to end
+        ``unknown_agent``. DBOS cannot route within a queue by agent (a worker dequeues
+        every partition of a queue it serves), so a worker refuses to share one.
+        """
+        try:
+            others = self.ledger.serving(self.queues, besides=executor)
+        except StoreError:
+            return  # no database yet: no worker serves anything on it
+        mine = sorted(self._names)
+        for other, queue, agents in others:
+            if agents != mine:
+                raise DurableError(
+                    f"queue {queue!r} is served by worker {other!r}, running "
+                    f"{', '.join(map(repr, agents))}; a worker of {', '.join(map(repr, mine))} "
+                    "on it would take their runs and they its: give each agent its own queue "
+                    "(drop --queue, or name another)"
+                )
+
     def drain(self, timeout: float = 30.0) -> list[str]:
         """Stop this worker: its runs pause at their next boundary and go back to the queue.
 
         A run inside a model or tool call finishes that call first (up to
         ``timeout`` seconds; one still running then is cut off and its call made
         again by the next worker). Returns the ids handed back.
+
+        A run waiting for decisions is handed back as it waits, not paused: it gets no
+        ``paused: draining`` segment (its segment ended ``interrupted`` already), and the
+        next worker waits again where it waited, for decisions sent before or after. Those
+        runs are :attr:`handed_waiting`.
         """
         if self.executor_id is None:
             return []
@@ -262,15 +373,22 @@ class Engine:
         DBOS.destroy()
         self.executor_id = None
         self._beat_stop(executor, stopped=True)
-        handed = self._requeue(
-            self.client.list_workflows(
-                status="PENDING",
-                executor_id=executor,
-                name=[WORKFLOW, CHILD_WORKFLOW],
-                load_input=True,
-                load_output=False,
-            )
+        pending = self.client.list_workflows(
+            status="PENDING",
+            executor_id=executor,
+            name=[WORKFLOW, CHILD_WORKFLOW],
+            load_input=True,
+            load_output=False,
         )
+        self.handed_waiting = [
+            w.workflow_id
+            for w in pending
+            if w.name == WORKFLOW
+            and isinstance(
+                self.client.get_event(w.workflow_id, WAITING_EVENT, timeout_seconds=0), Mapping
+            )
+        ]
+        handed = self._requeue(pending)
         self.close()
         return handed
 
@@ -295,7 +413,7 @@ class Engine:
         stop = self._beating = threading.Event()
         ledger, queues, pid = self.ledger, self.queues, os.getpid()
         version = self.app_version or APP_VERSION
-        ledger.beat(executor, queues, version, pid, first=True)
+        ledger.beat(executor, queues, version, pid, first=True, agents=self._names)
         self._adopt(queues, version)
 
         def beat() -> None:
@@ -352,12 +470,24 @@ class Engine:
 
     @property
     def client(self) -> DBOSClient:
+        """DBOS's client of the database; a :class:`StoreError` when it cannot be used
+        (a SQLite file no worker made is refused, never made empty here)."""
         if self._client is None:
-            self._client = DBOSClient(
-                system_database_url=self.url,
-                serializer=_SERIALIZER,
-                application_name="agentfsm",
-            )
+            path = self.url.removeprefix("sqlite:///") if self.url.startswith("sqlite:///") else ""
+            if path and not os.path.exists(path):
+                raise StoreError(
+                    f"no durable database at {path}: start a worker on it first (it creates "
+                    "the database and its tables), or check the path"
+                )
+            try:
+                with _silenced():
+                    self._client = DBOSClient(
+                        system_database_url=self.url,
+                        serializer=_SERIALIZER,
+                        application_name="agentfsm",
+                    )
+            except SQLAlchemyError as exc:
+                raise _database_error(self.url, exc) from exc
         return self._client
 
     @property
@@ -367,6 +497,7 @@ class Engine:
             self._ledger = Ledger(self.client._sys_db.engine)
         return self._ledger
 
+    @_guarded
     def submit(
         self,
         state: AgentState,
@@ -464,6 +595,7 @@ class Engine:
         ]
         return (f"{prefix}{max(numbers)}", max(numbers)) if numbers else (run_id, 0)
 
+    @_guarded
     def status(self, run_id: str) -> RunRecord:
         """How the run stands now (its newest continuation's standing), without waiting:
         a few reads of the database, never a wait for the run."""
@@ -491,6 +623,10 @@ class Engine:
         """The run's result, waiting up to ``timeout`` seconds (None: until it ends,
         through any wait for decisions). With ``wait=False``: the result if the run
         ended, else None at once (see :meth:`status` for where it stands)."""
+        return self._wait_result(run_id, wait=wait, timeout=timeout)
+
+    @_guarded
+    def _wait_result(self, run_id: str, *, wait: bool, timeout: float | None) -> RunResult | None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self._status(run_id, output=True)
@@ -506,6 +642,7 @@ class Engine:
                 raise TimeoutError(f"Run {run_id!r} is still {status.status.lower()}")
             time.sleep(self.polling_interval / 2)
 
+    @_guarded
     def decide(
         self, run_id: str, decisions: Sequence[Mapping[str, Any]], *, unbound: bool = False
     ) -> None:
@@ -662,6 +799,7 @@ class Engine:
             pass
         self.client.send(continuation, dict(message), DECISIONS_TOPIC)
 
+    @_guarded
     def waiting(self, run_id: str) -> Mapping[str, Any] | None:
         """The approval request a run waits for decisions on, or None.
 
@@ -674,6 +812,7 @@ class Engine:
             return None
         return innermost(event["interrupt"])
 
+    @_guarded
     def runs(self, *, limit: int = 100) -> list[RunRecord]:
         """The newest runs first (of the ``limit`` newest workflows), each as it stands now.
 
@@ -694,12 +833,28 @@ class Engine:
         pending = [now for _, now in pairs if now.status == "PENDING"]
         executors = sorted({now.executor_id for now in pending if now.executor_id})
         gone = self.ledger.gone(executors) if executors else set()
+        serves = self.ledger.versions(executors) if executors else {}
         records = []
         for first, now in pairs:
             state = _state(now)
+            reason = None
+            worker = now.executor_id
             if now.status == "PENDING":
-                if now.executor_id in gone:
+                if worker in gone:
                     state = "orphaned"
+                    reason = (
+                        f"its worker {worker} is gone: start it again (--executor-id {worker}), "
+                        f"or another worker with --recover {worker}"
+                    )
+                elif worker in serves and now.app_version and serves[worker] != now.app_version:
+                    # a worker started again under the id on other machines: it recovers
+                    # only the runs of its own version, and leaves this one unrun
+                    state = "orphaned"
+                    reason = (
+                        f"its worker {worker} runs version {serves[worker]} now, not the run's "
+                        f"{now.app_version}: start a worker of the run's version (its agents' "
+                        f"machines as they were) with --recover {worker}"
+                    )
                 elif isinstance(
                     self.client.get_event(now.workflow_id, WAITING_EVENT, timeout_seconds=0),
                     Mapping,
@@ -714,6 +869,7 @@ class Engine:
                     created=_seconds(first.created_at),
                     updated=_seconds(now.updated_at),
                     queue=now.queue_name,
+                    reason=reason,
                 )
             )
         return records

@@ -43,6 +43,14 @@ _WORKERS: Final = sa.Table(
     sa.Column("beat", sa.Float, nullable=False),
     sa.Column("stopped", sa.Float, nullable=True),
 )
+#: The agents each worker runs, by the names runs are submitted under (a worker of an
+#: older agentfsm has no rows: what it runs is not known).
+_AGENTS: Final = sa.Table(
+    "agentfsm_worker_agents",
+    _META,
+    sa.Column("executor_id", sa.String(512), primary_key=True),
+    sa.Column("agent", sa.String(512), primary_key=True),
+)
 
 
 class Ledger:
@@ -134,13 +142,27 @@ class Ledger:
     # ------------------------------------------------------------ heartbeats
 
     def beat(
-        self, executor_id: str, queues: Sequence[str], version: str, pid: int, *, first: bool
+        self,
+        executor_id: str,
+        queues: Sequence[str],
+        version: str,
+        pid: int,
+        *,
+        first: bool,
+        agents: Sequence[str] = (),
     ) -> None:
-        """Say the worker is alive (``first``: it starts now), serving ``queues`` on the
-        application ``version``."""
+        """Say the worker is alive (``first``: it starts now, running ``agents``), serving
+        ``queues`` on the application ``version``."""
         self._make()
         now = time.time()
         with self.engine.begin() as conn:
+            if first:
+                conn.execute(_AGENTS.delete().where(_AGENTS.c.executor_id == executor_id))
+                if agents:
+                    conn.execute(
+                        _AGENTS.insert(),
+                        [{"executor_id": executor_id, "agent": a} for a in sorted(set(agents))],
+                    )
             updated = conn.execute(
                 _WORKERS.update()
                 .where(_WORKERS.c.executor_id == executor_id)
@@ -180,6 +202,37 @@ class Ledger:
                 return str(row.version)
         return None
 
+    def serving(
+        self, queues: Sequence[str], *, besides: str, now: float | None = None
+    ) -> list[tuple[str, str, list[str]]]:
+        """The live workers other than ``besides`` that serve any of ``queues`` and say
+        which agents they run: (executor id, the queue, its agents), newest first."""
+        limit = (time.time() if now is None else now) - 3 * HEARTBEAT_SECONDS
+        rows = self._read(
+            sa.select(_WORKERS.c.executor_id, _WORKERS.c.queues)
+            .where(
+                _WORKERS.c.stopped.is_(None),
+                _WORKERS.c.beat >= limit,
+                _WORKERS.c.executor_id != besides,
+            )
+            .order_by(_WORKERS.c.started.desc())
+        )
+        if not rows:
+            return []
+        agents: dict[str, list[str]] = {}
+        for row in self._read(
+            sa.select(_AGENTS.c.executor_id, _AGENTS.c.agent).where(
+                _AGENTS.c.executor_id.in_([r.executor_id for r in rows])
+            )
+        ):
+            agents.setdefault(row.executor_id, []).append(row.agent)
+        found = []
+        for row in rows:
+            shared = [q for q in json.loads(row.queues) if q in queues]
+            if shared and row.executor_id in agents:
+                found.append((row.executor_id, shared[0], sorted(agents[row.executor_id])))
+        return found
+
     def stopped(self, executor_id: str) -> None:
         """The worker stopped of its own accord (drained)."""
         self._make()
@@ -189,6 +242,20 @@ class Ledger:
                 .where(_WORKERS.c.executor_id == executor_id)
                 .values(stopped=time.time())
             )
+
+    def versions(self, executor_ids: Sequence[str], *, now: float | None = None) -> dict[str, str]:
+        """The application version each live one of ``executor_ids`` serves now."""
+        if not executor_ids:
+            return {}
+        limit = (time.time() if now is None else now) - 3 * HEARTBEAT_SECONDS
+        rows = self._read(
+            sa.select(_WORKERS.c.executor_id, _WORKERS.c.version).where(
+                _WORKERS.c.executor_id.in_(list(executor_ids)),
+                _WORKERS.c.stopped.is_(None),
+                _WORKERS.c.beat >= limit,
+            )
+        )
+        return {r.executor_id: str(r.version) for r in rows if r.version is not None}
 
     def gone(self, executor_ids: Sequence[str], *, now: float | None = None) -> set[str]:
         """Those of ``executor_ids`` that have beaten but are silent for three beats
