@@ -14,7 +14,6 @@ from typing import Any
 
 import attrs
 
-from ._invariants import check_decisions_fit
 from ._state import AgentState
 from .approval import Approval, DecisionError, Decisions
 from .errors import InvariantError
@@ -65,11 +64,23 @@ def check_approval(
     (:class:`~agentfsm.errors.InvariantError`). Then each decision must fit its request
     (:meth:`Approval.check`).
     """
-    # A request that is no pending call as it stands is a state that contradicts its
-    # conversation (InvariantError, naming the request), not a decision that does not fit.
-    check_decisions_fit(state.messages, state.interrupt_data or {}, middleware)
     shown = Approval.of(state.interrupt_data)
     pending = unanswered_calls(state.messages)
+    # A request that is no pending call as it stands is a state that contradicts its
+    # conversation (InvariantError, naming the request), not a decision that does not fit.
+    calls = {c.call_id: c for c in pending}
+    for index, request in enumerate(shown.requests):
+        call = calls.get(request.tool_call_id)
+        if call is None or (call.name, dict(call.arguments)) != (
+            request.tool_name,
+            dict(request.arguments),
+        ):
+            raise InvariantError(
+                f"Action request {index} ({request.tool_name!r}, call {request.tool_call_id!r}) "
+                "is not a pending call of the conversation as it stands: the state was edited "
+                "or belongs to another conversation. Nothing was run; execute the state again "
+                "to ask for approval anew."
+            )
     gate = _gate(middleware, pending)
     if gate is None:
         raise DecisionError(
@@ -79,10 +90,11 @@ def check_approval(
         )
     asked = gate.approval(pending, tools)
     if [r.to_data() for r in asked.requests] != [r.to_data() for r in shown.requests]:
+        unasked = [r.tool_name for r in asked.requests if r not in shown.requests]
         raise InvariantError(
-            "The interrupt's action requests are not the pending calls of the conversation "
-            "as it stands: the state was edited or belongs to another conversation. Nothing "
-            "was run; execute the state again to ask for approval anew."
+            f"Pending call(s) of {unasked} need approval but the interrupt asks for none, or "
+            "its requests are not the ones the gate asks of the conversation as it stands. "
+            "Nothing was run; execute the state again to ask for approval anew."
         )
     return shown.check(answer, unbound=unbound, allowed=gate.configs)
 

@@ -8,12 +8,11 @@ not have run, above all an approval-gated call without a human's decision:
 * :func:`approval_gap` -- the gated calls a run restored at a state would run
   without passing the approval check. Which states ask for approval and which
   run tools is read from the table's declared effects (:mod:`agentfsm.effects`),
-  never from state or step names: the standard machine never leaves its
-  approval state with a gated call pending (approved calls run in
-  ``Agent.resume``, outside the machine), so a run saved where tools run next
-  with one is not a run the machine produced; the restore path asks again.
-* :func:`check_decisions_fit` -- the approval requests a human answers are the
-  calls that will run: recomputed from the conversation, not trusted.
+  never from state or step names: the machine leaves its approval state with a
+  gated call pending only once the call was decided (``custom_context["decided"]``,
+  recorded with the answer that entered the segment), so a run saved where tools
+  run next with an undecided one is not a run the machine produced; the restore
+  path asks again.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._shape import MachineShape, gate_shape
+from .approval import DECIDED
 from .errors import FormatError, InvariantError
 from .machine import MachineTable, UnknownMachineError, machine_named
 from .messages import Message, ToolCall
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = [
     "InvariantError",
     "approval_gap",
-    "check_decisions_fit",
     "check_resumable",
     "check_trace",
     "check_traces",
@@ -146,7 +145,14 @@ def check_resumable(
     last = traces[-1]
     state = state or last.terminal or last.entry
     return not ended and bool(
-        approval_gap(chain.last_message, chain.exchanged_messages, state, middleware, table)
+        approval_gap(
+            chain.last_message,
+            chain.exchanged_messages,
+            state,
+            middleware,
+            table,
+            chain.custom_context.get(DECIDED),
+        )
     )
 
 
@@ -160,17 +166,20 @@ def approval_gap(
     state: str,
     middleware: Sequence[Any],
     table: MachineTable | MachineShape,
+    decided: Mapping[str, Any] | None = None,
 ) -> list[ToolCall]:
     """Gated calls a run of ``table`` restored at ``state`` would execute with no approval.
 
     ``last`` is the chain's last message (what a ``tools`` step runs),
-    ``exchanged`` the run's messages (what the approval step looks at). A run
-    from which some way on reaches a state that runs tools before any approval
-    state runs them unasked; one whose way on meets an approval state first is
-    asked there, when the gate sees the calls in ``exchanged``.
+    ``exchanged`` the run's messages (what the approval step looks at), ``decided``
+    the calls the approval state decided in this segment (``custom_context["decided"]``,
+    recorded with the answer that entered it). A run from which some way on reaches a
+    state that runs tools before any approval state runs them unasked; one whose way on
+    meets an approval state first is asked there, when the gate sees the calls in
+    ``exchanged``.
     """
     gates = _gates(middleware)
-    calls = pending_calls(last)
+    calls = [c for c in pending_calls(last) if not decided or c.call_id not in decided]
     if not gates or not calls:
         return []
     shape = gate_shape(table)
@@ -180,52 +189,3 @@ def approval_gap(
         if any(g.gated(unanswered_calls(exchanged)) for g in gates):
             return []  # the approval state interrupts: nothing of that batch runs
     return [c for c in calls if any(g.gated([c]) for g in gates)]
-
-
-def check_decisions_fit(
-    messages: Sequence[Message], interrupt_data: Mapping[str, Any], middleware: Sequence[Any]
-) -> None:
-    """Refuse decisions for requests that are not the pending calls (:class:`InvariantError`).
-
-    Every action request must show a pending call as it is (id, tool,
-    arguments), and every pending call the agent's :class:`HumanInTheLoop`
-    gates must have a request: a decision approves what the human saw.
-    """
-    if "hitl_tool_call_ids" not in interrupt_data:
-        return  # not an approval: its own middleware checks its answer
-    calls = {c.call_id: c for c in unanswered_calls(messages)}
-    requests = interrupt_data.get("action_requests") or ()
-    ids = interrupt_data.get("hitl_tool_call_ids") or ()
-    asked: set[str] = set()
-    for index, request in enumerate(requests):
-        if not isinstance(request, Mapping):
-            raise InvariantError(f"Action request {index} is not a map")
-        call = calls.get(str(request.get("tool_call_id")))
-        if (
-            call is None
-            or request.get("tool_name") != call.name
-            or request.get("arguments") != dict(call.arguments)
-        ):
-            raise InvariantError(
-                f"Action request {index} ({request.get('tool_name')!r}, call "
-                f"{request.get('tool_call_id')!r}) is not a pending call of the conversation as "
-                "it stands: the state was edited or belongs to another conversation. Nothing "
-                "was run; execute the state again to ask for approval anew."
-            )
-        asked.add(call.call_id)
-    if set(map(str, ids)) != asked:
-        raise InvariantError(
-            f"The interrupt's tool call ids {list(ids)} are not its action requests' "
-            f"{sorted(asked)}. Nothing was run; execute the state again to ask anew."
-        )
-    gates = _gates(middleware)
-    unasked = [
-        c.name
-        for c in calls.values()
-        if c.call_id not in asked and any(g.gated([c]) for g in gates)
-    ]
-    if unasked:
-        raise InvariantError(
-            f"Pending call(s) of {unasked} need approval but the interrupt asks for none. "
-            "Nothing was run; execute the state again to ask for approval anew."
-        )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -15,12 +14,11 @@ from ._state import AgentState
 from ._sync import run_sync
 from .approval import ANSWER, DECIDED, Approval
 from .chain import Callbacks, LLMChain
-from .effects import effects_of
 from .errors import ChainError
 from .hooks import Hook
 from .machine import MachineTable
 from .messages import Message, Usage
-from .middleware.human_in_the_loop import HumanInTheLoop
+from .middleware.human_in_the_loop import check_gates
 from .modes.standard import STANDARD, STANDARD_OUTPUT, StandardMode
 from .options import (
     StandardOptions,
@@ -60,34 +58,6 @@ def collapse_until_tool(
     if until_tool is not None:
         return until_tool, False
     return None, False
-
-
-def _check_gates(middleware: Sequence[Any], tools: Sequence[Tool], machine: MachineTable) -> None:
-    """Refuse an approval gate that would never be asked: one naming a tool the agent
-    lacks, or any on a machine with no state whose steps ask for approval."""
-    gates = [m for m in middleware if isinstance(m, HumanInTheLoop)]
-    if not gates:
-        return
-    names = [t.name for t in tools]
-    for gate in gates:
-        for name in gate.interrupt_on:
-            if name not in names:
-                close = difflib.get_close_matches(name, names, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ValueError(
-                    f"{type(gate).__name__} gates the tool {name!r}, which the agent does not "
-                    f"have (its tools: {names}){hint}"
-                )
-    asks = any(
-        "approval" in (effects_of(step) or ()) for steps in machine.steps.values() for step in steps
-    )
-    if not asks:
-        raise ValueError(
-            f"{type(gates[0]).__name__} asks for approval at the machine's approval state, and "
-            f"the {machine.name} machine has none (no state's step declares the 'approval' "
-            "effect): its gated calls would run unasked. Add a state with check_approvals, "
-            "or derive the machine from STANDARD"
-        )
 
 
 class AgentRun(Run):
@@ -178,7 +148,7 @@ class Agent:
                     "derive the machine from STANDARD_OUTPUT"
                 )
         self.middleware = check_sequence("middleware", middleware)
-        _check_gates(self.middleware, self.tools, machine)
+        check_gates(self.middleware, self.tools, machine)
         self.system_prompt = check_optional("system_prompt", system_prompt, str)
         self.max_runs = None if max_runs is None else check_max_runs(max_runs)
         self.token_budget = check_token_budget(token_budget)

@@ -339,3 +339,20 @@ def test_a_gate_on_a_machine_without_an_approval_state_is_refused() -> None:
             middleware=[HumanInTheLoop({"write_file": True})],
             machine=no_gate,
         )
+
+
+def test_a_gate_is_checked_when_a_run_is_built_too() -> None:
+    """Not only an Agent: a run of the standard mode over a chain refuses the same gates."""
+    from agentfsm import LLMChain
+    from agentfsm.modes import StandardMode
+
+    chain = LLMChain(ScriptedModel([]), tools=[write_file], messages=[Message.user("go")])
+    with pytest.raises(ValueError, match=r"'write'.*did you mean 'write_file'"):
+        StandardMode().start(chain, {"middleware": [HumanInTheLoop({"write": True})]})
+
+    def let_through(result: Any, opts: Any = None) -> Any:
+        return result
+
+    no_gate = STANDARD.replace("interrupt_check", [let_through], name="hitl_no_gate_run")
+    with pytest.raises(ValueError, match=r"has none .*'approval' effect"):
+        StandardMode(no_gate).start(chain, {"middleware": [HumanInTheLoop({"write_file": True})]})

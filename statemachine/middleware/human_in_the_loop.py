@@ -11,9 +11,10 @@ call, a reject marks the call for its rejection result) and lets the batch go on
 
 from __future__ import annotations
 
+import difflib
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -28,10 +29,15 @@ from ..approval import (
     without_answer,
 )
 from ..chain import LLMChain
+from ..effects import effects_of
 from ..messages import Message, ToolCall
 from ..options import options_of
 from ..results import Continue, Interrupted, PipelineResult
 from .base import Middleware
+
+if TYPE_CHECKING:
+    from ..machine import MachineTable
+    from ..tools import Tool
 
 __all__ = [
     "ALL_DECISIONS",
@@ -39,6 +45,7 @@ __all__ = [
     "DECIDED",
     "HumanInTheLoop",
     "check_decisions",
+    "check_gates",
     "check_pre_tool_hitl",
     "request_digest",
     "unanswered_calls",
@@ -177,3 +184,32 @@ def check_pre_tool_hitl(
         if isinstance(hitl, HumanInTheLoop):
             return hitl.approval_gate(result, opts)
     return result
+
+
+def check_gates(middleware: Sequence[Any], tools: Sequence[Tool], machine: MachineTable) -> None:
+    """Refuse an approval gate that would never be asked (ValueError, when the agent or
+    the run is built): one naming a tool the run lacks, or any on a machine with no state
+    whose steps declare the ``approval`` effect."""
+    gates = [m for m in middleware if isinstance(m, HumanInTheLoop)]
+    if not gates:
+        return
+    names = [t.name for t in tools]
+    for gate in gates:
+        for name in gate.interrupt_on:
+            if name not in names:
+                close = difflib.get_close_matches(name, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(
+                    f"{type(gate).__name__} gates the tool {name!r}, which the agent does not "
+                    f"have (its tools: {names}){hint}"
+                )
+    asks = any(
+        "approval" in (effects_of(step) or ()) for steps in machine.steps.values() for step in steps
+    )
+    if not asks:
+        raise ValueError(
+            f"{type(gates[0]).__name__} asks for approval at the machine's approval state, and "
+            f"the {machine.name} machine has none (no state's step declares the 'approval' "
+            "effect): its gated calls would run unasked. Add a state with check_approvals, "
+            "or derive the machine from STANDARD"
+        )

@@ -22,6 +22,7 @@ from ..chain import LLMChain
 from ..errors import ChainError
 from ..hooks import Hook
 from ..machine import Edge, MachineTable
+from ..middleware.human_in_the_loop import check_gates
 from ..options import StandardOptions, options_of
 from ..output import answered_by_tool, check_output
 from ..results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
@@ -408,6 +409,7 @@ class StandardMode:
                 f"The run was interrupted at {at!r}, which is no working state of the "
                 f"{self.table.name} machine (its working states: {list(self.table.working)})"
             )
+        check_gates(options.middleware, chain.tools, self.table)
         situation = _situation(chain)
         chain = reset_run_count(chain)  # creates mode_state when there is none
         if situation == _PENDING and chain.last_message not in chain.exchanged_messages:

@@ -15,6 +15,7 @@ import attrs
 
 from .._invariants import check_traces
 from .._state import AgentState
+from ..approval import Approval, DecisionError
 from ..chain import Callbacks, LLMChain
 from ..machine import UnknownMachineError
 from ..messages import Message
@@ -234,32 +235,17 @@ def _check_logged(run_id: str, result: Terminal, last: Trace) -> None:
 
 
 def _check_interrupt(run_id: str, data: Any) -> None:
-    """An approval interrupt's data has the shape its middleware reads (else FormatError)."""
+    """An approval interrupt's data is an approval (:meth:`Approval.of`), else FormatError."""
     if not isinstance(data, Mapping):
         raise _edited(run_id, "the interrupt")
-    if "hitl_tool_call_ids" not in data:
+    if not Approval.is_approval(data):
         return
-    requests = data.get("action_requests")
-    ids = data.get("hitl_tool_call_ids")
-    configs = data.get("review_configs")
-    if not (
-        isinstance(requests, list)
-        and isinstance(ids, list)
-        and isinstance(configs, Mapping)
-        and all(isinstance(i, str) for i in ids)
-        and all(
-            isinstance(r, Mapping)
-            and isinstance(r.get("tool_call_id"), str)
-            and isinstance(r.get("tool_name"), str)
-            and isinstance(r.get("arguments"), Mapping)
-            for r in requests
-        )
-        and all(
-            isinstance(c, Mapping) and isinstance(c.get("allowed_decisions", []), list)
-            for c in configs.values()
-        )
-    ):
-        raise FormatError(f"Run {run_id!r} has an approval interrupt that is not one")
+    try:
+        Approval.of(data)
+    except DecisionError as exc:
+        raise FormatError(
+            f"Run {run_id!r} has an approval interrupt that is not one: {exc}"
+        ) from exc
 
 
 def _check_agent_state(run_id: str, state: AgentState, result: Terminal) -> None:
