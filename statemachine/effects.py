@@ -10,8 +10,9 @@ effects are
 * ``approval`` -- asks whether the pending calls may run (a gate);
 * ``bound`` -- ends a loop that has gone on too long (as ``check_max_runs`` does).
 
-A step declares them with ``@effects("tools")`` above ``def my_step(result, opts)``;
-the built-in steps are declared here. A :class:`~agentfsm.tools.Tool` declares
+A step declares them with ``@effects("tools")`` above ``def my_step(result, opts)``,
+as every built-in step does where it is defined (``@effects()``: it does none of
+them). A :class:`~agentfsm.tools.Tool` declares
 its own with ``@tool(effects=("model",))`` (a :class:`~agentfsm.SubAgent` calls a
 model and runs tools): :func:`lent_effects` says what a ``tools`` step does once
 it runs them. :func:`step_effects` and :func:`state_effects` read a whole table.
@@ -19,7 +20,6 @@ it runs them. :func:`step_effects` and :func:`state_effects` read a whole table.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
 
@@ -75,45 +75,6 @@ def effects(*kinds: Effect) -> Callable[[_F], _F]:
     return declare
 
 
-@functools.cache
-def _built_in() -> Mapping[object, frozenset[str]]:
-    """The built-in steps' effects (read here, so the steps stay plain functions)."""
-    from . import steps
-    from .modes import langchain
-    from .modes import standard as _standard
-
-    pure = (
-        steps.check_pause,
-        steps.check_response_complete,
-        steps.check_tool_interrupts,
-        steps.check_until_tool,
-        steps.check_until_tool_success,
-        steps.expand_tool_results,
-        steps.propagate_state,
-        steps.take_tool_answers,
-        _standard._check_until,
-        _standard._this_turns_interrupts,
-        langchain.finish,
-        langchain.check_needs_response,
-        langchain.check_tool_names,
-        langchain.start_mode_state,
-    )
-    return {
-        steps.call_llm: frozenset({"model"}),
-        steps.execute_tools: frozenset({"tools"}),
-        steps.check_max_runs: frozenset({"bound"}),
-        _standard.check_approvals: frozenset({"approval"}),
-        _standard._decide: frozenset({"bound"}),  # check_max_runs when the loop goes on
-        langchain.call_model: frozenset({"model"}),
-        langchain.tools_else_model: frozenset({"model", "tools"}),
-        # The step loop goes on only while the user's should_continue says so.
-        langchain.check_should_continue: frozenset({"bound"}),
-        # max_retry_count failures in a row end the loop; a success ends it too.
-        langchain.check_success: frozenset({"bound"}),
-        **dict.fromkeys(pure, _NONE),
-    }
-
-
 def effects_of(step: Any) -> frozenset[str] | None:
     """What ``step`` declared it does; None when it declared nothing.
 
@@ -123,17 +84,9 @@ def effects_of(step: Any) -> frozenset[str] | None:
     declared = getattr(step, _ATTRIBUTE, None)
     if declared is not None:
         return frozenset(declared)
-    try:
-        known = _built_in().get(step)
-    except TypeError:  # an unhashable callable declares nothing
-        known = None
-    if known is not None:
-        return known
-    from .machine import MachineTable
-
-    child = getattr(step, "machine", None)
-    if isinstance(child, MachineTable):
-        return frozenset().union(*state_effects(child).values())
+    child: Any = getattr(step, "machine", None)
+    if isinstance(getattr(child, "steps", None), Mapping) and hasattr(child, "working"):
+        return frozenset().union(*state_effects(child).values())  # a child machine's step
     return None
 
 

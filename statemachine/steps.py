@@ -20,6 +20,7 @@ import attrs
 
 from .approval import ANSWER, DECIDED, rejected, without_answer
 from .chain import LLMChain
+from .effects import effects
 from .errors import ChainError
 from .messages import Message, ToolCall, ToolResult
 from .options import options_of
@@ -150,6 +151,7 @@ def _model_failed(chain: LLMChain, error: ChainError) -> Failed:
     return Failed(chain, error)
 
 
+@effects("model")
 async def call_llm(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """One model call; on success ``run_count += 1``, on failure ``Failed``, count kept."""
     if not isinstance(result, Continue):
@@ -157,6 +159,7 @@ async def call_llm(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     return await _model_call(result.chain, count=True)
 
 
+@effects()
 def check_response_complete(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """A reply cut off at the token limit, filtered, or empty ends the run before its tools run."""
     if not isinstance(result, Continue):
@@ -282,6 +285,7 @@ async def execute_tool_calls(chain: LLMChain) -> LLMChain:
     return add_tool_message(chain, await run_tool_calls(chain, calls))
 
 
+@effects("tools")
 async def execute_tools(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """Run pending tool calls; never fails the pipeline (a raising callback aside)."""
     if not isinstance(result, Continue):
@@ -344,6 +348,7 @@ def _resumed(chain: LLMChain) -> LLMChain:
 # ------------------------------------------------------------------ checks
 
 
+@effects("bound")
 def check_max_runs(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """``run_count >= max_runs`` (``Options.max_runs``) fails the run with ``exceeded_max_runs``."""
     if not isinstance(result, Continue):
@@ -358,6 +363,7 @@ def check_max_runs(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     return result
 
 
+@effects()
 def check_pause(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """``should_pause()`` true pauses the run (reason None); a string is the pause reason."""
     if not isinstance(result, Continue):
@@ -385,6 +391,7 @@ def _interrupt_data(results: Sequence[ToolResult]) -> dict[str, Any]:
     return {"type": "multiple_interrupts", "interrupts": [one(r) for r in results]}
 
 
+@effects()
 def check_tool_interrupts(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """Interrupting results in the most recent tool message stop the run as Interrupted."""
     if not isinstance(result, Continue):
@@ -411,11 +418,13 @@ def _until(result: PipelineResult, opts: Opts, *, success_only: bool) -> Pipelin
     return result
 
 
+@effects()
 def check_until_tool(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """A result of a tool in ``tool_names`` (error or not) ends the run Ok with it."""
     return _until(result, opts, success_only=False)
 
 
+@effects()
 def check_until_tool_success(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """As ``check_until_tool``, but only a non-error result counts."""
     return _until(result, opts, success_only=True)
@@ -424,6 +433,7 @@ def check_until_tool_success(result: PipelineResult, opts: Opts = None) -> Pipel
 # ------------------------------------------------------------------ expansion
 
 
+@effects()
 def expand_tool_results(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """Apply the expansions the last tool message's results asked for.
 
@@ -511,6 +521,7 @@ def deep_merge(base: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
+@effects()
 def propagate_state(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """Merge the last tool message's ``state_updates`` into ``custom_context["state"]``.
 
@@ -544,6 +555,7 @@ def _answered(waiting: ToolResult, data: Mapping[str, Any]) -> ToolResult:
     )
 
 
+@effects()
 def take_tool_answers(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """The answers a resume brought to this turn's tool interrupts become their results.
 

@@ -43,7 +43,7 @@ import attrs
 
 from . import machine as _machine
 from ._identity import names_identity, step_code
-from ._replay import ReplayReport, replay
+from ._replay import ReplayReport, _traces, replay
 from ._shape import (
     MachineDiff,
     MachineShape,
@@ -306,14 +306,6 @@ class ResumeDecision:
     def moved(self) -> bool:
         """Whether the run goes on at another state than the one it rests at."""
         return self.policy == "mapped"
-
-
-def _traces(saved: SavedRun | Trace | Sequence[Trace]) -> list[Trace]:
-    if isinstance(saved, Trace):
-        return [saved]
-    if isinstance(saved, Sequence):
-        return list(saved)
-    return list(saved.traces)
 
 
 def _resting(trace: Trace) -> str:

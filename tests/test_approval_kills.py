@@ -45,26 +45,19 @@ def _worker(shape: str, mode: str, db: Path, ledger: Path, kill_at: int) -> int:
     return done.returncode
 
 
+def _steps(db: Path) -> int:
+    """The steps of the saved run and of its children, saved beside it."""
+    with SQLiteStore(db) as store:
+        return sum(load_run(store, info.run_id, strict=False).steps for info in store.runs())
+
+
 def _transitions(shape: str, tmp: Path) -> int:
     """How many transitions a resume that is never killed hears."""
     db, ledger = tmp / "count.db", tmp / "count.log"
     _worker(shape, "start", db, ledger, 0)
-    with SQLiteStore(db) as store:
-        before = load_run(store, "job", strict=False).steps
-        children_before = sum(
-            load_run(store, info.run_id, strict=False).steps
-            for info in store.runs()
-            if info.run_id != "job"
-        )
+    before = _steps(db)
     assert _worker(shape, "resume", db, ledger, 0) == 0
-    with SQLiteStore(db) as store:
-        after = load_run(store, "job", strict=False).steps
-        children_after = sum(
-            load_run(store, info.run_id, strict=False).steps
-            for info in store.runs()
-            if info.run_id != "job"
-        )
-    return (after - before) + (children_after - children_before)
+    return _steps(db) - before
 
 
 @pytest.mark.parametrize("shape", ["subagent"])  # a plain agent's: test_store_approval_kills

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..chain import LLMChain
+from ..effects import effects
 from ..errors import ChainError
 from ..machine import Edge, MachineTable
 from ..options import LangChainOptions, options_of
@@ -70,6 +71,7 @@ _TERMINALS = ("ok", "paused", "error")
 # ---------------------------------------------------------------- the modes' own steps
 
 
+@effects("model")
 async def call_model(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """One model call that leaves ``run_count`` alone (``execute_step``): the modes that
     count no runs (single call, step, until_success) call the model this way."""
@@ -78,6 +80,7 @@ async def call_model(result: PipelineResult, opts: Opts = None) -> PipelineResul
     return await execute_step(result.chain)
 
 
+@effects()
 def finish(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """``Continue`` becomes ``Ok``: the mode's work is done once this step is reached."""
     if not isinstance(result, Continue):
@@ -85,6 +88,7 @@ def finish(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     return Ok(result.chain)
 
 
+@effects()
 def check_needs_response(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """The loop's condition (``continue_or_done`` without the recursion): a chain that
     needs a response goes round again (``Continue``), any other is done (``Ok``)."""
@@ -95,6 +99,7 @@ def check_needs_response(result: PipelineResult, opts: Opts = None) -> PipelineR
     return Ok(result.chain)
 
 
+@effects("model", "tools")
 async def tools_else_model(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """One step of the chain: its pending tool calls when the last reply asked for
     tools, else one (uncounted) model call."""
@@ -105,6 +110,7 @@ async def tools_else_model(result: PipelineResult, opts: Opts = None) -> Pipelin
     return await call_model(result, opts)
 
 
+@effects("bound")
 def check_should_continue(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """Option ``should_continue(chain)`` true asks for another step; absent or false, done."""
     if not isinstance(result, Continue):
@@ -115,6 +121,7 @@ def check_should_continue(result: PipelineResult, opts: Opts = None) -> Pipeline
     return Ok(result.chain)
 
 
+@effects("bound")
 def check_success(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """until_success's condition: a reply, or a tool message without errors, stands
     (``Ok``); ``max_retry_count`` consecutive failures end the run; else try again.
@@ -136,6 +143,7 @@ def check_success(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     return result
 
 
+@effects()
 def check_tool_names(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """Every name of option ``tool_names`` is one of the chain's tools, or the run fails
     with ``invalid_tool_name`` before any model call."""
@@ -153,6 +161,7 @@ def check_tool_names(result: PipelineResult, opts: Opts = None) -> PipelineResul
     )
 
 
+@effects()
 def start_mode_state(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     """``ensure_mode_state`` as a step: ``run_count`` starts at 0 unless the chain has one."""
     if not isinstance(result, Continue):

@@ -19,6 +19,7 @@ import attrs
 
 from ..approval import DECIDED
 from ..chain import LLMChain
+from ..effects import effects
 from ..errors import ChainError
 from ..hooks import Hook
 from ..machine import Edge, MachineTable
@@ -56,6 +57,7 @@ __all__ = [
 # ---------------------------------------------------------------- the standard machine's steps
 
 
+@effects("approval")
 def check_approvals(
     result: PipelineResult, opts: Mapping[str, Any] | None = None
 ) -> PipelineResult:
@@ -78,6 +80,7 @@ def check_approvals(
     return result
 
 
+@effects()
 def _this_turns_interrupts(
     result: PipelineResult, opts: Mapping[str, Any] | None = None
 ) -> PipelineResult:
@@ -93,6 +96,7 @@ def _this_turns_interrupts(
     return result
 
 
+@effects()
 def _check_until(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
     """The until-tool contract: any target result, or a successful one when required."""
     options = options_of(opts)
@@ -103,6 +107,7 @@ def _check_until(result: PipelineResult, opts: Mapping[str, Any] | None = None) 
     return check_until_tool(result, opts)
 
 
+@effects("bound")
 def _decide(result: PipelineResult, opts: Mapping[str, Any] | None = None) -> PipelineResult:
     """Loop while the chain needs a response (within ``max_runs``); else the run is done,
     unless a target tool was never called."""
