@@ -23,7 +23,6 @@ from ..effects import effects
 from ..errors import ChainError
 from ..hooks import Hook
 from ..machine import Edge, MachineTable
-from ..middleware.human_in_the_loop import check_gates
 from ..options import StandardOptions, options_of
 from ..output import answered_by_tool, check_output
 from ..results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult, Terminal
@@ -414,7 +413,11 @@ class StandardMode:
                 f"The run was interrupted at {at!r}, which is no working state of the "
                 f"{self.table.name} machine (its working states: {list(self.table.working)})"
             )
-        check_gates(options.middleware, chain.tools, self.table)
+        if options.middleware:
+            # here: the middleware package loads with the first run that has any
+            from ..middleware.human_in_the_loop import check_gates
+
+            check_gates(options.middleware, chain.tools, self.table)
         situation = _situation(chain)
         chain = reset_run_count(chain)  # creates mode_state when there is none
         if situation == _PENDING and chain.last_message not in chain.exchanged_messages:
