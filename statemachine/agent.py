@@ -416,7 +416,7 @@ class Agent:
             answered = Answer(state=state.interrupted_at, value=decisions.to_data())
             return self._start_answered(state, answered, options)
         if any(getattr(t, "agent", None) is not None for t in self.tools):
-            from .subagents import SUBAGENT_ANSWERS, answer_subagents
+            from ._waiting_children import SUBAGENT_ANSWERS, answer_subagents
 
             waiting = answer_subagents(self, state, answer, unbound=unbound)
             if waiting is not None:  # the waiting calls run again, their children resumed
