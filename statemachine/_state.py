@@ -7,7 +7,7 @@ without knowing the agent that produced it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -43,7 +43,26 @@ class AgentState:
     @classmethod
     def of(cls, prompt: str, **state: Any) -> AgentState:
         """A new conversation starting with the user's ``prompt``."""
-        return cls((Message.user(prompt),), state)
+        if not isinstance(prompt, str):
+            raise TypeError(
+                f"AgentState.of takes the user's prompt as text, got {type(prompt).__name__}"
+            )
+        return cls(messages=(Message.user(prompt),), state=state)
+
+    @classmethod
+    def given(cls, value: AgentState | str | Sequence[Message]) -> AgentState:
+        """What an agent runs on: a state as it is, a prompt (``"What is 1+2?"``) as a new
+        conversation, or a list of messages as the conversation so far."""
+        if isinstance(value, AgentState):
+            return value
+        if isinstance(value, str):
+            return cls.of(value)
+        if isinstance(value, list | tuple) and all(isinstance(m, Message) for m in value):
+            return cls(messages=tuple(value))
+        raise TypeError(
+            "An agent runs on an AgentState, a prompt (str) or a list of Messages; "
+            f"got {type(value).__name__}"
+        )
 
     def add_user_message(self, text: str) -> AgentState:
         return attrs.evolve(self, messages=(*self.messages, Message.user(text)))

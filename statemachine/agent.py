@@ -173,7 +173,7 @@ class Agent:
 
     def start(
         self,
-        state: AgentState,
+        state: AgentState | str | Sequence[Message],
         *,
         until_tool: str | Sequence[str] | None = None,
         until_tool_success: str | Sequence[str] | None = None,
@@ -184,6 +184,9 @@ class Agent:
         hooks: Sequence[Hook] = (),
     ) -> AgentRun:
         """A run over ``state``, not yet stepped. Options are checked before anything runs.
+
+        ``state`` is an :class:`AgentState`, a prompt (``"What is 1+2?"``: a new
+        conversation) or a list of messages (the conversation so far).
 
         ``hooks`` observe the run (:mod:`agentfsm.hooks`), after the global ones.
         ``before_model`` hooks run first; a hook's ChainError, or a conversation
@@ -198,7 +201,7 @@ class Agent:
             extra_steps=extra_steps,
             token_budget=token_budget,
         )
-        return self._begin(state, options, hooks)
+        return self._begin(AgentState.given(state), options, hooks)
 
     def _begin(
         self,
@@ -240,8 +243,12 @@ class Agent:
         run.agent = self
         return run
 
-    async def execute(self, state: AgentState, **options: Any) -> AgentState:
-        """Run to a terminal and return the state to keep (see :meth:`start` for options)."""
+    async def execute(
+        self, state: AgentState | str | Sequence[Message], **options: Any
+    ) -> AgentState:
+        """Run to a terminal and return the state to keep (see :meth:`start` for what
+        ``state`` may be and for options)."""
+        state = AgentState.given(state)
         try:
             run = self.start(state, **options)
         except ChainError as error:
@@ -249,7 +256,9 @@ class Agent:
         await run.run()
         return run.agent_state
 
-    def execute_sync(self, state: AgentState, **options: Any) -> AgentState:
+    def execute_sync(
+        self, state: AgentState | str | Sequence[Message], **options: Any
+    ) -> AgentState:
         return run_sync(self.execute(state, **options), self.model)
 
     def options(

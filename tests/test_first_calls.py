@@ -1,0 +1,55 @@
+"""The first calls a newcomer types: a plain prompt, a list of messages, and a clear error
+for anything else, before any model call."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentfsm import Agent, AgentState, Message, tool
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.testing import assert_path
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def test_a_plain_prompt_is_a_new_conversation() -> None:
+    model = ScriptedModel([call_tool("add", a=1, b=2), say("3")])
+    state = Agent(model, [add]).execute_sync("What is 1+2?")
+    assert state.status == "ok" and state.messages[0] == Message.user("What is 1+2?")
+    assert [m.role for m in state.messages] == ["user", "assistant", "tool", "assistant"]
+    assert model.requests[0].messages == (Message.user("What is 1+2?"),)
+
+
+async def test_a_list_of_messages_is_the_conversation_so_far() -> None:
+    model = ScriptedModel([say("Paris")])
+    so_far = [Message.user("Hi"), Message.assistant("Hello!"), Message.user("Capital of France?")]
+    run = Agent(model).start(so_far)
+    await run.run()
+    assert_path(
+        run, "expanding calling interrupt_check executing propagating until_check deciding ok"
+    )
+    assert model.requests[0].messages == tuple(so_far)
+
+
+@pytest.mark.parametrize("given", [123, None, [Message.user("a"), "b"], {"prompt": "x"}])
+def test_anything_else_is_one_line_naming_what_is_taken(given: object) -> None:
+    model = ScriptedModel([say("never")])
+    with pytest.raises(TypeError) as info:
+        Agent(model).execute_sync(given)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert message == (
+        "An agent runs on an AgentState, a prompt (str) or a list of Messages; "
+        f"got {type(given).__name__}"
+    )
+    assert "\n" not in message and model.calls == 0
+
+
+def test_agent_state_of_takes_text_only() -> None:
+    with pytest.raises(
+        TypeError, match=r"^AgentState.of takes the user's prompt as text, got int$"
+    ):
+        AgentState.of(123)  # type: ignore[arg-type]
