@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Final, Self
 
+import attrs
 import httpx
 
 from agentfsm.errors import ChainError
@@ -157,13 +158,23 @@ class HttpChatModel(abc.ABC):
         http_client: httpx.AsyncClient | None,
     ) -> None:
         self.model = model
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            guess = f"http://{base_url}" if isinstance(base_url, str) else None
+            raise ValueError(
+                f"base_url {base_url!r} is not an http(s) URL"
+                + (f": did you mean {guess!r}?" if guess and "://" not in base_url else "")
+            )
         self.base_url = base_url.rstrip("/")
         self.settings = settings or ModelSettings()
         self.stream = stream or self.settings.stream
         self.official = _origin(self.base_url) == _origin(self._official_url)
+        #: The provider's own key variable, set but not sent (it goes to its host only).
+        self._withheld: str | None = None
         if api_key is None:
             variable = self._key_variable if self.official else CUSTOM_KEY_VARIABLE
             api_key = os.environ.get(variable)
+            if not api_key and not self.official and os.environ.get(self._key_variable):
+                self._withheld = self._key_variable
         self._api_key = api_key
         wire_headers = dict(headers)
         if self._api_key:
@@ -245,6 +256,15 @@ class HttpChatModel(abc.ABC):
             return await self._complete(messages, tools, on_delta)
         except ChainError as error:
             cleaned = redact(error, self._secrets)
+            if self._withheld and cleaned.type == "authentication":
+                cleaned = ChainError(
+                    cleaned.type,
+                    f"{cleaned.message} ({self._withheld} is set, but it is sent to "
+                    f"{_origin(self._official_url)[1]} only, never to {self.server_address}: "
+                    f"pass api_key=... or set {CUSTOM_KEY_VARIABLE} for this server)",
+                    retryable=cleaned.retryable,
+                    details=cleaned.details,
+                )
             if cleaned is error:
                 raise
             raise cleaned from None
@@ -312,3 +332,24 @@ class HttpChatModel(abc.ABC):
 
     def _invalid(self, what: str) -> ChainError:
         return ChainError("invalid_response", f"{self.name}: {what}")
+
+
+def refuse_unknown(model_class: type, unknown: Mapping[str, Any]) -> None:
+    """A model's constructor given names it does not take: one TypeError that says where a
+    call's settings go (``settings=ModelSettings(...)``) or which option was meant."""
+    if not unknown:
+        return
+    import difflib
+    import inspect
+
+    settings = [f.name for f in attrs.fields(ModelSettings)]
+    options = list(inspect.signature(model_class).parameters)
+    hints = []
+    for name in sorted(unknown):
+        if name in settings:
+            hints.append(f"{name} is a call setting: settings=ModelSettings({name}=...)")
+        elif close := difflib.get_close_matches(name, [*options, *settings], n=1):
+            hints.append(f"{name}: did you mean {close[0]}?")
+        else:
+            hints.append(f"{name} is none of its options")
+    raise TypeError(f"{model_class.__name__}() got unknown option(s): {'; '.join(hints)}")

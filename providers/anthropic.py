@@ -37,7 +37,7 @@ from agentfsm.messages import (
 from agentfsm.tools import Tool
 
 from ._errors import error_for_provider_type, parse_json, shown
-from ._model import PDF, HttpChatModel, file_text, parse_arguments, tool_call
+from ._model import PDF, HttpChatModel, file_text, parse_arguments, refuse_unknown, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings
 from .rules import ModelRules, rules_for
@@ -150,7 +150,9 @@ class AnthropicChat(HttpChatModel):
         headers: Mapping[str, str] | None = None,
         rules: ModelRules | None = None,
         server_tools: Sequence[Mapping[str, Any]] = (),
+        **unknown: Any,
     ) -> None:
+        refuse_unknown(type(self), unknown)
         super().__init__(
             model,
             api_key=api_key,

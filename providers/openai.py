@@ -27,7 +27,7 @@ from agentfsm.messages import ContentPart, Message, MessageDelta, Status, Thinki
 from agentfsm.tools import Tool
 
 from ._errors import error_for_provider_type, parse_json, shown
-from ._model import HttpChatModel, file_data_url, file_name, tool_call
+from ._model import HttpChatModel, file_data_url, file_name, refuse_unknown, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings, native_output
 from .rules import ModelRules, rules_for
@@ -102,7 +102,9 @@ class OpenAIChat(HttpChatModel):
         http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
         rules: ModelRules | None = None,
+        **unknown: Any,
     ) -> None:
+        refuse_unknown(type(self), unknown)
         super().__init__(
             model,
             api_key=api_key,

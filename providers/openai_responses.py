@@ -29,7 +29,7 @@ from agentfsm.messages import Content, ContentPart, Message, MessageDelta, Statu
 from agentfsm.tools import Tool
 
 from ._errors import error_for_provider_type, parse_json, shown
-from ._model import HttpChatModel, file_data_url, file_name, tool_call
+from ._model import HttpChatModel, file_data_url, file_name, refuse_unknown, tool_call
 from ._transport import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, Limits, RetryPolicy
 from .base import DeltaHandler, ModelSettings, native_output
 from .openai import DEFAULT_BASE_URL
@@ -97,7 +97,9 @@ class OpenAIResponses(HttpChatModel):
         headers: Mapping[str, str] | None = None,
         rules: ModelRules | None = None,
         server_tools: Sequence[Mapping[str, Any]] = (),
+        **unknown: Any,
     ) -> None:
+        refuse_unknown(type(self), unknown)
         super().__init__(
             model,
             api_key=api_key,
