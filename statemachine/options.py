@@ -221,11 +221,11 @@ class Options(Mapping[str, Any]):
                 given.setdefault(name, given.pop(alias))
         declared = cls.declared()
         extra = dict(given.pop("extra", None) or {})
-        for name in [n for n in given if n not in declared]:
+        unknown = [n for n in given if n not in declared]
+        for name in unknown:
             extra[name] = given.pop(name)
-        if extra and not cls.open:
-            names = sorted(declared | set(cls.aliases) - {"should_pause?"})
-            raise ValueError(f"Unknown option(s) {sorted(extra)}. Options: {names}")
+        if unknown or (extra and not cls.open):
+            _refuse_typos(cls, unknown if cls.open else sorted(extra), declared)
         return cls(**given, extra=extra)
 
     @classmethod
@@ -246,6 +246,23 @@ class Options(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.declared()) + len(self.extra)
+
+
+def _refuse_typos(cls: type[Options], names: Sequence[str], declared: frozenset[str]) -> None:
+    """Refuse an option a closed class does not declare, and, even on an open class, one
+    named a letter or two off a declared option (``max_run``): a typo, not an option of
+    the machine's own."""
+    import difflib  # here: only a run given an unknown option reads it
+
+    known = sorted(declared | set(cls.aliases) - {"should_pause?"})
+    hints = {n: difflib.get_close_matches(n, known, n=1, cutoff=0.85) for n in names}
+    if cls.open:
+        names = [n for n in names if hints[n]]
+    if names:
+        said = "; ".join(f"did you mean {hints[n][0]!r} for {n!r}?" for n in names if hints[n])
+        raise ValueError(
+            f"Unknown option(s) {sorted(names)}. Options: {known}" + (f" ({said})" if said else "")
+        )
 
 
 _DECLARED: dict[type[Options], frozenset[str]] = {}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentfsm import Agent, AgentState, HumanInTheLoop, LLMChain, Message
+from agentfsm import Agent, AgentState, HumanInTheLoop, LLMChain, Message, Options
 from agentfsm.callbacks import off_loop
 from agentfsm.providers import ScriptedModel, call_tool, say
 from tests.support import add
@@ -197,3 +197,11 @@ def test_token_budget_and_pause_reason_live_in_the_run() -> None:
     assert run.pause_reason == "draining"
     assert run.agent_state.pause_reason == "draining"
     assert run.chain.custom_context["pause_reason"] == "draining"  # the seed's shape, kept
+
+
+def test_an_option_a_letter_off_a_declared_one_is_refused_even_by_an_open_class() -> None:
+    """``max_run`` is a typo of ``max_runs``, never a machine's own option kept in extra."""
+    with pytest.raises(ValueError) as info:
+        Options.of(max_run=3)
+    assert str(info.value).endswith("(did you mean 'max_runs' for 'max_run'?)")
+    assert Options.of(drafts=3).extra == {"drafts": 3}  # a name of its own is kept
