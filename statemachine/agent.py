@@ -97,6 +97,9 @@ class Agent:
     where its runs are shown (OpenTelemetry's ``invoke_agent {name}`` span): a
     non-empty string, or None.
 
+    ``max_retry_count`` (3) is the failure budget: tool turns with an error in a row
+    before the run ends in ``exceeded_failure_count``.
+
     ``output_type`` (an attrs class, a dataclass, a TypedDict, an enum, or a JSON
     type) makes the run's final answer a value of that type, checked:
     :mod:`agentfsm.output`. The agent then runs the
@@ -124,6 +127,7 @@ class Agent:
         name: str | None = None,
         output_type: Any = None,
         output_retries: int = 2,
+        max_retry_count: int = 3,
     ) -> None:
         self.name = check_optional("name", name, str)
         if name is not None and not name.strip():
@@ -151,6 +155,13 @@ class Agent:
         check_gates(self.middleware, self.tools, machine)
         self.system_prompt = check_optional("system_prompt", system_prompt, str)
         self.max_runs = None if max_runs is None else check_max_runs(max_runs)
+        if isinstance(max_retry_count, bool) or not isinstance(max_retry_count, int):
+            raise TypeError(f"max_retry_count is a whole number, got {max_retry_count!r}")
+        if max_retry_count < 1:
+            raise ValueError(f"max_retry_count must be at least 1, got {max_retry_count}")
+        #: Tool turns with an error in a row before the run ends in
+        #: ``exceeded_failure_count`` (the chain's ``max_retry_count``).
+        self.max_retry_count = max_retry_count
         self.token_budget = check_token_budget(token_budget)
         self.callbacks = check_callbacks(callbacks)
         self.mode = StandardMode(machine)
@@ -317,6 +328,7 @@ class Agent:
             messages=messages,
             custom_context={"state": dict(state.state)},
             callbacks=self.callbacks,
+            max_retry_count=self.max_retry_count,
         )
 
     def _finish(self, result: Terminal, usage: Usage, pause_reason: Any = None) -> AgentState:

@@ -42,6 +42,7 @@ __all__ = [
     "execute_tool_calls",
     "execute_tools",
     "expand_tool_results",
+    "failure_budget_spent",
     "get_run_count",
     "normalize_pause",
     "pending_calls",
@@ -98,12 +99,24 @@ async def execute_step(chain: LLMChain) -> Continue | Failed:
     return await _model_call(chain, count=False)
 
 
+def failure_budget_spent(chain: LLMChain) -> ChainError:
+    """The error of a chain whose tool turns failed ``max_retry_count`` times in a row:
+    the original's words, then the numbers and what to change."""
+    return ChainError(
+        "exceeded_failure_count",
+        f"Exceeded max failure count ({chain.current_failure_count} tool turns with an error "
+        f"in a row; max_retry_count is {chain.max_retry_count}: raise it, "
+        "Agent(max_retry_count=...), to allow more)",
+        details={"failures": chain.current_failure_count, "max_retry_count": chain.max_retry_count},
+    )
+
+
 async def _model_call(chain: LLMChain, *, count: bool) -> Continue | Failed:
     """``execute_step``; with ``count``, a reply also adds one to ``run_count``."""
     try:
         if chain.current_failure_count >= chain.max_retry_count:
             chain.fire("on_retries_exceeded", chain)
-            return Failed(chain, ChainError("exceeded_failure_count", "Exceeded max failure count"))
+            return Failed(chain, failure_budget_spent(chain))
         on_delta = None
         if chain.callbacks:
 

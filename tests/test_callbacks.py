@@ -200,7 +200,12 @@ async def test_a_spent_failure_budget_fires_on_retries_exceeded_then_on_error() 
         (
             "on_error",
             ("chain", 7, "tool"),
-            ("error", "exceeded_failure_count", "Exceeded max failure count"),
+            (
+                "error",
+                "exceeded_failure_count",
+                "Exceeded max failure count (3 tool turns with an error in a row; "
+                "max_retry_count is 3: raise it, Agent(max_retry_count=...), to allow more)",
+            ),
         ),
     ]
 

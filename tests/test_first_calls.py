@@ -53,3 +53,22 @@ def test_agent_state_of_takes_text_only() -> None:
         TypeError, match=r"^AgentState.of takes the user's prompt as text, got int$"
     ):
         AgentState.of(123)  # type: ignore[arg-type]
+
+
+async def test_the_failure_budget_is_an_agent_option_and_its_number_is_in_the_error() -> None:
+    @tool
+    def boom() -> str:
+        """Fail."""
+        raise RuntimeError("no")
+
+    model = ScriptedModel(lambda messages: call_tool("boom"))
+    state = await Agent(model, [boom], max_retry_count=2).execute("Try it")
+    assert state.status == "error" and state.error is not None
+    assert (state.error.type, state.error.message) == (
+        "exceeded_failure_count",
+        "Exceeded max failure count (2 tool turns with an error in a row; max_retry_count "
+        "is 2: raise it, Agent(max_retry_count=...), to allow more)",
+    )
+    assert model.calls == 2
+    with pytest.raises(ValueError, match="max_retry_count must be at least 1, got 0"):
+        Agent(model, [boom], max_retry_count=0)

@@ -100,7 +100,9 @@ class TestCallLlm:
         chain = evolve(chain, current_failure_count=3)
         result = await call_llm(Continue(chain))
         assert isinstance(result, Failed)
-        assert result.error == ChainError("exceeded_failure_count", "Exceeded max failure count")
+        assert result.error.type == "exceeded_failure_count"
+        assert result.error.message.startswith("Exceeded max failure count (3 tool turns")
+        assert result.error.details == {"failures": 3, "max_retry_count": 3}
         assert chain.llm.calls == 0  # type: ignore[attr-defined]
 
     async def test_a_model_bug_is_a_model_error(self) -> None:

@@ -35,6 +35,7 @@ from ..steps import (
     execute_step,
     execute_tools,
     expand_tool_results,
+    failure_budget_spent,
     pending_calls,
     reset_run_count,
 )
@@ -135,7 +136,7 @@ def check_success(result: PipelineResult, opts: Opts = None) -> PipelineResult:
     if last is None:
         return result
     if chain.current_failure_count >= chain.max_retry_count:
-        return Failed(chain, ChainError("exceeded_failure_count", "Exceeded max failure count"))
+        return Failed(chain, failure_budget_spent(chain))
     if last.role == "tool" and not any(r.is_error for r in last.tool_results):
         return Ok(chain)
     if last.role == "assistant":
