@@ -460,8 +460,8 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
         _say(out, summary)
     for line in _requests(saved):
         _say(out, line)
-    step = 0
-    for number, trace in enumerate(saved.traces):
+    step = 0  # steps and segments count from 1, as the run page, the studio and fork count
+    for number, trace in enumerate(saved.traces, 1):
         _say(out, f"segment {number} (entered at {trace.entry}{_versions_cli.on(trace)}):")
         for transition in trace:
             step += 1  # numbered as the run page and `runs fork` number them
@@ -605,8 +605,9 @@ def _resume(
     trace = after.trace
     start = len(before.trace) if len(after.traces) == len(before.traces) else 0
     if len(after.traces) > len(before.traces):
-        _say(out, f"segment {len(after.traces) - 1} (entered at {trace.entry}):")
-    for index, transition in enumerate(trace.transitions[start:], start):
+        _say(out, f"segment {len(after.traces)} (entered at {trace.entry}):")
+    prior = sum(len(t) for t in after.traces[:-1])  # steps count from 1 over every segment
+    for index, transition in enumerate(trace.transitions[start:], prior + start + 1):
         _say(out, _transition_line(index, transition))
     _say(out, f"run {run_id}: {after.status} at {after.state}")
     if state is None:

@@ -316,15 +316,15 @@ def _off_path(traces: Sequence[Trace], table: MachineTable | MachineShape) -> st
     """The first step of ``traces`` that is not a move of ``table``, said; None when all are."""
     entries = set(table.entries.values())
     successors = table.successors
-    for number, trace in enumerate(traces):
+    for number, trace in enumerate(traces, 1):  # segments and steps count from 1
         moved_in = trace.migrated_from is not None and trace.entry in table.working
         if trace.entry not in entries and not moved_in:
             return f"segment {number} enters at {trace.entry!r}, not an entry of it"
         state = trace.entry
-        for index, t in enumerate(trace.transitions):
+        for index, t in enumerate(trace.transitions, 1):
             if t.source != state or successors.get(t.source, {}).get(t.trigger) != t.dest:
                 return (
-                    f"segment {number}, transition {index}: {t.source} --{t.trigger}--> "
+                    f"segment {number}, step {index}: {t.source} --{t.trigger}--> "
                     f"{t.dest} is not one of its moves"
                 )
             state = t.dest

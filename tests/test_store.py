@@ -163,7 +163,7 @@ def test_a_draining_pause_resumed_by_another_process_ends_ok(db: Path, log: Path
     with SQLiteStore(db) as store:
         after = load_run(store, "r3", strict=False)
     assert after.status == "ok"
-    assert len(after.traces) == 2  # the pause ended segment 0; the resume entered afresh
+    assert len(after.traces) == 2  # the pause ended segment 1; the resume entered afresh
     assert after.traces[0].edges == paused.trace.edges
     assert after.traces[1].entry == "propagating"
     assert "pause_reason" not in after.chain.custom_context

@@ -167,7 +167,7 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
         )
     if result is None:
         return 0
-    for number, (trace, end) in enumerate(zip(result.traces, result.ends, strict=False)):
+    for number, (trace, end) in enumerate(zip(result.traces, result.ends, strict=False), 1):
         _say(out, f"segment {number} ({end}): {trace.path}")
     state = result.state
     if state.error is not None:

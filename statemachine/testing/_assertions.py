@@ -115,7 +115,8 @@ def assert_path(
 
 def _took_another(trace: Trace, expected: str) -> NoReturn:
     lines = [f"the run took another path than {expected!r}", "", "took:"]
-    lines += [f"  {i:>3} {t.source} --{t.trigger}--> {t.dest}" for i, t in enumerate(trace)]
+    # steps count from 1, as the CLI, the run page and fork count them
+    lines += [f"  {i:>3} {t.source} --{t.trigger}--> {t.dest}" for i, t in enumerate(trace, 1)]
     if not re.search(r"[()+*?{]", expected):
         lines += ["", "diff (- expected, + took):"]
         lines += [
