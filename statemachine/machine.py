@@ -163,7 +163,7 @@ def _details(value: Mapping[str, Detail]) -> dict[str, Detail]:
     return dict(value)
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class MachineTable:
     """A machine: each working state's steps, the terminals, the entries and the edges.
 
@@ -200,6 +200,14 @@ class MachineTable:
     #: Which version of the machine called :attr:`name` this is: a changed machine that
     #: runs in flight may meet is declared with the next one (several may be declared).
     version: int = attrs.field(default=1, kw_only=True)
+
+    def __repr__(self) -> str:
+        """The table by name, version and size: ``help(Agent)`` and a traceback show
+        which machine, not every step of it."""
+        return (
+            f"<MachineTable {self.name} v{self.version}: {len(self.working)} working states, "
+            f"{len(self.edges)} edges>"
+        )
 
     def __attrs_post_init__(self) -> None:
         if self.default_edges:

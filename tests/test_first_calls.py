@@ -72,3 +72,14 @@ async def test_the_failure_budget_is_an_agent_option_and_its_number_is_in_the_er
     assert model.calls == 2
     with pytest.raises(ValueError, match="max_retry_count must be at least 1, got 0"):
         Agent(model, [boom], max_retry_count=0)
+
+
+def test_help_on_agent_names_the_machine_instead_of_printing_it() -> None:
+    import pydoc
+
+    from agentfsm import STANDARD
+
+    assert repr(STANDARD) == "<MachineTable standard v1: 7 working states, 25 edges>"
+    text = pydoc.render_doc(Agent)
+    assert "machine: 'MachineTable' = <MachineTable standard v1" in text
+    assert len(text) < 20_000
