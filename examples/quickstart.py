@@ -18,7 +18,19 @@ async def main() -> None:
     result = await chain.run("while_needs_response")
     assert isinstance(result, Ok)
     for message in result.chain.messages:
-        print(f"{message.role:>9}: {message.text or message.tool_calls or message.tool_results}")
+        print(f"{message.role:>9}: {said(message)}")
+
+
+def said(message: Message) -> str:
+    """A message as a person reads it: its text, the calls it asks for, or their results."""
+    if message.tool_calls:
+        return ", ".join(
+            f"call {c.name}({', '.join(f'{k}={v!r}' for k, v in c.arguments.items())})"
+            for c in message.tool_calls
+        )
+    if message.tool_results:
+        return ", ".join(f"{r.name} -> {r.text}" for r in message.tool_results)
+    return message.text
 
 
 if __name__ == "__main__":

@@ -83,3 +83,20 @@ def test_help_on_agent_names_the_machine_instead_of_printing_it() -> None:
     text = pydoc.render_doc(Agent)
     assert "machine: 'MachineTable' = <MachineTable standard v1" in text
     assert len(text) < 20_000
+
+
+def test_the_quickstart_example_prints_what_a_person_reads() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "quickstart.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.splitlines() == [
+        "     user: What is 2 + 40?",
+        "assistant: call add(a=2, b=40)",
+        "     tool: add -> 42",
+        "assistant: 2 + 40 = 42",
+    ]
