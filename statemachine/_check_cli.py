@@ -43,9 +43,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return check
 
 
-def load_tables(spec: str) -> list[MachineTable]:
-    """The machines named by ``module:attribute``: a table, an agent or an iterable of them."""
-    return [table for table, _ in load_targets(spec)]
+def load_tables(spec: str, command: str = "check") -> list[MachineTable]:
+    """The machines named by ``module:attribute``: a table, an agent or an iterable of them
+    (``command`` names the command in an error)."""
+    return [table for table, _ in load_targets(spec, command)]
 
 
 def _target(value: Any) -> Target | None:
@@ -57,9 +58,9 @@ def _target(value: Any) -> Target | None:
     return None
 
 
-def load_targets(spec: str) -> list[Target]:
+def load_targets(spec: str, command: str = "check") -> list[Target]:
     """Each machine named by ``module:attribute`` with the tools its runs offer."""
-    value = import_attribute(spec, "check", UsageError)
+    value = import_attribute(spec, command, UsageError)
     one = _target(value)
     if one is not None:
         return [one]

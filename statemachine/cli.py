@@ -493,8 +493,16 @@ def _cmd_diagrams(args: argparse.Namespace) -> int:
     out = pathlib.Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is not a directory")
-    files = diagram_files.all_diagram_files()
-    no_svg = "machine.svg" not in files
+    if args.machine:  # a user's machine(s): each in a folder of its name when there are several
+        tables = _check_cli.load_tables(args.machine, "diagrams --machine")
+        files: dict[str, str] = {}
+        for table in tables:
+            drawn = diagram_files.diagram_files(table)
+            prefix = f"{table.name}/" if len(tables) > 1 else ""
+            files.update({prefix + name: text for name, text in drawn.items()})
+    else:
+        files = diagram_files.all_diagram_files()
+    no_svg = not any(name.endswith("machine.svg") for name in files)
     if args.check:
         stale = diagram_files.stale_files(out, files)
         if no_svg:
@@ -502,13 +510,19 @@ def _cmd_diagrams(args: argparse.Namespace) -> int:
         if stale:
             print(
                 f"stale diagrams in {out}: {', '.join(stale)}; they differ from what the machine "
-                f"table draws. Regenerate them with: agentfsm diagrams --out {out}",
+                f"table draws. Regenerate them with: agentfsm diagrams --out {out}"
+                + (f" --machine {args.machine}" if args.machine else ""),
                 file=sys.stderr,
             )
             return 1
         print(f"diagrams in {out} are up to date ({len(files)} files checked)")
         return 0
-    written = diagram_files.write_files(out, files)
+    try:
+        written = diagram_files.write_files(out, files)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write the diagrams to --out {out}: {exc.strerror or exc}"
+        ) from exc
     for name in files:
         print(f"{'wrote' if out / name in written else 'unchanged'} {out / name}")
     if no_svg:
@@ -692,7 +706,8 @@ def _parser() -> _Parser:
         help="regenerate or check the machines' diagrams",
         description="Write the machines' diagrams (machine.mmd, machine.md, machine.dot, "
         "machine.svg when Graphviz is installed, paths.md), all drawn from the machine tables: "
-        "the standard machine's in the folder, each LangChain mode's in a sub-folder of its name. "
+        "the standard machine's in the folder, each LangChain mode's in a sub-folder of its name "
+        "(or, with --machine, your own machine's). "
         "With --check, write nothing and exit 1 when a file differs from what the table draws.",
     )
     diagrams_.add_argument(
@@ -700,6 +715,12 @@ def _parser() -> _Parser:
     )
     diagrams_.add_argument(
         "--check", action="store_true", help="only check that the files are up to date"
+    )
+    diagrams_.add_argument(
+        "--machine",
+        metavar="MODULE:ATTR",
+        help="draw your own machine instead: a MachineTable or an Agent (or a list of them) "
+        "in a module, e.g. myapp.machines:EDITOR (with several, each in a folder of its name)",
     )
     diagrams_.set_defaults(handler=_cmd_diagrams)
 

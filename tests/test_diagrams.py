@@ -9,6 +9,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -328,3 +329,34 @@ def test_run_view_collects_deltas() -> None:
     view.begin("calling")
     assert view.streamed == ""
     assert set(view.callbacks) == {"on_llm_new_delta"}
+
+
+def test_the_diagrams_command_draws_a_users_own_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentfsm.cli import main
+
+    (tmp_path / "drawn_editor.py").write_text(
+        "from agentfsm import STANDARD\n"
+        "from agentfsm.steps import check_pause\n"
+        'EDITOR = STANDARD.insert("reviewing", [check_pause], after="calling", '
+        'name="drawn_editor")\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    assert main(["diagrams", "--machine", "drawn_editor:EDITOR", "--out", str(out)]) == 0
+    assert "Reviewing" in (out / "machine.mmd").read_text()
+    assert main(["diagrams", "--machine", "drawn_editor:EDITOR", "--out", str(out), "--check"]) == 0
+    assert main(["diagrams", "--machine", "drawn_editor:NOPE", "--out", str(out)]) == 2
+    assert "has no attribute 'NOPE' for diagrams --machine" in capsys.readouterr().err
+
+
+def test_a_diagrams_folder_that_cannot_be_written_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentfsm.cli import main
+
+    (tmp_path / "file").write_text("")
+    assert main(["diagrams", "--out", str(tmp_path / "file" / "below")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot write the diagrams to --out" in err[0]
