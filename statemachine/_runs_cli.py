@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
+
 from . import _versions_cli
 from ._db_url import check_db
 from ._printable import message_line, printable, short
@@ -129,20 +131,40 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         dest="runs_command", metavar="{list,show,resume,fork,compare,export,migrate,replay}"
     )
     commands.required = True
-    commands.add_parser("list", parents=[common], help="every saved run, newest first")
-    show = commands.add_parser("show", parents=[common], help="one run: status, path, messages")
-    show.add_argument("run_id", metavar="RUN_ID")
+    listing = commands.add_parser(
+        "list",
+        parents=[common],
+        help="every saved run, newest first",
+        description="Every run saved in the store, newest first: its id, status, the state it "
+        "rests at, its steps, when it last changed and a one-line summary.",
+    )
+    listing.add_argument("--json", action="store_true", help="the runs as a JSON list")
+    show = commands.add_parser(
+        "show",
+        parents=[common],
+        help="one run: status, path, messages",
+        description="One saved run: its status, each segment's transitions (steps and "
+        "segments count from 1), its messages, and for a run waiting on approval the "
+        "requests with the digests a decision carries.",
+    )
+    show.add_argument("run_id", metavar="RUN_ID", help="the run's id (agentfsm runs list)")
     show.add_argument("--json", action="store_true", help="the run and its traces as JSON")
     from ._machines_option import add_machines_option
 
     add_machines_option(show)
     resume = commands.add_parser(
-        "resume", parents=[common], help="continue a run from its last checkpoint"
+        "resume",
+        parents=[common],
+        help="continue a run from its last checkpoint",
+        description="Continue a saved run: one that stopped (a crash, a pause) goes on from "
+        "its last checkpoint; one waiting on approval takes --decisions (each bound to its "
+        "request's digest, as 'agentfsm runs show' prints them) and goes on from the state "
+        "that asked.",
     )
-    resume.add_argument("run_id", metavar="RUN_ID")
+    resume.add_argument("run_id", metavar="RUN_ID", help="the run's id (agentfsm runs list)")
     resume.add_argument(
         "--agent",
-        metavar="MODULE:ATTRIBUTE",
+        metavar="MODULE:ATTR",
         default=None,
         help="the agent to resume with: an Agent or a function returning one "
         f"(default: the demo agent, {DEFAULT_AGENT})",
@@ -150,7 +172,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     resume.add_argument(
         "--decisions",
         metavar="JSON",
-        help='for an interrupted run: the decisions, e.g. \'[{"type": "approve"}]\'',
+        help="for a run waiting on approval: the decisions as JSON, one per request, e.g. "
+        '\'[{"type": "approve", "digest": "sha256:..."}]\'',
     )
     fork = commands.add_parser(
         "fork",
@@ -161,22 +184,30 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "'agentfsm runs resume NEW_ID' goes on from there. A step into a terminal (ok, "
         "error, paused, interrupted) cannot be forked from.",
     )
-    fork.add_argument("run_id", metavar="RUN_ID")
-    fork.add_argument("step", metavar="STEP", type=int)
+    fork.add_argument("run_id", metavar="RUN_ID", help="the run to fork")
+    fork.add_argument(
+        "step", metavar="STEP", type=int, help="the step to go on from (1 is the first)"
+    )
     fork.add_argument("--id", dest="new_id", metavar="NEW_ID", help="the new run's id")
     add_machines_option(fork)
     compare = commands.add_parser(
         "compare",
         parents=[common],
         help="two runs' paths side by side, and where they part",
+        description="Two saved runs' steps side by side (a fork and the run it came from, "
+        "say), and the first step where they part.",
     )
-    compare.add_argument("run_a", metavar="RUN_A")
-    compare.add_argument("run_b", metavar="RUN_B")
+    compare.add_argument("run_a", metavar="RUN_A", help="the first run's id")
+    compare.add_argument("run_b", metavar="RUN_B", help="the second run's id")
     add_machines_option(compare)
     export = commands.add_parser(
-        "export", parents=[common], help="a saved run as a cassette and a regression test"
+        "export",
+        parents=[common],
+        help="a saved run as a cassette and a regression test",
+        description="Write a saved run's model calls as a cassette, and with --test a pytest "
+        "file that replays them through your agent and asserts every segment's path.",
     )
-    export.add_argument("run_id", metavar="RUN_ID")
+    export.add_argument("run_id", metavar="RUN_ID", help="the run to export")
     export.add_argument(
         "--cassette", metavar="FILE", required=True, help="where to write its model calls"
     )
@@ -187,7 +218,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     export.add_argument(
         "--agent",
-        metavar="MODULE:FACTORY",
+        metavar="MODULE:ATTR",
         help="for --test: a function of the model that returns the agent to replay through",
     )
     add_machines_option(export)
@@ -215,7 +246,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     db = _sqlite_path(db)
     try:
         if args.runs_command == "list":
-            return _list(open_store(db), out)
+            return _list(open_store(db), out, as_json=args.json)
         if args.runs_command == "show":
             from ._machines_option import import_machines
 
@@ -264,7 +295,7 @@ def _export(
     from .testing import cassette_from_traces, regression_test
 
     if test is not None and agent is None:
-        raise UsageError("--test needs --agent MODULE:FACTORY, the agent to replay through")
+        raise UsageError("--test needs --agent MODULE:ATTR, the agent to replay through")
     from .store.checkpoint import execute_options
 
     saved = load_run(open_store(db), run_id, strict=False)
@@ -400,8 +431,11 @@ def _when(timestamp: float) -> str:
     return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _list(store: SQLiteStore, out: TextIO) -> int:
+def _list(store: SQLiteStore, out: TextIO, *, as_json: bool = False) -> int:
     runs = store.runs()
+    if as_json:
+        _say(out, json.dumps([attrs.asdict(r) for r in runs], indent=2, ensure_ascii=False))
+        return 0
     if not runs:
         _say(out, f"No saved runs in {store.path}.")
         return 0

@@ -1,4 +1,4 @@
-"""``MODULE:ATTRIBUTE`` on the command line: the one way the commands import what they are named."""
+"""``MODULE:ATTR`` on the command line: the one way the commands import what they are named."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def import_attribute(
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise error(f"{what} takes MODULE:ATTRIBUTE, got {spec!r}")
+        raise error(f"{what} takes MODULE:ATTR, got {spec!r}")
     if from_cwd and "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
     try:

@@ -1,7 +1,7 @@
 """``agentfsm machines diff`` and ``agentfsm runs migrate|replay``: machine versions, from
 the command line.
 
-A machine is named ``MODULE:ATTRIBUTE``: a :class:`~agentfsm.machine.MachineTable`,
+A machine is named ``MODULE:ATTR``: a :class:`~agentfsm.machine.MachineTable`,
 an :class:`~agentfsm.agent.Agent` (its machine), or a function returning either,
 importable from the current folder. ``diff`` and ``replay`` exit 0 when the two
 agree and 1 when they differ, as ``diff`` does; a mistake on the command line
@@ -108,13 +108,13 @@ def add_machines_parser(subparsers: Any) -> argparse.ArgumentParser:
     diff_ = commands.add_parser(
         "diff",
         help="states and edges added, removed and changed, and a coloured Mermaid diagram",
-        description="Compare two machines (MODULE:ATTRIBUTE each: a MachineTable, an Agent, "
+        description="Compare two machines (MODULE:ATTR each: a MachineTable, an Agent, "
         "or a function returning one): each one's version and fingerprint, the states and "
         "edges added (+), removed (-) and changed (~), and a Mermaid flowchart of both with "
         "the changes coloured. Exit 0 when nothing a run depends on changed, 1 when it did.",
     )
-    diff_.add_argument("old", metavar="OLD", help="MODULE:ATTRIBUTE of the old machine")
-    diff_.add_argument("new", metavar="NEW", help="MODULE:ATTRIBUTE of the new machine")
+    diff_.add_argument("old", metavar="OLD", help="MODULE:ATTR of the old machine")
+    diff_.add_argument("new", metavar="NEW", help="MODULE:ATTR of the new machine")
     diff_.add_argument(
         "--no-diagram", action="store_true", help="the changes only, without the Mermaid diagram"
     )
@@ -150,7 +150,7 @@ def add_runs_commands(commands: Any) -> None:
         "migrate",
         help="move saved runs onto another machine (--dry-run: say which can go on)",
         description="For every saved run of the store, say whether it can go on on the "
-        "machine --to (MODULE:ATTRIBUTE): 'ok' (unchanged, or allowed by --policy), "
+        "machine --to (MODULE:ATTR): 'ok' (unchanged, or allowed by --policy), "
         "'needs mapping' (its machine changed and the policy does not take it) or 'refused' "
         "(it cannot be read, or the mapping does not fit it), with why. Without --dry-run, "
         "each run that is ok and had not ended is moved: a new segment on the new machine "
@@ -158,7 +158,12 @@ def add_runs_commands(commands: Any) -> None:
         "as they are (an ended run moves when it is resumed under the policy).",
     )
     _add_db(migrate)
-    migrate.add_argument("--to", required=True, metavar="MODULE:ATTRIBUTE")
+    migrate.add_argument(
+        "--to",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="the machine table to move the runs onto, e.g. myapp.machines:STANDARD_V2",
+    )
     migrate.add_argument("--dry-run", action="store_true", help="report only, change nothing")
     migrate.add_argument(
         "--policy",
@@ -176,20 +181,25 @@ def add_runs_commands(commands: Any) -> None:
     migrate.add_argument(
         "--from",
         dest="from_",
-        metavar="MODULE:ATTRIBUTE",
+        metavar="MODULE:ATTR",
         help="with --policy mapped: the old machine the mapping is from",
     )
     migrate.set_defaults(handler=_reported("runs migrate", _runs_migrate))
     replay_ = commands.add_parser(
         "replay",
         help="drive a saved run's recorded replies and results through another machine",
-        description="Replay a saved run on the machine --machine (MODULE:ATTRIBUTE): its "
+        description="Replay a saved run on the machine --machine (MODULE:ATTR): its "
         "recorded model replies and tool results are handed out again, no model and no tool "
         "is called. Says the first state where the two part, or that they agree (exit 1 or 0).",
     )
     _add_db(replay_)
-    replay_.add_argument("run_id", metavar="RUN_ID")
-    replay_.add_argument("--machine", required=True, metavar="MODULE:ATTRIBUTE")
+    replay_.add_argument("run_id", metavar="RUN_ID", help="the run to replay")
+    replay_.add_argument(
+        "--machine",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="the machine table to replay it through (its own, or another version)",
+    )
     replay_.set_defaults(handler=_reported("runs replay", _runs_replay))
 
 
@@ -218,7 +228,7 @@ def _policy(args: argparse.Namespace, table: MachineTable) -> Policy | None:
     if args.policy == "compatible":
         return compatible
     if not args.from_:
-        raise _usage("--policy mapped needs --from MODULE:ATTRIBUTE (the old machine)")
+        raise _usage("--policy mapped needs --from MODULE:ATTR (the old machine)")
     pairs = dict(_pair(text) for text in args.map)
     try:
         return mapped(pairs, old=load_table(args.from_, "--from"), new=table)

@@ -43,10 +43,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "sqlite:///FILE",
     )
     worker.add_argument(
-        "agent", metavar="MODULE:AGENT", help="an Agent, or a function returning one"
+        "agent", metavar="MODULE:ATTR", help="an Agent, or a function returning one"
     )
     worker.add_argument(
-        "--name", metavar="NAME", help="the name runs are submitted under (default: MODULE:AGENT)"
+        "--name", metavar="NAME", help="the name runs are submitted under (default: MODULE:ATTR)"
     )
     worker.add_argument(
         "--queue",

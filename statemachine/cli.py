@@ -70,7 +70,18 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         hint = _suggestion(self, message)
-        self.exit(2, f"{self.prog}: error: {message}{hint} (see {self.prog} --help)\n")
+        # An option the top parser could not place belongs to the (sub)command the line
+        # names: say that command, whose --help lists the options it takes.
+        prog = _named(self).prog if message.startswith("unrecognized arguments") else self.prog
+        self.exit(2, f"{prog}: error: {message}{hint} (see {prog} --help)\n")
+
+
+def _named(parser: _Parser) -> argparse.ArgumentParser:
+    """The deepest (sub)command of ``parser`` the command line names."""
+    current: argparse.ArgumentParser = parser
+    for word in parser.argv:
+        current = _subparsers(current).get(word, current)
+    return current
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -90,9 +101,7 @@ def _suggestion(parser: _Parser, message: str) -> str:
         words = [choice.group(1)]
     elif unknown:
         # The options of the command (and sub-command) the line names, else the top's.
-        current: argparse.ArgumentParser = parser
-        for word in parser.argv:
-            current = _subparsers(current).get(word, current)
+        current = _named(parser)
         known = [o for a in current._actions for o in a.option_strings if o.startswith("--")]
         words = [w.split("=", 1)[0] for w in unknown.group(1).split() if w.startswith("-")]
     else:
@@ -695,7 +704,7 @@ def _parser() -> _Parser:
     )
     studio.add_argument(
         "--agent",
-        metavar="MODULE:ATTRIBUTE",
+        metavar="MODULE:ATTR",
         help="the agent decisions resume runs with, as 'agentfsm runs resume --agent' "
         f"(default: the demo agent, {_runs_cli.DEFAULT_AGENT})",
     )
@@ -732,7 +741,12 @@ def _parser() -> _Parser:
         "for the providers' own hosts, and from AGENTFSM_API_KEY for a --base-url. The run is "
         "saved to the store (--db), so 'agentfsm runs' and 'agentfsm view' work on it.",
     )
-    run.add_argument("--provider", required=True, choices=["openai", "anthropic", "scripted"])
+    run.add_argument(
+        "--provider",
+        required=True,
+        choices=["openai", "anthropic", "scripted"],
+        help="who serves the model (scripted: the built-in test model, no key)",
+    )
     run.add_argument(
         "--model",
         metavar="NAME",

@@ -593,3 +593,57 @@ def test_show_prints_mermaid_whole_when_piped(demos: dict[str, dict[str, pathlib
     assert any(len(line) > 80 for line in expected.splitlines())  # the case that used to break
     lines = set(result.stdout.splitlines())
     assert all(line in lines for line in expected.splitlines())
+
+
+def test_every_command_and_argument_has_help_and_one_metavar_per_concept() -> None:
+    """The help dump: each subcommand a one-line help and a description, each argument a
+    help text; a module's attribute is MODULE:ATTR wherever a command takes one."""
+    import argparse
+
+    from agentfsm.cli import _parser
+
+    missing: list[str] = []
+    metavars: set[str] = set()
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                helps = {a.dest: a.help for a in action._choices_actions}
+                for name, sub in action.choices.items():
+                    if not helps.get(name) or not sub.description:
+                        missing.append(" ".join([*path, name]))
+                    walk(sub, [*path, name])
+            elif not isinstance(action, argparse._HelpAction):
+                if not action.help:
+                    missing.append(" ".join([*path, *(action.option_strings or [action.dest])]))
+                if isinstance(action.metavar, str) and "MODULE" in action.metavar:
+                    metavars.add(action.metavar)
+
+    walk(_parser(), ["agentfsm"])
+    assert missing == []
+    assert metavars == {"MODULE:ATTR", "MODULE"}  # an attribute of a module; a module
+
+
+def test_a_subcommands_unknown_option_names_the_subcommand(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["runs", "show", "x", "--jsno"]) == 2
+    assert capsys.readouterr().err == (
+        "agentfsm runs show: error: unrecognized arguments: --jsno; did you mean --json? "
+        "(see agentfsm runs show --help)\n"
+    )
+
+
+def test_runs_list_as_json(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    db = tmp_path / "runs.db"
+    from agentfsm import Agent
+    from agentfsm.providers import ScriptedModel, say
+    from agentfsm.store import SQLiteStore, start_run
+
+    with SQLiteStore(db) as store:
+        start_run(Agent(ScriptedModel([say("hi")])), "hello", store, run_id="one").run_sync()
+    assert main(["runs", "list", "--db", str(db), "--json"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)
+    assert (run["run_id"], run["status"], run["steps"]) == ("one", "ok", 7)

@@ -15,6 +15,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+import attrs
+
 from .._printable import message_line, printable
 from ..approval import request_digest
 from ..machine import machine_named
@@ -103,14 +105,17 @@ def handle(args: argparse.Namespace, db: str, out: TextIO) -> int:
     """``runs list|show|resume`` over a durable database; the exit status (errors raise)."""
     with quiet_engine():
         if args.runs_command == "list":
-            return _list(db, out)
+            return _list(db, out, as_json=getattr(args, "json", False))
         if args.runs_command == "show":
             return _show(db, args.run_id, args.json, out)
         return _decide(db, args.run_id, args.decisions, out)
 
 
-def _list(db: str, out: TextIO) -> int:
+def _list(db: str, out: TextIO, *, as_json: bool = False) -> int:
     runs = list_runs(db)
+    if as_json:
+        _say(out, json.dumps([attrs.asdict(r) for r in runs], indent=2, ensure_ascii=False))
+        return 0
     if not runs:
         _say(out, f"No durable runs in {db}.")
         return 0
