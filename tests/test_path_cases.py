@@ -11,6 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
 from agentfsm import ChainError, Message
@@ -175,3 +176,15 @@ def test_a_plan_of_your_own_forces_the_paths_of_your_machine() -> None:
         case.check()
     none = path_cases(ASKING, plan=lambda path: None)
     assert {c.unforceable for c in none} == {"the plan gives no scenario for it"}
+
+
+def test_a_plan_whose_scenario_raises_is_an_error_naming_its_path() -> None:
+    """Not a strict xfail: a suite of cases that all raise would go green testing nothing."""
+
+    def broken(path: MachinePath) -> Scenario:
+        planned = _plan_asking(path)
+        assert planned is not None
+        return attrs.evolve(planned, entry="no such situation")
+
+    with pytest.raises(ValueError, match=r"^The plan's scenario for the path '[a-z_ ]+' raised "):
+        path_cases(ASKING, plan=broken)

@@ -476,7 +476,8 @@ def path_cases(
     takes is a case with :attr:`PathCase.unforceable` saying why. The scenarios
     are planned here for the standard machine, the machines derived from it and
     the LangChain modes'; ``plan(path)`` plans them for any other machine (None:
-    no scenario for that path), and is checked the same way.
+    no scenario for that path), and is checked the same way; a scenario of the plan
+    that raises is a ValueError naming its path (a strict xfail would test nothing).
     """
     profile = _profile(table)
     out: list[PathCase] = []
@@ -493,7 +494,7 @@ def path_cases(
                     )
                 )
             else:
-                out.append(_verified(table, path, planned))
+                out.append(_verified(table, path, planned, planned_by_user=True))
             continue
         if profile is None:
             out.append(
@@ -518,12 +519,20 @@ PLANNING: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
 )
 
 
-def _verified(table: MachineTable, path: Path, scenario: Scenario) -> PathCase:
+def _verified(
+    table: MachineTable, path: Path, scenario: Scenario, *, planned_by_user: bool = False
+) -> PathCase:
     token = PLANNING.set(True)
     try:
         run = scenario.run()
-    except Exception as exc:  # a scenario the machine refuses is reported, not raised
-        reason = f"its scenario raised {type(exc).__name__}: {exc}"
+    except Exception as exc:
+        if planned_by_user:  # a broken plan is an error, never a case that tests nothing
+            raise ValueError(
+                f"The plan's scenario for the path {path.text!r} raised "
+                f"{type(exc).__name__}: {exc}. A plan gives a scenario that runs, or None "
+                "for a path it cannot force."
+            ) from exc
+        reason = f"its scenario raised {type(exc).__name__}: {exc}"  # the planner's own
         return PathCase(table=table, path=path, scenario=scenario, unforceable=reason)
     finally:
         PLANNING.reset(token)
