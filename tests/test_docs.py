@@ -7,8 +7,9 @@ failure (it is a SyntaxError in a file): wrap it in ``async def main()`` and
 ``asyncio.run(main())``, or use the ``*_sync`` entry points.
 
 A block that builds on the one above says so with a comment right before it,
-``<!-- continues -->``, and a line of prose; it runs in one file with the blocks
-it continues, so a page's blocks that continue each other also run as one file.
+``<!-- continues -->``, and a line of prose (or the page says once that its
+blocks continue each other); it runs in one file with the blocks it continues.
+Such a page also runs as one file, all its blocks in order.
 A block opts out only with a comment right before it that says why:
 ``<!-- no-run: needs a PostgreSQL server -->``; the blocks around it run without it.
 The files are padded with blank lines so that tracebacks point at the page's own
@@ -143,12 +144,15 @@ def top_level_await(page: pathlib.Path, script: list[Block]) -> str | None:
     )
 
 
-def run_script(page: pathlib.Path, script: list[Block]) -> str | None:
+def run_script(page: pathlib.Path, script: list[Block], whole: bool = False) -> str | None:
     """Run the script as a reader would; what went wrong, if anything."""
     problem = top_level_await(page, script)
     if problem is not None:
         return problem
     stem = re.sub(r"\W", "_", page.stem)
+    where = f"{page.name}:{script[0].line}"
+    if whole:
+        where = f"{page.name} (all its blocks in one file)"
     with tempfile.TemporaryDirectory() as folder:
         # Not named after the page: mcp.py or types.py would shadow a module.
         file = pathlib.Path(folder) / f"example_{stem}_line_{script[0].line}.py"
@@ -162,16 +166,24 @@ def run_script(page: pathlib.Path, script: list[Block]) -> str | None:
                 timeout=_TIMEOUT,
             )
         except subprocess.TimeoutExpired:
-            return f"{page.name}:{script[0].line}: still running after {_TIMEOUT}s"
+            return f"{where}: still running after {_TIMEOUT}s"
     if done.returncode == 0:
         return None
     output = (done.stdout + done.stderr).replace(str(file), str(page)).replace(file.name, str(page))
-    return f"{page.name}:{script[0].line}:\n{output}"
+    return f"{where}:\n{output}"
 
 
 def run_page(page: pathlib.Path) -> list[str]:
-    """Run each script of the page in its own empty folder; what went wrong."""
-    return [p for script in scripts(page) if (p := run_script(page, script)) is not None]
+    """Run each script of the page in its own empty folder; what went wrong.
+
+    A page whose blocks continue each other also runs as one file, all its blocks in order.
+    """
+    found = scripts(page)
+    problems = [p for script in found if (p := run_script(page, script)) is not None]
+    if len(found) > 1 and any(len(script) > 1 for script in found) and not problems:
+        problem = run_script(page, [block for script in found for block in script], whole=True)
+        problems += [problem] if problem is not None else []
+    return problems
 
 
 def _pages_with_code() -> list[pathlib.Path]:
