@@ -63,10 +63,14 @@ def test_coverage_reports_each_machine_run_and_what_it_never_took(
             "standard: 1 runs; edges 8/25 (32%), paths 1/95 (1%; 2 no run can take)",
             "  edges never taken:",
             "    calling --failed--> error  (*",
-            "  paths never taken:",
+            "  94 paths never taken (--agentfsm-coverage=full lists them)",
         ]
     )
     assert "    interrupt_check --interrupted--> interrupted" in out
+    assert len(out.splitlines()) < 40  # a summary, not every untaken path
+    full = pytester.runpytest("-p", "no:cacheprovider", "--agentfsm-coverage=full")
+    full.stdout.fnmatch_lines(["  paths never taken:", "    fresh: expanding calling error"])
+    assert len(full.stdout.str().splitlines()) > 100
 
 
 def test_fail_under_fails_a_green_session(pytester: pytest.Pytester) -> None:
@@ -77,6 +81,8 @@ def test_fail_under_fails_a_green_session(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["edges taken over all machines: *(--agentfsm-fail-under=90): FAIL"]
     )
+    last = result.stdout.str().strip().splitlines()[-1]
+    assert "1 passed" in last and "1 agentfsm_fail_under" in last
     passing = pytester.runpytest("-p", "no:cacheprovider", "--agentfsm-fail-under=10")
     assert passing.ret == pytest.ExitCode.OK
 
@@ -166,7 +172,11 @@ def test_cassette_without_recording_or_model_fails(pytester: pytest.Pytester) ->
 def test_the_project_takes_every_path_a_run_can_take(pytester: pytest.Pytester) -> None:
     suite = pathlib.Path(__file__).with_name("test_path_cases.py")
     result = pytester.runpytest(
-        "-p", "no:cacheprovider", "--agentfsm-coverage", "--agentfsm-fail-under=100", str(suite)
+        "-p",
+        "no:cacheprovider",
+        "--agentfsm-coverage=full",
+        "--agentfsm-fail-under=100",
+        str(suite),
     )
     assert result.ret == pytest.ExitCode.OK
     out = result.stdout.str()

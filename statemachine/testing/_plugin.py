@@ -10,7 +10,8 @@ Fixtures:
   A request that differs from the recorded one fails the test with a diff.
 
 Options: ``--agentfsm-coverage`` reports, for each machine the tests ran, the edges and
-paths their runs took against all of them, and lists the ones none took;
+paths their runs took against all of them, the edges none took, and how many paths none
+took (``--agentfsm-coverage=full`` lists them);
 ``--agentfsm-fail-under=PCT`` fails the session when the edges taken, over all those
 machines, are under ``PCT`` percent; ``--agentfsm-coverage-dir=DIR`` draws each machine
 (Mermaid) with every edge's count; ``--agentfsm-cassettes=strict|new_episodes|rewrite``
@@ -20,6 +21,7 @@ says how ``cassette`` replays.
 from __future__ import annotations
 
 import re
+import types
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -41,8 +43,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("agentfsm", "agentfsm machines")
     group.addoption(
         "--agentfsm-coverage",
-        action="store_true",
-        help="report the edges and paths of each machine the tests' runs took",
+        nargs="?",
+        const="summary",
+        default=None,
+        choices=("summary", "full"),
+        help="report the edges and paths of each machine the tests' runs took: the edges "
+        "never taken and a count of the paths (summary, the default), or every path never "
+        "taken too (--agentfsm-coverage=full)",
     )
     group.addoption(
         "--agentfsm-fail-under",
@@ -160,16 +167,24 @@ class CoverageReport:
         terminalreporter.section("agentfsm coverage")
         if not self.taken.tables:
             write("no run of any machine was made")
+        full = self.config.getoption("agentfsm_coverage") == "full"
         for name, table in sorted(self.taken.tables.items()):
-            for line in machine_report(table, self.taken.edges[name], self.taken.paths[name]):
+            report = machine_report(
+                table, self.taken.edges[name], self.taken.paths[name], full=full
+            )
+            for line in report:
                 write(line)
         under = self.config.getoption("agentfsm_fail_under")
         if under is not None and self.ratio is not None:
-            verdict = "FAIL" if self.ratio * 100 < under else "ok"
+            failing = self.ratio * 100 < under
+            verdict = "FAIL" if failing else "ok"
             write(
                 f"edges taken over all machines: {self.ratio:.1%} "
                 f"(--agentfsm-fail-under={under:g}): {verdict}"
             )
+            if failing:  # pytest's last line counts what its stats hold: say it there too
+                verdict_report = types.SimpleNamespace(count_towards_summary=True, when="")
+                terminalreporter.stats.setdefault("agentfsm_fail_under", []).append(verdict_report)
 
     def _draw(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -181,8 +196,11 @@ def machine_report(
     table: MachineTable,
     edges: Counter[tuple[str, str]],
     runs: Counter[tuple[tuple[str, str], ...]],
+    *,
+    full: bool = True,
 ) -> list[str]:
-    """The lines that report one machine: edges and paths taken, and the untaken ones.
+    """The lines that report one machine: edges and paths taken, and the untaken ones
+    (the untaken paths listed when ``full``, else counted).
 
     An untaken path that no run can take (:attr:`PathCase.unforceable`) says so.
     """
@@ -204,7 +222,9 @@ def machine_report(
     if untaken:
         lines.append("  edges never taken:")
         lines += [f"    {e.source} --{e.trigger}--> {e.dest}  ({e.why})" for e in untaken]
-    if missed:
+    if missed and not full:
+        lines.append(f"  {len(missed)} paths never taken (--agentfsm-coverage=full lists them)")
+    elif missed:
         lines.append("  paths never taken:")
         for p in missed:
             why = impossible.get(p.edges)
