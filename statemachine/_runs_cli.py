@@ -170,6 +170,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         f"(default: the demo agent, {DEFAULT_AGENT})",
     )
     resume.add_argument(
+        "--policy",
+        choices=["compatible", "pinned"],
+        default=None,
+        help="for a run saved on another version of its machine: go on on the agent's "
+        "version where nothing the run depends on changed (compatible), or on the version it "
+        "was saved on (pinned); a mapping between versions is 'agentfsm runs migrate'",
+    )
+    resume.add_argument(
         "--decisions",
         metavar="JSON",
         help="for a run waiting on approval: the decisions as JSON, one per request, e.g. "
@@ -264,7 +272,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
             if args.runs_command == "fork":
                 return _fork(db, args.run_id, args.step, args.new_id, out)
             return _compare(db, args.run_a, args.run_b, out)
-        return _resume(db, args.run_id, args.agent, args.decisions, out)
+        return _resume(db, args.run_id, args.agent, args.decisions, out, args.policy)
     except (
         UsageError,
         ValueError,
@@ -619,7 +627,12 @@ def _check_bound(saved: SavedRun, decisions: Sequence[object], db: str) -> None:
 
 
 def _resume(
-    db: str, run_id: str, agent_spec: str | None, decisions_text: str | None, out: TextIO
+    db: str,
+    run_id: str,
+    agent_spec: str | None,
+    decisions_text: str | None,
+    out: TextIO,
+    policy: str | None = None,
 ) -> int:
     decisions = _decisions(decisions_text)
     agent = load_agent(agent_spec or DEFAULT_AGENT, from_cwd=agent_spec is not None)
@@ -628,8 +641,26 @@ def _resume(
     before = load_run(store, run_id, strict=False)
     _check_resumable(before, decisions, agent, agent_spec, db)
     _say(out, f"resuming run {run_id} ({before.status} at {before.state})")
+    from .versions import compatible, pinned, resuming
+
     try:
-        agent.resume_run_sync(run_id, store, decisions)
+        if policy is None:
+            agent.resume_run_sync(run_id, store, decisions)
+        else:
+            with resuming(compatible if policy == "compatible" else pinned):
+                agent.resume_run_sync(run_id, store, decisions)
+    except MachineChangedError as exc:
+        if policy is None:
+            hint = (
+                f"From the shell: agentfsm runs resume {shlex.quote(run_id)}{db_flag(db)} "
+                f"--agent {agent_spec} --policy compatible (or pinned)"
+            )
+        else:
+            hint = (
+                f"--policy {policy} does not allow it: map its states onto the new version "
+                "with 'agentfsm runs migrate --policy mapped' (docs: Changing a machine)"
+            )
+        raise UsageError(f"{exc} {hint}") from exc
     except ValueError as exc:  # decisions that do not fit the interrupt
         if isinstance(exc, ResumeError | FormatError):
             raise

@@ -578,3 +578,59 @@ def test_a_compatible_resume_of_a_cut_off_run_opens_a_segment_on_the_new_table(
         (1, "expanding", None),
         (2, "propagating", "propagating"),
     ]
+
+
+_POLICY_MODULE = """
+from agentfsm import STANDARD, Agent
+from agentfsm.providers import ScriptedModel, call_tool, say
+from tests.support import add
+
+V1 = STANDARD.replace("deciding", STANDARD.steps["deciding"], name="cli_policy")
+V2 = V1.replace("propagating", STANDARD.steps["propagating"][:2], name="cli_policy", version=2)
+
+
+def reply(messages):
+    return say("3") if messages[-1].role == "tool" else call_tool("add", a=1, b=2)
+
+
+def agent_v1():
+    return Agent(ScriptedModel(reply), [add], machine=V1)
+
+
+def agent_v2():
+    return Agent(ScriptedModel(reply), [add], machine=V2)
+"""
+
+
+def test_runs_resume_takes_a_policy_for_a_run_of_an_older_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from agentfsm.cli import main
+
+    (tmp_path / "cli_policy_machines.py").write_text(_POLICY_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "cli_policy_machines", raising=False)
+    import cli_policy_machines  # type: ignore[import-not-found]
+
+    db = str(tmp_path / "runs.db")
+    with SQLiteStore(db) as store:
+        start_run(
+            cli_policy_machines.agent_v1(),
+            AgentState.of("1+2?"),
+            store,
+            run_id="r1",
+            should_pause=lambda: True,
+        ).run_sync()
+    resume = ["runs", "resume", "r1", "--db", db, "--agent", "cli_policy_machines:agent_v2"]
+    assert main(resume) == 2
+    err = capsys.readouterr().err
+    assert "states changed propagating" in err
+    assert err.rstrip().endswith(
+        "--agent cli_policy_machines:agent_v2 --policy compatible (or pinned)"
+    )
+    assert main([*resume, "--policy", "compatible"]) == 0
+    assert "run r1: ok at ok" in capsys.readouterr().out
+    with SQLiteStore(db) as store:
+        assert [t.machine_version for t in load_run(store, "r1", strict=False).traces] == [1, 2]
