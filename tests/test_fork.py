@@ -159,7 +159,7 @@ def test_fork_and_compare_from_the_command_line(tmp_path: pathlib.Path) -> None:
     )
     rejected = _runs("resume", "other", "--db", str(db), "--decisions", decided, cwd=tmp_path)
     assert rejected.returncode == 0, rejected.stderr
-    assert "segment 1 (entered at interrupt_check):" in rejected.stdout
+    assert "segment 2 (entered at interrupt_check):" in rejected.stdout
     assert "run other: ok at ok" in rejected.stdout
     compared = _runs("compare", "parent", "other", "--db", str(db), cwd=tmp_path)
     assert compared.returncode == 0, compared.stderr
