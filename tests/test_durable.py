@@ -179,65 +179,40 @@ def _wait_for_decisions(engine: Engine, run_id: str, call_id: str) -> dict[str, 
     raise AssertionError(f"{run_id} never waited for decisions")
 
 
-def test_an_interrupted_run_waits_for_decisions_sent_from_anywhere(engine: Engine) -> None:
-    run_id = engine.submit(AgentState.of("ask"), agent="gated", run_id="ask")
-    interrupt = _wait_for_decisions(engine, run_id, "ask-0")
-    assert [r["tool_name"] for r in interrupt["action_requests"]] == ["record"]
-    with pytest.raises(ValueError, match=r"Decision count \(0\) does not match"):
-        engine.decide(run_id, [])
-    other = Engine(engine.url)  # another process's view: a client only
-    try:
-        other.decide(run_id, [{"type": "approve"}], unbound=True)
-        _wait_for_decisions(engine, run_id, "ask-1")  # the second call is gated too
-        other.decide(run_id, [{"type": "reject"}], unbound=True)
-        _wait_for_decisions(engine, run_id, "ask-2")
-        other.decide(run_id, [{"type": "edit", "arguments": {"note": "edited"}}], unbound=True)
-        result = other.result(run_id, timeout=30)
-    finally:
-        other.close()
-    assert result.status == "ok"
-    texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]
-    assert texts[0].startswith("recorded n0 ")
-    assert texts[1] == "Tool call 'record' was rejected by a human reviewer."
-    assert texts[2].startswith("recorded edited ")
-    assert [t.terminal for t in result.traces] == ["interrupted"] * 3 + ["ok"]
-    # each decision enters the run at the state that asked, whose gate applies it; the
-    # approved (or edited) call runs at executing, the rejected one gets its result there
-    again = "interrupt_check executing propagating until_check deciding"
-    assert [t.path for t in result.traces] == [
-        "expanding calling interrupt_check interrupted",
-        f"{again} expanding calling interrupt_check interrupted",
-        f"{again} expanding calling interrupt_check interrupted",
-        f"{again} {LOOP} ok",
-    ]
-    _assert_paths(result)
-    with pytest.raises(ResumeError, match="not waiting for decisions"):
-        engine.decide(run_id, [{"type": "approve"}], unbound=True)
-
-
 def _own_steps(engine: Engine, workflow_id: str) -> list[str]:
     steps = engine.client.list_workflow_steps(workflow_id)
     return [s["function_name"] for s in steps if not s["function_name"].startswith("DBOS.")]
 
 
-def test_a_decision_enters_at_the_state_that_asked_and_the_approved_call_runs_at_executing(
+def test_a_decision_from_anywhere_enters_at_the_state_that_asked_and_runs_at_executing(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As ``agent.resume`` takes an approval, so does ``decide``: the resumed segment enters
+    """As ``agent.resume`` takes an approval, so does ``decide``, from any process (here a
+    client-only engine): the resumed segment enters
     at ``interrupt_check``, whose gate applies the decisions, and the approved call is the
     run's own recorded tool step at ``executing``, not a call made before the segment."""
     log = tmp_path / "calls.log"
     monkeypatch.setenv("AGENTFSM_TEST_LOG", str(log))
     run_id = engine.submit(AgentState.of("gate"), agent="gated", run_id="gate")
-    [asked] = Approval.of(_wait_for_decisions(engine, run_id, "gate-0")).requests
+    interrupt = _wait_for_decisions(engine, run_id, "gate-0")
+    assert [r["tool_name"] for r in interrupt["action_requests"]] == ["record"]
+    [asked] = Approval.of(interrupt).requests
     assert not log.exists()  # nothing runs before the decision
-    engine.decide(run_id, [asked.approve().to_data()])
-    [asked] = Approval.of(_wait_for_decisions(engine, run_id, "gate-1")).requests
-    engine.decide(run_id, [asked.reject().to_data()])
-    [asked] = Approval.of(_wait_for_decisions(engine, run_id, "gate-2")).requests
-    engine.decide(run_id, [asked.edit({"note": "edited"}).to_data()])
-    result = engine.result(run_id, timeout=30)
+    with pytest.raises(ValueError, match=r"Decision count \(0\) does not match"):
+        engine.decide(run_id, [])
+    other = Engine(engine.url)  # another process's view: a client only
+    try:
+        other.decide(run_id, [asked.approve().to_data()])
+        [asked] = Approval.of(_wait_for_decisions(engine, run_id, "gate-1")).requests
+        other.decide(run_id, [asked.reject().to_data()])
+        [asked] = Approval.of(_wait_for_decisions(engine, run_id, "gate-2")).requests
+        other.decide(run_id, [asked.edit({"note": "edited"}).to_data()])
+        result = other.result(run_id, timeout=30)
+    finally:
+        other.close()
     assert result.status == "ok"
+    with pytest.raises(ResumeError, match="not waiting for decisions"):
+        engine.decide(run_id, [{"type": "approve"}], unbound=True)
     answered = "interrupt_check executing propagating until_check deciding"
     assert [t.path for t in result.traces] == [
         "expanding calling interrupt_check interrupted",
