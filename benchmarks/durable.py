@@ -33,12 +33,12 @@ sys.path.insert(0, str(ROOT))
 
 from dbos import DBOS  # noqa: E402
 
-from agentfsm import Agent, AgentState, Message, Tool, tool  # noqa: E402
+from agentfsm import Agent, AgentState, Message, Tool, start_run, tool  # noqa: E402
+from agentfsm._serialization import FORMAT, converter  # noqa: E402
 from agentfsm.durable import Engine  # noqa: E402
 from agentfsm.durable._workflow import run_workflow  # noqa: E402
 from agentfsm.providers import call_tool, say  # noqa: E402
-from agentfsm.serialization import FORMAT, converter  # noqa: E402
-from agentfsm.store import SQLiteStore, start_run  # noqa: E402
+from agentfsm.store import SQLiteStore  # noqa: E402
 from tests._postgres import postgres  # noqa: E402
 
 
@@ -161,7 +161,7 @@ def bench_workers(
             [
                 sys.executable,
                 "-m",
-                "agentfsm.cli",
+                "agentfsm",
                 "worker",
                 "--db",
                 url,

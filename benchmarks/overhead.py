@@ -16,9 +16,10 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from agentfsm import Continue, LLMChain, Message, Ok, ToolCall, tool
-from agentfsm.modes.standard import StandardMode
+from agentfsm import LLMChain, Message, Ok, ToolCall, tool
+from agentfsm._modes.standard import StandardMode
 from agentfsm.providers import ScriptedModel
+from agentfsm.steps import Continue
 
 
 @tool

@@ -19,7 +19,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agentfsm.messages import Message
+from agentfsm import Message
 from agentfsm.providers import OpenAIChat
 from agentfsm.providers._sse import SSEDecoder
 from tests.providers.fake_server import FakeServer, Reply, sse

@@ -103,8 +103,8 @@ def _stored_runs() -> Callable[[int], Awaitable[None]]:
     import workload as w
     from adapters.agentfsm import AGENT, MODEL
 
-    from agentfsm import AgentState
-    from agentfsm.store import SQLiteStore, start_run
+    from agentfsm import AgentState, start_run
+    from agentfsm.store import SQLiteStore
 
     store = SQLiteStore(Path(tempfile.mkdtemp()) / "speed.db")
     ids = itertools.count()

@@ -24,11 +24,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentfsm import Agent, AgentState, Message  # noqa: E402
+from agentfsm import Agent, AgentState, Message, start_run, tool  # noqa: E402
 from agentfsm.providers import ScriptedModel, call_tool  # noqa: E402
-from agentfsm.store import SQLiteStore, start_run  # noqa: E402
+from agentfsm.store import SQLiteStore  # noqa: E402
 from agentfsm.studio._catalog import Catalog  # noqa: E402
-from agentfsm.tools import tool  # noqa: E402
 
 
 @tool

@@ -29,13 +29,12 @@ from agentfsm import (
     Failed,
     LLMChain,
     Message,
+    effects,
     tool,
 )
-from agentfsm.diagram_files import diagram_files
+from agentfsm.diagrams import diagram_files
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.results import Continue, PipelineResult
-from agentfsm.steps import Step
-from agentfsm.testing import effects
+from agentfsm.steps import Continue, PipelineResult, Step
 
 SUMMARIZE = (
     "Summarize the conversation below for the assistant that continues it: the user's "
@@ -159,7 +158,6 @@ def write_diagrams(out: Path = HERE) -> list[str]:
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
     return sorted(files)
-
 
 
 if __name__ == "__main__":

@@ -18,10 +18,18 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, Message, SubAgent, Trace, tool
-from agentfsm.diagram_files import diagram_files, write_files
-from agentfsm.diagrams import run_mermaid
-from agentfsm.middleware import request_digest
+from agentfsm import (
+    STANDARD,
+    ActionRequest,
+    Agent,
+    AgentState,
+    HumanInTheLoop,
+    Message,
+    SubAgent,
+    Trace,
+    tool,
+)
+from agentfsm.diagrams import diagram_files, run_mermaid, write_files
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
 
 FACTS = {
@@ -110,7 +118,7 @@ async def run_team(
     if verbose:
         print(f"{state.interrupt_data['subagent']} asks to {request['tool_name']}:")
         print(f"  {request['arguments']}")
-    decision = {"type": "approve", "digest": request_digest(request)}
+    decision = ActionRequest.of(request).approve()
     resumed = await coordinator.start_resume(state, [decision])
     await resumed.run()
     segments = [run.trace, resumed.trace]

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from agentfsm.errors import ChainError
+from agentfsm._errors import ChainError, ProviderError
 
 __all__ = [
     "details",
@@ -84,7 +84,7 @@ def redact(error: ChainError, secrets: Iterable[str] = ()) -> ChainError:
     found = _clean_value(dict(error.details), clean)
     if message == error.message and found == error.details:
         return error
-    cleaned = ChainError(error.type, message, retryable=error.retryable, details=found)
+    cleaned = ProviderError(error.type, message, retryable=error.retryable, details=found)
     cleaned.__cause__ = error.__cause__
     return cleaned
 
@@ -114,7 +114,7 @@ def parse_json(text: str | bytes, label: str, what: str) -> Any:
     except (ValueError, RecursionError) as exc:
         shown = text.decode("utf-8", errors="replace") if isinstance(text, bytes) else text
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise ChainError(
+        raise ProviderError(
             "invalid_response",
             f"{label}: {what} is not valid JSON ({reason}): {snippet(shown)!r}",
         ) from None
@@ -157,7 +157,7 @@ def error_for_provider_type(label: str, error: Any) -> ChainError:
     body = error if isinstance(error, Mapping) and "error" in error else {"error": error}
     message, provider_type, code = _error_fields(body)
     kind = _PROVIDER_TYPES.get(provider_type or "") or _PROVIDER_TYPES.get(code or "")
-    return ChainError(
+    return ProviderError(
         kind or "server_error",
         f"{label}: the provider reported an error mid-stream"
         f"{f' ({provider_type})' if provider_type else ''}: {message}",
@@ -190,7 +190,7 @@ def error_for_status(
     message, provider_type, code = _provider_error(content)
     hint = " Check the API key." if status == 401 else ""
     kind = _status_type(status, provider_type)
-    return ChainError(
+    return ProviderError(
         kind,
         f"{label}: HTTP {status} from {url}: {message}{hint}",
         # a conflict (a resource locked by a request in flight) passes, as the SDKs assume

@@ -15,10 +15,11 @@ from typing import Any, ClassVar, Final, Self
 import attrs
 import httpx
 
-from agentfsm.errors import ChainError
-from agentfsm.messages import ContentPart, Message, Status, Thinking, ToolCall, Usage
-from agentfsm.tools import Tool
+from agentfsm._errors import ChainError, ProviderError
+from agentfsm._messages import ContentPart, Message, Status, Thinking, ToolCall, Usage
+from agentfsm._tools import Tool
 
+from .._chat_model import DeltaHandler, ModelSettings
 from ._errors import redact
 from ._transport import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -27,7 +28,6 @@ from ._transport import (
     Limits,
     RetryPolicy,
 )
-from .base import DeltaHandler, ModelSettings
 
 __all__ = [
     "CUSTOM_KEY_VARIABLE",
@@ -91,7 +91,7 @@ def file_text(part: ContentPart) -> str:
     try:
         return base64.b64decode(part.content, validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError) as exc:
-        raise ChainError(
+        raise ProviderError(
             "unsupported_content",
             f"a text/plain file part holds base64 of UTF-8 text ({exc})",
             retryable=False,
@@ -247,7 +247,7 @@ class HttpChatModel(abc.ABC):
     ) -> Message:
         """One request; the assistant reply, or a ChainError with no credential in it."""
         if not self._api_key and self.official:
-            raise ChainError(
+            raise ProviderError(
                 "authentication",
                 f"{self.name}: no API key. Pass api_key=... or set {self._key_variable}"
                 f"{self._key_hint}.",
@@ -257,7 +257,7 @@ class HttpChatModel(abc.ABC):
         except ChainError as error:
             cleaned = redact(error, self._secrets)
             if self._withheld and cleaned.type == "authentication":
-                cleaned = ChainError(
+                cleaned = ProviderError(
                     cleaned.type,
                     f"{cleaned.message} ({self._withheld} is set, but it is sent to "
                     f"{_origin(self._official_url)[1]} only, never to {self.server_address}: "
@@ -331,7 +331,7 @@ class HttpChatModel(abc.ABC):
         )
 
     def _invalid(self, what: str) -> ChainError:
-        return ChainError("invalid_response", f"{self.name}: {what}")
+        return ProviderError("invalid_response", f"{self.name}: {what}")
 
 
 def refuse_unknown(model_class: type, unknown: Mapping[str, Any]) -> None:

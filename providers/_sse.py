@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Final, NamedTuple
 
-from agentfsm.errors import SSELimitError
+from agentfsm._errors import SSELimitError
 
 __all__ = ["SSEDecoder", "SSELimitError", "ServerSentEvent"]
 

@@ -27,7 +27,7 @@ from typing import Any, Final
 import attrs
 import httpx
 
-from agentfsm.errors import ChainError
+from agentfsm._errors import ChainError, ProviderError
 
 from ._errors import error_for_provider_type, error_for_status, parse_json, snippet
 from ._sse import ServerSentEvent, SSEDecoder, SSELimitError
@@ -157,7 +157,7 @@ def _ack_now(sock: Any) -> None:
 
 
 def _too_large(label: str, what: str, limit: int, setting: str) -> ChainError:
-    return ChainError(
+    return ProviderError(
         "response_too_large",
         f"{label}: {what} is larger than {limit} bytes; if that is expected, raise it "
         f"with limits=Limits({setting}=...)",
@@ -206,12 +206,12 @@ class EventStream:
                 self._ready.extend(self._decoder.flush())
                 continue
             except httpx.TimeoutException:
-                raise ChainError(
+                raise ProviderError(
                     "timeout",
                     f"{self._label}: the stream sent nothing for {self._transport.timeout:g}s",
                 ) from None
             except httpx.RequestError as exc:
-                raise ChainError(
+                raise ProviderError(
                     "invalid_response",
                     f"{self._label}: the stream was cut off mid-way ({type(exc).__name__}: {exc})",
                     retryable=True,
@@ -244,7 +244,7 @@ class EventStream:
                 self._label, "the stream", limits.max_response_bytes, "max_response_bytes"
             )
         if time.monotonic() > self._deadline:
-            raise ChainError(
+            raise ProviderError(
                 "timeout",
                 f"{self._label}: the stream went on for more than {limits.max_stream_seconds:g}s; "
                 "if that is expected, raise it with limits=Limits(max_stream_seconds=...)",
@@ -253,7 +253,7 @@ class EventStream:
 
     def cut_off(self, expected: str) -> ChainError:
         """The error for a stream that ended before its final event."""
-        return ChainError(
+        return ProviderError(
             "invalid_response",
             f"{self._label}: the stream ended before {expected}; the reply is incomplete",
             retryable=True,
@@ -355,7 +355,7 @@ class HttpTransport:
         """POST ``body`` and return the decoded JSON reply."""
         response, content, _ = await self._open(path, body, stream=False)
         if response.status_code == 204 or not content:
-            raise ChainError(
+            raise ProviderError(
                 "invalid_response",
                 f"{self.label}: HTTP {response.status_code} with an empty body",
             )
@@ -406,7 +406,7 @@ class HttpTransport:
             data = parse_json(content, self.label, "the response body")
             if isinstance(data, Mapping) and data.get("error"):
                 raise error_for_provider_type(self.label, data)
-        raise ChainError(
+        raise ProviderError(
             "invalid_response",
             f"{self.label}: expected an event stream (text/event-stream), got "
             f"{content_type} from {response.request.url}: {snippet(text)!r}. Check base_url.",
@@ -481,14 +481,14 @@ class HttpTransport:
         delay = wait if wait is not None else retry.delay(attempt - 1)
         if not final and delay > retry.max_wait:
             final = True
-            error = ChainError(
+            error = ProviderError(
                 error.type,
                 f"{error.message} (the server asked to wait {delay:g}s; "
                 f"more than RetryPolicy.max_wait={retry.max_wait:g}s)",
                 details=error.details,
             )
         if final:
-            raise ChainError(
+            raise ProviderError(
                 error.type,
                 error.message,
                 retryable=error.retryable,
@@ -509,20 +509,20 @@ class HttpTransport:
     def _transport_error(self, exc: Exception, url: object) -> ChainError:
         name = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if isinstance(exc, httpx.ConnectTimeout):
-            return ChainError(
+            return ProviderError(
                 "timeout", f"{self.label}: no connection to {url} within {self.connect_timeout:g}s"
             )
         if isinstance(exc, httpx.TimeoutException):
-            return ChainError(
+            return ProviderError(
                 "timeout", f"{self.label}: no response from {url} within {self.timeout:g}s ({name})"
             )
         if isinstance(exc, httpx.InvalidURL | httpx.UnsupportedProtocol | httpx.LocalProtocolError):
-            return ChainError("bad_request", f"{self.label}: cannot send to {url}: {name}")
+            return ProviderError("bad_request", f"{self.label}: cannot send to {url}: {name}")
         if isinstance(exc, httpx.DecodingError):
-            return ChainError(
+            return ProviderError(
                 "invalid_response", f"{self.label}: undecodable body from {url}: {name}"
             )
-        return ChainError("connection", f"{self.label}: cannot reach {url}: {name}")
+        return ProviderError("connection", f"{self.label}: cannot reach {url}: {name}")
 
 
 def _should_retry(headers: Mapping[str, str]) -> bool | None:

@@ -14,12 +14,12 @@ from typing import Any
 
 import attrs
 
+from ._approval import Approval, DecisionError, Decisions
+from ._errors import InvariantError
+from ._messages import ToolResult
+from ._middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
 from ._state import AgentState
-from .approval import Approval, DecisionError, Decisions
-from .errors import InvariantError
-from .messages import ToolResult
-from .middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
-from .tools import Tool, ToolOutput
+from ._tools import Tool, ToolOutput
 
 __all__ = ["Answer", "check_approval", "check_tool_answers"]
 

@@ -25,7 +25,7 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from .errors import AgentfsmError
+from ._errors import AgentfsmError
 
 if typing.TYPE_CHECKING:
     import cattrs

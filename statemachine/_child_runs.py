@@ -14,16 +14,16 @@ import contextvars
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Final
 
+from ._errors import ChainError
+from ._options import Options
+from ._results import Terminal
+from ._run import Run
 from ._state import AgentState
-from .errors import ChainError
-from .options import Options
-from .results import Terminal
-from .run import Run
-from .steps import get_run_count
-from .trace import Trace
+from ._steps import get_run_count
+from ._trace import Trace
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from ._agent import Agent
 
 __all__ = ["MAX_DEPTH", "ChildRunner", "children_run_by", "nested"]
 

@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 import attrs
 
-from .messages import Message
+from ._messages import Message
+from ._trace import Transition
 from .store import SavedRun
-from .trace import Transition
 
 __all__ = ["Comparison", "Step", "compare_runs"]
 

@@ -17,15 +17,14 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from agentfsm.providers.scripted import ScriptedModel, call_tool, call_tools, say
-
-from .agent import Agent
-from .messages import Message
-from .middleware.human_in_the_loop import HumanInTheLoop
-from .tools import Tool, ToolOutput, tool
+from ._agent import Agent
+from ._messages import Message
+from ._middleware.human_in_the_loop import HumanInTheLoop
+from ._tools import Tool, ToolOutput, tool
+from .providers import ScriptedModel, call_tool, call_tools, say
 
 if TYPE_CHECKING:
-    from agentfsm.providers.base import ChatModel
+    from agentfsm._chat_model import ChatModel
 
 __all__ = ["DEMO_PROMPT", "NOTES", "calculator_agent", "demo_agent", "file_writer"]
 

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from .machine import MachineTable
+    from ._machine import MachineTable
 
 __all__ = ["compute_identity", "fingerprint_of", "names_identity", "step_code", "step_name"]
 

@@ -20,18 +20,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._approval import DECIDED
+from ._errors import FormatError, InvariantError
+from ._machine import MachineTable, UnknownMachineError, machine_named
+from ._messages import Message, ToolCall
+from ._middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
 from ._shape import MachineShape, gate_shape
-from .approval import DECIDED
-from .errors import FormatError, InvariantError
-from .machine import MachineTable, UnknownMachineError, machine_named
-from .messages import Message, ToolCall
-from .middleware.human_in_the_loop import HumanInTheLoop, unanswered_calls
-from .steps import pending_calls
-from .trace import Trace
-from .versions import migration_fault, segment_table
+from ._steps import pending_calls
+from ._trace import Trace
+from ._versions import migration_fault, segment_table
 
 if TYPE_CHECKING:
-    from .chain import LLMChain
+    from ._chain import LLMChain
 
 __all__ = [
     "InvariantError",

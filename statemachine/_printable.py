@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from .messages import Message
+    from ._messages import Message
 
 __all__ = ["message_line", "printable", "short", "shown"]
 

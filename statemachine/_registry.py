@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
-from .errors import ChainError
-from .results import Failed, Terminal
+from ._errors import ChainError
+from ._results import Failed, Terminal
 
 if TYPE_CHECKING:
-    from agentfsm.providers.base import ChatModel
+    from agentfsm._chat_model import ChatModel
 
-    from .chain import LLMChain
+    from ._chain import LLMChain
 
 __all__ = [
     "MODES",

@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .chain import LLMChain
-from .effects import state_effects
-from .machine import MachineTable
-from .messages import Message, ToolResult
-from .results import Continue, Interrupted, PipelineResult
-from .trace import Trace
+from ._chain import LLMChain
+from ._effects import state_effects
+from ._machine import MachineTable
+from ._messages import Message, ToolResult
+from ._results import Continue, Interrupted, PipelineResult
+from ._trace import Trace
 
 if TYPE_CHECKING:
-    from .results import Terminal
-    from .run import Run
-    from .store.checkpoint import SavedRun
-    from .tools import Tool
+    from ._results import Terminal
+    from ._run import Run
+    from ._tools import Tool
+    from .store import SavedRun
 
 __all__ = ["ReplayReport", "replay"]
 
@@ -150,10 +150,9 @@ def replay(
     ``saved`` is a saved run), pausing, interrupting and stopping where the
     recording did (see the module); the report compares the states visited.
     """
-    from agentfsm.providers.scripted import ScriptedModel
-
-    from .modes.standard import StandardMode
-    from .run import Run
+    from ._modes.standard import StandardMode
+    from ._run import Run
+    from .providers import ScriptedModel
 
     traces = _traces(saved)
     if not any(trace.transitions for trace in traces):
@@ -265,7 +264,7 @@ def _tools(
     results: Mapping[str, ToolResult], traces: Sequence[Trace], unrecorded: list[str]
 ) -> tuple[Tool, ...]:
     """A tool for every name the recording called, answering with the recorded results."""
-    from .tools import Tool, ToolContext, ToolOutput
+    from ._tools import Tool, ToolContext, ToolOutput
 
     def tool_for(name: str) -> Tool:
         def answer(context: ToolContext, **_: Any) -> ToolOutput:

@@ -17,21 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._chain import LLMChain
+from ._errors import ResumeError
 from ._invariants import check_resumable
+from ._owner import new_owner as _new_owner
+from ._results import Interrupted, Paused
+from ._serialization import UnknownToolError
 from ._state import AgentState
-from .chain import LLMChain
-from .errors import ResumeError
-from .results import Interrupted, Paused
-from .serialization import UnknownToolError
-from .store.base import Leases, Store
-from .store.base import new_owner as _new_owner
-from .store.checkpointer import checkpoint
-from .store.fork import migration_trace as _migration_trace
-from .store.load import SavedRun, load_run
-from .versions import ResumeDecision, migrates, resume_decision
+from ._versions import ResumeDecision, migrates, resume_decision
+from ._versions import migration_trace as _migration_trace
+from .store import Leases, SavedRun, Store, checkpoint, load_run
 
 if TYPE_CHECKING:
-    from .agent import Agent, AgentRun
+    from ._agent import Agent, AgentRun
 
 __all__ = ["execute_options", "restore_run", "start_run"]
 

@@ -18,9 +18,9 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from .effects import effects_of, step_effects
-from .machine import MachineTable, fingerprint_of, identity, machine_versions, step_name
-from .trace import Trace
+from ._effects import effects_of, step_effects
+from ._machine import MachineTable, fingerprint_of, identity, machine_versions, step_name
+from ._trace import Trace
 
 __all__ = [
     "EdgeKey",

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import attrs
 
-from .errors import ChainError
-from .messages import Message, ToolResult, Usage, message_tuple
+from ._errors import ChainError
+from ._messages import Message, ToolResult, Usage, message_tuple
 
 __all__ = ["AgentState", "Status"]
 

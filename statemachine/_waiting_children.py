@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ._answers import check_approval
+from ._approval import ANSWER, Approval, Decision
 from ._child_runs import _adopt, _run_child
+from ._messages import ToolResult
+from ._run import Run
 from ._state import AgentState
-from .approval import ANSWER, Approval, Decision
-from .messages import ToolResult
-from .run import Run
-from .tools import ToolContext, ToolOutput
-from .trace import Trace
+from ._tools import ToolContext, ToolOutput
+from ._trace import Trace
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from ._agent import Agent
 
 __all__ = [
     "SUBAGENT",
@@ -68,7 +68,7 @@ def _parent_store(parent: Run | None) -> tuple[Any, str] | None:
     """The store and run id the parent run checkpoints to, if it does."""
     if parent is None:
         return None
-    from .store.checkpointer import Checkpointer  # only a checkpointed parent reaches here
+    from .store import Checkpointer  # only a checkpointed parent reaches here
 
     for hook in parent.hooks:
         if isinstance(hook, Checkpointer):
@@ -87,7 +87,7 @@ def _save_child(child: Run, parent: Run | None, context: ToolContext | None) -> 
     where = _parent_store(parent)
     if where is None or context is None:
         return
-    from .store.checkpointer import checkpoint
+    from .store import checkpoint
 
     store, run_id = where
     checkpoint(child, store, run_id=child_run_id(run_id, context.tool_call_id))
@@ -98,8 +98,8 @@ def _saved_child(parent: Run | None, context: ToolContext | None) -> Any:
     where = _parent_store(parent)
     if where is None or context is None:
         return None
-    from .store.base import RunNotFoundError
-    from .store.load import load_run
+    from ._errors import RunNotFoundError
+    from .store import load_run
 
     store, run_id = where
     try:
@@ -182,13 +182,13 @@ def _outcome(name: str, state: AgentState) -> str | ToolOutput:
 
 
 def _packed(state: AgentState) -> Any:
-    from .serialization import converter
+    from ._serialization import converter
 
     return converter.unstructure(state, AgentState)
 
 
 def _unpacked(value: Any, name: str) -> AgentState:
-    from .serialization import FormatError, converter
+    from ._serialization import FormatError, converter
 
     try:
         state = converter.structure(value, AgentState)

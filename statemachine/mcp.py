@@ -40,8 +40,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server import Server
 from mcp.server.mcpserver import MCPServer
 
-from .messages import ContentPart
-from .tools import Tool, ToolOutput
+from ._messages import ContentPart
+from ._tools import Tool, ToolOutput
 
 __all__ = [
     "MCPServerSpec",

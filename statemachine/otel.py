@@ -52,7 +52,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
         "agentfsm.otel needs the OpenTelemetry API: pip install 'agentfsm[otel]'"
     ) from exc
 
-from agentfsm.providers.base import (
+from agentfsm._chat_model import (
     ChatModel,
     DeltaHandler,
     ModelSettings,
@@ -60,15 +60,15 @@ from agentfsm.providers.base import (
     provider_of,
     split_model_name,
 )
-from agentfsm.providers.wrapper import WrapperModel
 
-from .errors import ChainError
-from .hooks import add_global_hook
-from .messages import Message, ToolCall, ToolResult
-from .results import Failed
-from .run import Run
-from .tools import Tool, ToolContext, WrapperTool
-from .trace import Transition
+from ._errors import ChainError
+from ._hooks import add_global_hook
+from ._messages import Message, ToolCall, ToolResult
+from ._results import Failed
+from ._run import Run
+from ._tools import Tool, ToolContext, WrapperTool
+from ._trace import Transition
+from .providers import WrapperModel
 
 __all__ = ["instrument", "previous_run_link", "run_span", "uninstrument"]
 

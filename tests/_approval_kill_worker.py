@@ -27,12 +27,13 @@ from agentfsm import (
     Run,
     SubAgent,
     ToolContext,
+    Transition,
+    start_run,
     tool,
 )
-from agentfsm.hooks import add_global_hook
+from agentfsm._hooks import add_global_hook
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.store import SQLiteStore, load_run, start_run
-from agentfsm.trace import Transition
+from agentfsm.store import SQLiteStore, load_run
 
 RUN_ID = "job"
 

@@ -39,10 +39,12 @@ from agentfsm import (
     Run,
     ToolContext,
     Transition,
+    restore_run,
+    start_run,
     tool,
 )
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.store import SQLiteStore, load_run, restore_run, start_run
+from agentfsm.store import SQLiteStore, load_run
 
 PROMPT = "launch, then take a note"
 

@@ -13,9 +13,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-from agentfsm import Agent, AgentState, Message, ToolContext, tool
+from agentfsm import Agent, AgentState, Message, ToolContext, start_run, tool
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.store import SQLiteStore, start_run
+from agentfsm.store import SQLiteStore
 
 SEEN: list[str] = []
 

@@ -30,16 +30,21 @@ from pathlib import Path
 
 import attrs
 
-from agentfsm import Agent, AgentState, Approval, HumanInTheLoop, Message, ToolContext, tool
-from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.store import (
+from agentfsm import (
+    Agent,
+    AgentState,
+    Approval,
+    HumanInTheLoop,
+    Message,
     ResumeError,
     RunInUseError,
-    SQLiteStore,
     StoreError,
-    load_run,
+    ToolContext,
     start_run,
+    tool,
 )
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.store import SQLiteStore, load_run
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLS = ("c1", "c2", "c3")

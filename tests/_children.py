@@ -8,11 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentfsm import LLMChain, Message
-from agentfsm.machine import Edge, MachineTable
-from agentfsm.providers.scripted import ScriptedModel
-from agentfsm.results import Continue, Ok, PipelineResult
-from agentfsm.trace import Trace, Transition
+from agentfsm import Edge, LLMChain, MachineTable, Message, Ok, Trace, Transition
+from agentfsm.providers import ScriptedModel
+from agentfsm.steps import Continue, PipelineResult
 
 
 def _noop(result: PipelineResult, opts: Mapping[str, Any] | None) -> PipelineResult:

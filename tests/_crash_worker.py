@@ -22,9 +22,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentfsm import Agent, AgentState, Message, Run, Transition, tool
+from agentfsm import Agent, AgentState, Message, Run, Transition, start_run, tool
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.store import SQLiteStore, start_run
+from agentfsm.store import SQLiteStore
 
 PROMPT = "record two notes"
 

@@ -17,10 +17,20 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentfsm import Agent, AgentState, HumanInTheLoop, Message, tool
+from agentfsm import (
+    Agent,
+    AgentState,
+    FormatError,
+    HumanInTheLoop,
+    Message,
+    ResumeError,
+    RunInUseError,
+    StoreError,
+    start_run,
+    tool,
+)
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.serialization import FormatError
-from agentfsm.store import ResumeError, RunInUseError, SQLiteStore, StoreError, start_run
+from agentfsm.store import SQLiteStore
 
 PROMPT = "launch it"
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agentfsm import LLMChain, Message, ToolOutput, tool
+from agentfsm._serialization import Packer
 from agentfsm.providers import ScriptedModel
-from agentfsm.serialization import Packer
 from agentfsm.store import SQLiteStore, load_run
 
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"

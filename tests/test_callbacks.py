@@ -14,12 +14,21 @@ from typing import Any
 import attrs
 import pytest
 
-from agentfsm import Agent, AgentState, LLMChain, Message, ToolOutput, tool
-from agentfsm.chain import CALLBACK_NAMES
-from agentfsm.errors import ChainError
-from agentfsm.messages import MessageDelta, ToolCall, ToolResult
+from agentfsm import (
+    Agent,
+    AgentState,
+    ChainError,
+    LLMChain,
+    Message,
+    MessageDelta,
+    Tool,
+    ToolCall,
+    ToolOutput,
+    ToolResult,
+    tool,
+)
+from agentfsm._chain import CALLBACK_NAMES
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, fail, say
-from agentfsm.tools import Tool
 from tests.support import add, boom
 
 

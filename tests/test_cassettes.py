@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agentfsm import Agent, AgentState, ChainError, Message, tool
+from agentfsm import Agent, AgentState, ChainError, Failed, Message, Ok, tool
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.results import Failed, Ok
 from agentfsm.testing import (
     Cassette,
     CassetteMismatchError,
@@ -170,17 +169,17 @@ def test_runs_export_turns_a_saved_run_into_a_cassette_and_a_passing_test(
     import subprocess
     import sys
 
-    from agentfsm import AgentState
+    from agentfsm import AgentState, start_run
     from agentfsm._demo import calculator_agent
     from agentfsm.providers import ScriptedModel, call_tool, say
-    from agentfsm.store import SQLiteStore, start_run
+    from agentfsm.store import SQLiteStore
 
     store = SQLiteStore(tmp_path / "runs.db")
     model = ScriptedModel([call_tool("add", a=2, b=40), say("2 + 40 = 42")])
     run = start_run(calculator_agent(model), AgentState.of("What is 2 + 40?"), store, run_id="calc")
     run.run_sync()
     store.close()
-    cli = [sys.executable, "-m", "agentfsm.cli", "runs", "export", "calc"]
+    cli = [sys.executable, "-m", "agentfsm", "runs", "export", "calc"]
     done = subprocess.run(
         [
             *cli,
@@ -272,8 +271,9 @@ def test_runs_export_replays_a_resumed_run_of_a_users_machine(
     import subprocess
     import sys
 
+    from agentfsm import start_run
     from agentfsm.providers import ScriptedModel
-    from agentfsm.store import SQLiteStore, load_run, start_run
+    from agentfsm.store import SQLiteStore, load_run
 
     (tmp_path / "shop_agent.py").write_text(SHOP_AGENT)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -321,7 +321,7 @@ def test_runs_export_replays_a_resumed_run_of_a_users_machine(
             f"executing {tallied} ok",
         ],
     }
-    cli = [sys.executable, "-m", "agentfsm.cli", "runs", "export", "--db", "runs.db"]
+    cli = [sys.executable, "-m", "agentfsm", "runs", "export", "--db", "runs.db"]
     agent_option = ["--agent", "shop_agent:make_agent"]
     elsewhere = tmp_path / "recorded" / "drained.json"
     exports = [

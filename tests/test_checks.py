@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from agentfsm import Agent, SubAgent, tool
-from agentfsm.cli import main
-from agentfsm.effects import state_effects
-from agentfsm.modes.langchain import LANGCHAIN_MACHINES
-from agentfsm.modes.standard import STANDARD
+from agentfsm import STANDARD, Agent, SubAgent, effects, tool
+from agentfsm._cli._main import main
+from agentfsm._modes.langchain import LANGCHAIN_MACHINES
 from agentfsm.providers import ScriptedModel
-from agentfsm.results import Continue, PipelineResult
-from agentfsm.steps import call_llm, execute_tools
-from agentfsm.testing import MachineProblem, check_machine, effects, effects_of
+from agentfsm.steps import (
+    Continue,
+    PipelineResult,
+    call_llm,
+    effects_of,
+    execute_tools,
+    state_effects,
+)
+from agentfsm.testing import MachineProblem, check_machine
 from tests.test_path_cases import MACHINES
 
 
@@ -78,7 +82,7 @@ def test_effects_are_declared_and_checked() -> None:
 
 
 def test_the_cli_checks_a_module_attribute(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", "agentfsm.modes.langchain:LANGCHAIN_MACHINES"]) == 0
+    assert main(["check", "agentfsm._modes.langchain:LANGCHAIN_MACHINES"]) == 0
     out = capsys.readouterr().out
     vacuous = (
         ": ok (bounded, checkpointed; approval holds vacuously: the machine has no approval "
@@ -86,7 +90,7 @@ def test_the_cli_checks_a_module_attribute(capsys: pytest.CaptureFixture[str]) -
     )
     assert out.count(vacuous) == len(LANGCHAIN_MACHINES)
     assert "ok (approval" not in out  # no machine there has a gate to prove anything of
-    assert main(["check", "agentfsm.modes.standard:STANDARD"]) == 0
+    assert main(["check", "agentfsm:STANDARD"]) == 0
     assert capsys.readouterr().out == (
         "standard: ok (approval (gate: interrupt_check), bounded, checkpointed) over every path\n"
     )

@@ -10,13 +10,10 @@ import subprocess
 
 import pytest
 
-from agentfsm import STANDARD
-from agentfsm import diagrams as d
-from agentfsm.diagram_files import diagram_files
-from agentfsm.machine import Edge, MachineDefinitionError, MachineTable
-from agentfsm.results import Ok
+from agentfsm import STANDARD, Edge, MachineDefinitionError, MachineTable, Ok, Trace, Transition
+from agentfsm.diagrams import _writers as d
+from agentfsm.diagrams import diagram_files
 from agentfsm.steps import Step
-from agentfsm.trace import Trace, Transition
 from tests._children import FETCH, RESEARCH, TEAM, RunsMachine, _chain, team_run
 
 _DOT = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is not installed")

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from agentfsm.view import page, page_data
+from agentfsm._view import page_data
+from agentfsm.diagrams import page
 from tests._children import HOSTILE, TEAM, team_run
 from tests.test_view import _open, browser  # noqa: F401  (the fixture)
 

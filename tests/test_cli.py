@@ -18,8 +18,8 @@ import time
 import pytest
 
 from agentfsm import STANDARD
+from agentfsm._cli._main import load_runs, main
 from agentfsm._demo import SUMMARY
-from agentfsm.cli import load_runs, main
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -28,7 +28,7 @@ def agentfsm(
     *args: str, cwd: pathlib.Path = ROOT, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", *args],
+        [sys.executable, "-m", "agentfsm", *args],
         cwd=cwd,
         env={**os.environ, "COLUMNS": "100", **(env or {})},
         stdin=subprocess.DEVNULL,
@@ -143,7 +143,7 @@ def test_demo_asks_at_a_terminal(
         return True
 
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
-    monkeypatch.setattr("agentfsm.cli.Confirm.ask", lambda prompt, **_: answer(str(prompt)))
+    monkeypatch.setattr("agentfsm._cli._main.Confirm.ask", lambda prompt, **_: answer(str(prompt)))
     assert main(["demo", "--out", str(tmp_path), "--db", str(tmp_path / "runs.db")]) == 0
     assert asked == ["Approve write_file?"]
     out = capsys.readouterr().out
@@ -258,7 +258,7 @@ def test_run_without_a_key_says_so(tmp_path: pathlib.Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     args = ["run", "--provider", "openai", "--model", "gpt-4o-mini", "hi"]
     result = subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", *args],
+        [sys.executable, "-m", "agentfsm", *args],
         cwd=tmp_path,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -453,7 +453,7 @@ def test_runs_resume_imports_the_agent_from_the_current_folder(tmp_path: pathlib
             sys.executable,
             "-P",
             "-m",
-            "agentfsm.cli",
+            "agentfsm",
             "runs",
             "resume",
             run,
@@ -540,7 +540,7 @@ def test_one_ctrl_c_at_the_approval_prompt_stops_the_demo(tmp_path: pathlib.Path
     exiting process may drop what it had not delivered yet)."""
     main_fd, child_fd = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "agentfsm.cli", "demo", "--out", str(tmp_path)],
+        [sys.executable, "-m", "agentfsm", "demo", "--out", str(tmp_path)],
         cwd=tmp_path,
         stdin=child_fd,
         stdout=child_fd,
@@ -584,7 +584,7 @@ def test_narrow_terminals_never_cut_a_state_name(
 
 
 def test_show_prints_mermaid_whole_when_piped(demos: dict[str, dict[str, pathlib.Path]]) -> None:
-    from agentfsm import diagrams
+    from agentfsm.diagrams import _writers as diagrams
 
     trace = demos["approve"]["trace"]
     result = agentfsm("show", str(trace), env={"COLUMNS": "80"})
@@ -600,7 +600,7 @@ def test_every_command_and_argument_has_help_and_one_metavar_per_concept() -> No
     help text; a module's attribute is MODULE:ATTR wherever a command takes one."""
     import argparse
 
-    from agentfsm.cli import _parser
+    from agentfsm._cli._main import _parser
 
     missing: list[str] = []
     metavars: set[str] = set()
@@ -638,9 +638,9 @@ def test_runs_list_as_json(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
     import json
 
     db = tmp_path / "runs.db"
-    from agentfsm import Agent
+    from agentfsm import Agent, start_run
     from agentfsm.providers import ScriptedModel, say
-    from agentfsm.store import SQLiteStore, start_run
+    from agentfsm.store import SQLiteStore
 
     with SQLiteStore(db) as store:
         start_run(Agent(ScriptedModel([say("hi")])), "hello", store, run_id="one").run_sync()

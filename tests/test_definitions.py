@@ -15,11 +15,19 @@ from typing import Any
 import attrs
 import pytest
 
-from agentfsm import LLMChain, Message
-from agentfsm.machine import Edge, MachineDefinitionError, MachineTable
-from agentfsm.options import Options
+from agentfsm import (
+    Edge,
+    Failed,
+    LLMChain,
+    MachineDefinitionError,
+    MachineTable,
+    Message,
+    Ok,
+    Options,
+    Paused,
+)
 from agentfsm.providers import ScriptedModel
-from agentfsm.results import Continue, Failed, Ok, Paused, PipelineResult
+from agentfsm.steps import Continue, PipelineResult
 
 _names = itertools.count()
 

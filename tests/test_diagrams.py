@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from agentfsm import STANDARD, AgentState, LLMChain, Message, Trace, Transition, diagram_files
-from agentfsm import diagrams as d
-from agentfsm import paths as pm
+from agentfsm import STANDARD, AgentState, LLMChain, Message, Trace, Transition, tool
+from agentfsm import _paths as pm
 from agentfsm._demo import DEMO_PROMPT, demo_agent
-from agentfsm.console import RunView, summary, trace_table, watch
-from agentfsm.providers.scripted import ScriptedModel, call_tool, say
-from agentfsm.tools import tool
+from agentfsm.diagrams import RunView, summary, trace_table, watch
+from agentfsm.diagrams import _files as diagram_files
+from agentfsm.diagrams import _writers as d
+from agentfsm.providers import ScriptedModel, call_tool, say
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
 REGENERATE = (
-    "regenerate with: python -c 'from agentfsm import diagrams as d; import pathlib; "
+    "regenerate with: python -c 'from agentfsm.diagrams import _writers as d; import pathlib; "
     'g = pathlib.Path("tests/golden"); (g / "machine.mmd").write_text(d.machine_mermaid()); '
     '(g / "machine.dot").write_text(d.machine_dot()); '
     '(g / "paths.md").write_text(d.paths_markdown())\' and review the diff'
@@ -334,11 +334,11 @@ def test_run_view_collects_deltas() -> None:
 def test_the_diagrams_command_draws_a_users_own_machine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agentfsm.cli import main
+    from agentfsm._cli._main import main
 
     (tmp_path / "drawn_editor.py").write_text(
         "from agentfsm import STANDARD\n"
-        "from agentfsm.steps import check_pause\n"
+        "from agentfsm._steps import check_pause\n"
         'EDITOR = STANDARD.insert("reviewing", [check_pause], after="calling", '
         'name="drawn_editor")\n'
     )
@@ -354,7 +354,7 @@ def test_the_diagrams_command_draws_a_users_own_machine(
 def test_a_diagrams_folder_that_cannot_be_written_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agentfsm.cli import main
+    from agentfsm._cli._main import main
 
     (tmp_path / "file").write_text("")
     assert main(["diagrams", "--out", str(tmp_path / "file" / "below")]) == 2

@@ -33,14 +33,16 @@ from agentfsm import (
     AgentState,
     Approval,
     HumanInTheLoop,
+    ResumeError,
+    RunExistsError,
+    RunNotFoundError,
     ToolContext,
     ToolOutput,
     tool,
 )
-from agentfsm.durable import Engine, RunExistsError, RunResult
+from agentfsm.durable import Engine, RunResult
 from agentfsm.durable._workflow import WAITING_EVENT, WORKER
 from agentfsm.providers import ScriptedModel, call_tool
-from agentfsm.store import ResumeError, RunNotFoundError
 from tests import _durable_agent
 from tests._postgres import binaries, postgres
 
@@ -547,7 +549,7 @@ class _Workers:
             [
                 sys.executable,
                 "-m",
-                "agentfsm.cli",
+                "agentfsm",
                 "worker",
                 "--db",
                 self.url,
@@ -701,7 +703,7 @@ def test_workers_killed_at_random_points_lose_nothing_and_rerun_no_recorded_tool
 
 def test_the_worker_command_needs_an_agent() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", "worker", "--db", "x.db", "nomodule:nothing"],
+        [sys.executable, "-m", "agentfsm", "worker", "--db", "x.db", "nomodule:nothing"],
         cwd=ROOT,
         capture_output=True,
         text=True,

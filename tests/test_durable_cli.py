@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import STANDARD, Agent, AgentfsmError, AgentState, Approval
-from agentfsm.durable import Engine, StoreError, list_runs
+from agentfsm import STANDARD, Agent, AgentfsmError, AgentState, Approval, StoreError
+from agentfsm.durable import Engine, list_runs
 from tests.test_durable import ROOT, _record_agent, _wait_for_decisions, _Workers
 from tests.test_durable import db as db  # a fixture
 from tests.test_durable import pg_server as pg_server  # a fixture
@@ -23,7 +23,7 @@ from tests.test_durable import pg_server as pg_server  # a fixture
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", *args],
+        [sys.executable, "-m", "agentfsm", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -166,7 +166,7 @@ def test_a_worker_refuses_a_queue_a_live_worker_of_another_agent_serves(
         assert [r.status for r in results] == ["ok"] * 4
         # another worker of the same agent shares the queue (a second machine, a release)
         same = subprocess.Popen(
-            [sys.executable, "-m", "agentfsm.cli", "worker", "--db", db,
+            [sys.executable, "-m", "agentfsm", "worker", "--db", db,
              "tests._durable_agent:agent", "--name", "alpha", "--queue", "shared",
              "--executor-id", "alpha-2"],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -18,10 +18,16 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import AgentState, Approval
-from agentfsm.durable import DecisionConflictError, Engine, ResumeError, RunNotFoundError
+from agentfsm import (
+    AgentState,
+    Approval,
+    DecisionConflictError,
+    ResumeError,
+    RunNotFoundError,
+    StoreError,
+)
+from agentfsm.durable import Engine
 from agentfsm.durable._workflow import WAITING_EVENT
-from agentfsm.errors import DecisionConflictError as FromErrors
 from tests.test_durable import (
     AGENT,
     ROOT,
@@ -45,7 +51,7 @@ def workers(db: str, tmp_path: Path) -> Iterator[_Workers]:
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", *args],
+        [sys.executable, "-m", "agentfsm", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -53,12 +59,9 @@ def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_every_durable_error_is_importable_from_durable() -> None:
-    import agentfsm.store
-
-    assert ResumeError is agentfsm.store.ResumeError
-    assert RunNotFoundError is agentfsm.store.RunNotFoundError
-    assert DecisionConflictError is FromErrors and issubclass(DecisionConflictError, ResumeError)
+def test_every_durable_error_is_a_store_error_from_agentfsm() -> None:
+    assert issubclass(DecisionConflictError, ResumeError)
+    assert issubclass(ResumeError, StoreError) and issubclass(RunNotFoundError, StoreError)
 
 
 @pytest.mark.parametrize("db", ["sqlite"], indirect=True)

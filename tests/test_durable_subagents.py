@@ -20,10 +20,19 @@ import pytest
 
 pytest.importorskip("dbos", reason="the durable engine needs the dbos extra")
 
-from agentfsm import Agent, AgentState, Approval, HumanInTheLoop, Message, SubAgent, tool
-from agentfsm.durable import Engine, ResumeError
+from agentfsm import (
+    Agent,
+    AgentState,
+    Approval,
+    HumanInTheLoop,
+    Message,
+    ResumeError,
+    SubAgent,
+    tool,
+)
+from agentfsm._middleware import request_digest
+from agentfsm.durable import Engine
 from agentfsm.durable._workflow import CHILD_WORKFLOW, WAITING_EVENT, WORKFLOW
-from agentfsm.middleware import request_digest
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
 from tests.test_durable import _assert_paths, _wait_for_decisions, _Workers, launched
 from tests.test_durable import db as db  # a fixture

@@ -16,27 +16,39 @@ from typing import Any
 import attrs
 import pytest
 
-from agentfsm import Agent, AgentState, LLMChain, Message, tool
-from agentfsm.errors import IllegalTransitionError
-from agentfsm.machine import Edge, MachineTable, UnknownMachineError, machine_named
-from agentfsm.messages import ContentPart, ToolCall, ToolResult
-from agentfsm.modes.langchain import WhileNeedsResponse
-from agentfsm.options import Options
+from agentfsm import (
+    Agent,
+    AgentState,
+    ContentPart,
+    Edge,
+    Failed,
+    IllegalTransitionError,
+    Interrupted,
+    LLMChain,
+    MachineTable,
+    Message,
+    Ok,
+    Options,
+    Run,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+    UnknownMachineError,
+    tool,
+)
+from agentfsm._machine import machine_named
+from agentfsm._modes.langchain import WhileNeedsResponse
+from agentfsm._steps import continue_or_done, ensure_mode_state, pipe, run_tool_calls
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
-from agentfsm.results import Continue, Failed, Interrupted, Ok, PipelineResult
-from agentfsm.run import Run
 from agentfsm.steps import (
+    Continue,
+    PipelineResult,
     call_llm,
     check_max_runs,
     check_response_complete,
     check_until_tool,
-    continue_or_done,
-    ensure_mode_state,
     execute_tools,
-    pipe,
-    run_tool_calls,
 )
-from agentfsm.tools import ToolContext
 from tests.support import LOOP, add, boom, chain_of
 
 # ---------------------------------------------------------------- options in every step shape
@@ -350,7 +362,7 @@ async def test_executing_records_every_tool_and_every_error_of_its_turn() -> Non
 
 
 async def test_hooks_hear_every_move_and_global_hooks_every_run() -> None:
-    from agentfsm.hooks import global_hooks
+    from agentfsm._hooks import global_hooks
 
     runs: list[Run] = []
 
@@ -534,8 +546,8 @@ def test_an_unknown_machine_name_says_how_to_find_it() -> None:
 
 
 def test_the_standard_machine_lives_with_its_mode_only() -> None:
-    from agentfsm import machine as machine_module
-    from agentfsm.modes.standard import STANDARD
+    from agentfsm import STANDARD
+    from agentfsm import _machine as machine_module
 
     assert not hasattr(machine_module, "STANDARD")
     assert STANDARD.name == "standard"
@@ -554,8 +566,7 @@ def test_an_edge_reads_back_as_written() -> None:
 
 
 def test_a_derived_table_keeps_its_options_class() -> None:
-    from agentfsm.modes.standard import STANDARD
-    from agentfsm.options import StandardOptions
+    from agentfsm import STANDARD, StandardOptions
 
     derived = STANDARD.replace("deciding", STANDARD.steps["deciding"], name="guards_same_options")
     assert derived.options is StandardOptions
@@ -564,7 +575,7 @@ def test_a_derived_table_keeps_its_options_class() -> None:
 
 
 def test_is_path_refuses_triggers_that_do_not_match_the_states_in_number() -> None:
-    from agentfsm.modes.standard import STANDARD
+    from agentfsm import STANDARD
 
     assert STANDARD.is_path(["expanding", "calling", "error"], ["expanded", "failed"])
     with pytest.raises(ValueError):
@@ -769,7 +780,8 @@ async def test_a_sync_tool_with_a_timeout_runs_beside_the_async_tools_of_its_tur
 
 
 def test_steps_that_read_the_last_message_pass_a_chain_without_one() -> None:
-    from agentfsm.steps import expand_tool_results, pending_calls, propagate_state
+    from agentfsm._steps import pending_calls
+    from agentfsm.steps import expand_tool_results, propagate_state
 
     start = Continue(LLMChain(ScriptedModel([])))
     assert pending_calls(None) == ()
@@ -779,7 +791,7 @@ def test_steps_that_read_the_last_message_pass_a_chain_without_one() -> None:
 
 
 def test_an_interrupting_result_keeps_its_expansion_while_others_expand() -> None:
-    from agentfsm.messages import MessageExpansion
+    from agentfsm import MessageExpansion
     from agentfsm.steps import expand_tool_results
 
     note = Message.user("expanded note")
@@ -823,8 +835,7 @@ def test_a_machine_and_table_out_of_step_is_an_illegal_transition() -> None:
 
 
 def test_expanding_records_what_it_inserted_with_extra_steps_too() -> None:
-    from agentfsm.messages import MessageExpansion
-    from agentfsm.modes.standard import STANDARD
+    from agentfsm import STANDARD, MessageExpansion
 
     expanding = ToolResult(
         "c1", "read", "full text", expansion=MessageExpansion((Message.user("a note"),))

@@ -15,7 +15,7 @@ import attrs
 import pytest
 
 from agentfsm import Agent, AgentState, HumanInTheLoop, LLMChain, Message
-from agentfsm.modes.standard import StandardMode
+from agentfsm._modes.standard import StandardMode
 from agentfsm.providers import ScriptedModel, call_tool, say
 from tests.providers.fake_server import FakeServer
 from tests.support import LOOP, add, texts

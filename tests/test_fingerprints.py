@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-import agentfsm.machine as m
-from agentfsm import STANDARD, Continue
+import agentfsm._machine as m
+from agentfsm import STANDARD, MachineTable
+from agentfsm._cli._main import main
 from agentfsm._identity import names_identity, step_code
-from agentfsm.cli import main
-from agentfsm.machine import MachineTable, fingerprint_of
-from agentfsm.results import PipelineResult
-from agentfsm.versions import MachineShape, check_resume, diff, shape_of
+from agentfsm._machine import fingerprint_of
+from agentfsm._versions import MachineShape
+from agentfsm.steps import Continue, PipelineResult
+from agentfsm.versions import check_resume, diff, shape_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +37,7 @@ def _with(step: Any, name: str, version: int = 1) -> MachineTable:
 
 def _module(tmp_path: Path, name: str, body: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     (tmp_path / f"{name}.py").write_text(
-        "from agentfsm import Continue\n\n\ndef decide(result, opts=None):\n" + body
+        "from agentfsm.steps import Continue\n\n\ndef decide(result, opts=None):\n" + body
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, name, raising=False)
@@ -127,7 +128,7 @@ def test_a_shape_keeps_code_and_effects_and_an_old_shape_keeps_its_fingerprint()
 
 
 def test_a_run_recorded_with_a_names_only_fingerprint_goes_on_unchanged() -> None:
-    from agentfsm.trace import Trace
+    from agentfsm import Trace
 
     legacy = fingerprint_of(names_identity(STANDARD))
     trace = Trace(

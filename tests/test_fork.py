@@ -15,14 +15,13 @@ import sys
 
 import pytest
 
-from agentfsm import Agent, AgentState, Approval, Message
+from agentfsm import Agent, AgentState, Approval, FormatError, Message, RunExistsError, start_run
 from agentfsm._compare import compare_runs
 from agentfsm._demo import DEMO_PROMPT, demo_agent
-from agentfsm.errors import FormatError
+from agentfsm._view import saved_run_page
 from agentfsm.providers import ScriptedModel, call_tool
-from agentfsm.store import RunExistsError, SQLiteStore, fork_run, load_run, start_run
+from agentfsm.store import SQLiteStore, fork_run, load_run
 from agentfsm.testing import assert_path
-from agentfsm.view import saved_run_page
 from tests.support import add
 
 
@@ -129,7 +128,7 @@ def test_a_forked_header_is_checked(tmp_path: pathlib.Path) -> None:
 def _runs(*argv: str, cwd: pathlib.Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "AGENTFSM_DB"}
     return subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", "runs", *argv],
+        [sys.executable, "-m", "agentfsm", "runs", *argv],
         cwd=cwd,
         capture_output=True,
         text=True,

@@ -21,14 +21,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentfsm import Agent, AgentState, HumanInTheLoop, Trace, tool
-from agentfsm.errors import InvariantError
-from agentfsm.machine import UnknownMachineError
+from agentfsm import (
+    Agent,
+    AgentState,
+    FormatError,
+    HumanInTheLoop,
+    InvariantError,
+    ResumeError,
+    Trace,
+    UnknownMachineError,
+    UnknownToolError,
+    restore_run,
+    start_run,
+    tool,
+)
+from agentfsm._steps import run_tool_calls
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.providers._model import tool_call
-from agentfsm.serialization import FormatError, UnknownToolError, dumps, loads
-from agentfsm.steps import run_tool_calls
-from agentfsm.store import ResumeError, SQLiteStore, load_run, restore_run, start_run
+from agentfsm.store import SQLiteStore, dumps, load_run, loads
 from tests.support import add, chain_of, edit_saved, edit_store, remember, saved_rows
 
 FUZZ = settings(

@@ -344,7 +344,7 @@ def test_a_gate_on_a_machine_without_an_approval_state_is_refused() -> None:
 def test_a_gate_is_checked_when_a_run_is_built_too() -> None:
     """Not only an Agent: a run of the standard mode over a chain refuses the same gates."""
     from agentfsm import LLMChain
-    from agentfsm.modes import StandardMode
+    from agentfsm._modes import StandardMode
 
     chain = LLMChain(ScriptedModel([]), tools=[write_file], messages=[Message.user("go")])
     with pytest.raises(ValueError, match=r"'write'.*did you mean 'write_file'"):

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from agentfsm import Agent, AgentState, Run, Transition, hooks
-from agentfsm.hooks import add_global_hook, current_global_hooks, global_hooks
-from agentfsm.modes.standard import StandardMode
+from agentfsm import Agent, AgentState, Run, Transition, hooks, start_run
+from agentfsm._hooks import add_global_hook, current_global_hooks, global_hooks
+from agentfsm._modes.standard import StandardMode
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.store import Checkpointer, SQLiteStore, start_run
+from agentfsm.store import Checkpointer, SQLiteStore
 from agentfsm.testing import assert_path
 from tests.support import LOOP, add, chain_of
 
@@ -215,7 +215,7 @@ def test_the_module_documents_its_protocols() -> None:
 
 
 def test_a_run_view_follows_a_run_driven_by_anyone() -> None:
-    from agentfsm.console import RunView
+    from agentfsm.diagrams import RunView
 
     run = scripted_run()
     view = RunView("v")

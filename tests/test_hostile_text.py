@@ -15,13 +15,13 @@ import sys
 import pytest
 from rich.console import Console
 
-from agentfsm import Agent, AgentState, tool
+from agentfsm import Agent, AgentState, start_run, tool
+from agentfsm._approval import request_digest
+from agentfsm._cli._main import _decide, dump_runs, load_runs, main
 from agentfsm._printable import printable
-from agentfsm.approval import request_digest
-from agentfsm.cli import _decide, dump_runs, load_runs, main
 from agentfsm.diagrams import trace_markdown
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.store import SQLiteStore, start_run
+from agentfsm.store import SQLiteStore
 
 HOSTILE = (
     "\x1b]0;pwned\x07\x1b[2J\x9b31m[bold red]markup[/bold red]\r\u202eevil"

@@ -8,9 +8,18 @@ import attrs
 import pytest
 from transitions import MachineError
 
-from agentfsm import STANDARD, Edge, MachineTable
-from agentfsm.machine import MachineDefinitionError, machine_named
-from agentfsm.results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
+from agentfsm import (
+    STANDARD,
+    Edge,
+    Failed,
+    Interrupted,
+    MachineDefinitionError,
+    MachineTable,
+    Ok,
+    Paused,
+)
+from agentfsm._machine import machine_named
+from agentfsm.steps import Continue, PipelineResult
 
 
 def test_one_edge_per_source_and_trigger() -> None:
@@ -125,8 +134,8 @@ def test_the_standard_table_with_its_default_edges_is_the_typed_out_one() -> Non
 
 
 def test_the_standard_machine_lives_with_its_mode() -> None:
-    from agentfsm import machine
-    from agentfsm.modes import standard
+    from agentfsm import _machine as machine
+    from agentfsm._modes import standard
 
     assert standard.STANDARD is STANDARD
     assert not hasattr(machine, "STANDARD")  # machine.py holds the generic table only

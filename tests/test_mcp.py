@@ -23,12 +23,10 @@ pytest.importorskip("mcp")
 
 import mcp_types
 
-from agentfsm import Agent, AgentState, Approval, HumanInTheLoop
+from agentfsm import Agent, AgentState, Approval, ContentPart, HumanInTheLoop, ToolCall, ToolContext
 from agentfsm.mcp import StreamableHTTP, mcp_tools, result_content, stdio
-from agentfsm.messages import ContentPart, ToolCall
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
 from agentfsm.testing import assert_path
-from agentfsm.tools import ToolContext
 from tests._mcp_server import PDF, PIXEL
 from tests.support import LOOP
 

@@ -16,11 +16,12 @@ from agentfsm import (
     LLMChain,
     Message,
     MessageExpansion,
+    Thinking,
     ToolCall,
     ToolResult,
 )
-from agentfsm.chain import _replace
-from agentfsm.messages import DEFAULT_RESULT_CONTENT, MessageLog, Thinking
+from agentfsm._chain import _replace
+from agentfsm._messages import DEFAULT_RESULT_CONTENT, MessageLog
 from agentfsm.providers import ScriptedModel
 
 

@@ -8,33 +8,34 @@ import attrs
 import pytest
 
 from agentfsm import (
+    SINGLE_CALL,
+    STEP,
+    UNTIL_SUCCESS,
+    UNTIL_TOOL_USED,
+    WHILE_NEEDS_RESPONSE,
     ChainError,
     Failed,
     LLMChain,
+    MachineTable,
     Message,
     MessageExpansion,
     Ok,
     Paused,
     Run,
     ToolCall,
-    diagram_files,
     tool,
 )
-from agentfsm.machine import MachineTable, machine_named
-from agentfsm.modes import (
+from agentfsm._cli._main import all_diagram_files
+from agentfsm._machine import machine_named
+from agentfsm._modes import (
     LANGCHAIN_MACHINES,
-    SINGLE_CALL,
-    STEP,
-    UNTIL_SUCCESS,
-    UNTIL_TOOL_USED,
-    WHILE_NEEDS_RESPONSE,
     SingleCall,
     Step,
     UntilSuccess,
     UntilToolUsed,
     WhileNeedsResponse,
 )
-from agentfsm.paths import paths
+from agentfsm.diagrams import paths
 from agentfsm.providers import FallbackModel, ScriptedModel, call_tool, fail, say
 from agentfsm.testing import edge_coverage
 from tests.support import add, boom, chain_of, submit, texts
@@ -489,7 +490,7 @@ class TestModesAreMachines:
         assert coverage.counts and sum(coverage.entries.values()) == 1
 
     def test_every_machine_has_its_diagrams(self) -> None:
-        files = diagram_files.all_diagram_files(svg=False)
+        files = all_diagram_files(svg=False)
         for table in LANGCHAIN_MACHINES:
             for name in ("machine.mmd", "machine.md", "machine.dot", "paths.md"):
                 assert f"{table.name}/{name}" in files

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentfsm import Agent, AgentState, HumanInTheLoop, LLMChain, Message, Options
-from agentfsm.callbacks import off_loop
+from agentfsm import Agent, AgentState, HumanInTheLoop, LLMChain, Message, Options, off_loop
 from agentfsm.providers import ScriptedModel, call_tool, say
 from tests.support import add
 
@@ -132,7 +131,7 @@ def test_an_off_loop_handler_that_raises_is_kept_not_fatal() -> None:
 
 
 def test_each_option_has_one_default_its_class() -> None:
-    from agentfsm.options import LangChainOptions, Options, StandardOptions
+    from agentfsm import LangChainOptions, Options, StandardOptions
 
     assert Options().max_runs == 25
     assert LangChainOptions().max_runs == 25
@@ -143,7 +142,7 @@ def test_each_option_has_one_default_its_class() -> None:
 
 
 def test_options_are_checked_once_and_refused_by_name() -> None:
-    from agentfsm.options import Options, StandardOptions
+    from agentfsm import Options, StandardOptions
 
     with pytest.raises(ValueError, match=re.escape("Unknown option(s) ['drafts']. Options: [")):
         StandardOptions.of({"drafts": 3})
@@ -164,8 +163,7 @@ def test_options_are_checked_once_and_refused_by_name() -> None:
 
 
 def test_a_machines_own_options_read_as_a_mapping_and_as_attributes() -> None:
-    from agentfsm import Run
-    from agentfsm.options import Options
+    from agentfsm import Options, Run
 
     seen: list[Any] = []
 

@@ -33,10 +33,11 @@ from agentfsm import (
     Run,
     Transition,
     otel,
-    serialization,
+    start_run,
     tool,
 )
-from agentfsm.modes import StandardMode
+from agentfsm import store as serialization
+from agentfsm._modes import StandardMode
 from agentfsm.providers import (
     FallbackModel,
     ModelSettings,
@@ -48,7 +49,7 @@ from agentfsm.providers import (
     provider_of,
     say,
 )
-from agentfsm.store import Checkpointer, SQLiteStore, start_run
+from agentfsm.store import Checkpointer, SQLiteStore
 from agentfsm.testing import assert_path
 from tests.providers.fake_server import FakeServer, Reply
 from tests.support import LOOP, add, boom
@@ -474,7 +475,7 @@ def test_after_uninstrument_runs_make_no_spans(telemetry: Telemetry) -> None:
 def test_the_engine_never_imports_opentelemetry() -> None:
     code = """if True:
         import sys
-        import agentfsm.cli, agentfsm.store
+        import agentfsm._cli._main, agentfsm.store
         from agentfsm import Agent, AgentState
         from agentfsm.providers import ScriptedModel, say
         state = Agent(ScriptedModel([say("hi")])).execute_sync(AgentState.of("hi"))

@@ -10,14 +10,22 @@ from typing import Literal, TypedDict
 import attrs
 import pytest
 
-from agentfsm import Agent, AgentState, Message, tool
-from agentfsm.chain import LLMChain
-from agentfsm.machine import MachineDefinitionError
-from agentfsm.modes.standard import STANDARD, STANDARD_OUTPUT
-from agentfsm.output import FINAL_RESULT, OutputError, OutputTool, check_output
+from agentfsm import (
+    STANDARD,
+    Agent,
+    AgentState,
+    LLMChain,
+    MachineDefinitionError,
+    Message,
+    OutputError,
+    start_run,
+    tool,
+)
+from agentfsm._modes.standard import STANDARD_OUTPUT
+from agentfsm._output import FINAL_RESULT, OutputTool, check_output
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.results import Continue
-from agentfsm.store import SQLiteStore, load_run, start_run
+from agentfsm.steps import Continue
+from agentfsm.store import SQLiteStore, load_run
 from tests.support import LOOP, add
 
 

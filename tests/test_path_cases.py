@@ -14,14 +14,11 @@ from pathlib import Path
 import attrs
 import pytest
 
-from agentfsm import ChainError, Message
-from agentfsm.machine import Edge, MachineTable
-from agentfsm.modes.langchain import LANGCHAIN_MACHINES, call_model
-from agentfsm.modes.standard import STANDARD
-from agentfsm.paths import Path as MachinePath
-from agentfsm.paths import paths
-from agentfsm.results import Continue, Failed, Ok, Paused, PipelineResult
-from agentfsm.steps import check_max_runs
+from agentfsm import STANDARD, ChainError, Edge, Failed, MachineTable, Message, Ok, Paused
+from agentfsm._modes.langchain import LANGCHAIN_MACHINES, call_model
+from agentfsm.diagrams import Path as MachinePath
+from agentfsm.diagrams import paths
+from agentfsm.steps import Continue, PipelineResult, check_max_runs
 from agentfsm.testing import PathCase, Scenario, assert_took, path_cases
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -91,7 +91,7 @@ def test_path_cases_cover_every_edge_of_a_machine(pytester: pytest.Pytester) -> 
     pytester.makepyfile(
         """
 import pytest
-from agentfsm.modes.langchain import UNTIL_SUCCESS
+from agentfsm._modes.langchain import UNTIL_SUCCESS
 from agentfsm.testing import path_cases
 
 

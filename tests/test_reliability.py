@@ -27,6 +27,7 @@ from agentfsm import (
     HumanInTheLoop,
     Message,
     ToolCall,
+    start_run,
     tool,
 )
 from agentfsm.providers import (
@@ -40,8 +41,7 @@ from agentfsm.providers import (
     say,
 )
 from agentfsm.providers._model import tool_call
-from agentfsm.serialization import loads
-from agentfsm.store import SQLiteStore, load_run, start_run
+from agentfsm.store import SQLiteStore, load_run, loads
 from tests.providers.fake_server import FakeServer, Reply
 from tests.support import add, boom, edit_saved, registered_runs, submit
 
@@ -596,7 +596,8 @@ def test_docs_list_every_row() -> None:
 
 
 def test_a_checkpoint_store_that_fails_on_write_pauses_the_run(tmp_path: pathlib.Path) -> None:
-    from agentfsm.store import SQLiteStore, load_run, start_run
+    from agentfsm import start_run
+    from agentfsm.store import SQLiteStore, load_run
     from tests.test_store import FlakyStore
 
     store = FlakyStore(SQLiteStore(tmp_path / "runs.db"), fail_at=3)
@@ -621,7 +622,8 @@ async def test_hitl_decisions_that_do_not_fit_change_nothing() -> None:
 async def test_a_run_restored_after_a_crash_keeps_counting_toward_its_token_budget(
     tmp_path: pathlib.Path,
 ) -> None:
-    from agentfsm.store import SQLiteStore, start_run
+    from agentfsm import start_run
+    from agentfsm.store import SQLiteStore
 
     server = FakeServer()
     model = _openai(
@@ -659,7 +661,8 @@ def _completion_text() -> dict[str, Any]:
 
 
 def _store_with_a_run(path: pathlib.Path) -> None:
-    from agentfsm.store import SQLiteStore, start_run
+    from agentfsm import start_run
+    from agentfsm.store import SQLiteStore
 
     with SQLiteStore(path) as store:
         start_run(Agent(ScriptedModel([say("hi")]), []), AgentState.of("go"), store, run_id="r")
@@ -730,7 +733,7 @@ def test_a_bad_store_file_is_refused_and_left_as_it_was(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from agentfsm.cli import main
+    from agentfsm._cli._main import main
 
     path = tmp_path / "runs.db"
     bad.make(path)
@@ -748,8 +751,9 @@ def test_a_bad_store_file_is_refused_and_left_as_it_was(
 def test_escape_sequences_and_markup_reach_the_terminal_spelled_out(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agentfsm.cli import main
-    from agentfsm.store import SQLiteStore, start_run
+    from agentfsm import start_run
+    from agentfsm._cli._main import main
+    from agentfsm.store import SQLiteStore
 
     text = "\x1b]0;title\x07\x1b[2J[red]markup[/red]"
     with SQLiteStore(tmp_path / "runs.db") as store:
@@ -772,7 +776,8 @@ def test_docs_list_every_command_line_row() -> None:
 
 
 def _damaged_store(tmp_path: pathlib.Path, how: str) -> pathlib.Path:
-    from agentfsm.store import SQLiteStore, start_run
+    from agentfsm import start_run
+    from agentfsm.store import SQLiteStore
 
     path = tmp_path / "runs.db"
     store = SQLiteStore(path)
@@ -792,7 +797,8 @@ def _damaged_store(tmp_path: pathlib.Path, how: str) -> pathlib.Path:
 
 @pytest.mark.parametrize("how", ["truncated", "bit-flipped header", "overwritten page"])
 def test_a_damaged_store_file_is_a_typed_store_error(tmp_path: pathlib.Path, how: str) -> None:
-    from agentfsm.store import SQLiteStore, StoreError, load_run
+    from agentfsm import StoreError
+    from agentfsm.store import SQLiteStore, load_run
 
     path = _damaged_store(tmp_path, how)
     with pytest.raises(StoreError, match=r"runs\.db") as caught:

@@ -9,13 +9,24 @@ from pathlib import Path
 import attrs
 import pytest
 
-import agentfsm.machine as m
-from agentfsm import STANDARD, Agent, AgentState, Edge, Failed, HumanInTheLoop, Message
-from agentfsm.cli import main
-from agentfsm.messages import ToolCall, ToolResult
+import agentfsm._machine as m
+from agentfsm import (
+    STANDARD,
+    Agent,
+    AgentState,
+    Edge,
+    Failed,
+    HumanInTheLoop,
+    Message,
+    OtherMachineError,
+    ToolCall,
+    ToolResult,
+    start_run,
+)
+from agentfsm._cli._main import main
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.store import SQLiteStore, load_run, start_run
-from agentfsm.versions import OtherMachineError, check_resume, compatible, replay
+from agentfsm.store import SQLiteStore, load_run
+from agentfsm.versions import check_resume, compatible, replay
 from tests.support import add
 
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
@@ -136,7 +147,7 @@ def test_replay_on_the_command_line_agrees_for_a_paused_run(
         run = start_run(_agent(), AgentState.of("1+2?"), store, run_id="p")
         run.request_pause("deploying")
         run.run_sync()
-    spec = "agentfsm.modes.standard:STANDARD"
+    spec = "agentfsm:STANDARD"
     assert main(["runs", "replay", "p", "--db", str(db), "--machine", spec]) == 0
     assert "the replay agrees: 2 states, expanding paused" in capsys.readouterr().out
 
@@ -169,12 +180,12 @@ def test_runs_migrate_refuses_a_run_of_another_machine(
     saved = load_run(SQLiteStore(db), "o", strict=False)
     with pytest.raises(OtherMachineError, match="of the cli_other machine, not the standard"):
         check_resume(saved, STANDARD, compatible)
-    to = ["runs", "migrate", "--db", str(db), "--to", "agentfsm.modes.standard:STANDARD"]
+    to = ["runs", "migrate", "--db", str(db), "--to", "agentfsm:STANDARD"]
     assert main(to) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1] == (
         "o: refused: the run is of the cli_other machine, not the standard machine: no policy "
-        "moves a run onto another machine (--to agentfsm.modes.standard:STANDARD)"
+        "moves a run onto another machine (--to agentfsm:STANDARD)"
     )
     again = load_run(SQLiteStore(db), "o", strict=False)  # left as it was, and loadable
     assert [t.machine for t in again.traces] == ["cli_other"]

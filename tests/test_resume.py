@@ -19,12 +19,14 @@ from agentfsm import (
     HumanInTheLoop,
     Message,
     Middleware,
+    ResumeError,
     ToolResult,
+    start_run,
     tool,
 )
-from agentfsm.agent import MAX_RUNS_MESSAGE
+from agentfsm._agent import MAX_RUNS_MESSAGE
 from agentfsm.providers import ScriptedModel, call_tool, fail, say
-from agentfsm.store import ResumeError, SQLiteStore, load_run, start_run
+from agentfsm.store import SQLiteStore, load_run
 from agentfsm.testing import assert_path
 from tests.support import LOOP, add
 

@@ -12,13 +12,22 @@ from typing import Any
 
 import pytest
 
-from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, LLMChain, tool
-from agentfsm.cli import main
-from agentfsm.errors import InvariantError
-from agentfsm.machine import UnknownMachineError
+from agentfsm import (
+    STANDARD,
+    Agent,
+    AgentState,
+    FormatError,
+    HumanInTheLoop,
+    InvariantError,
+    LLMChain,
+    UnknownMachineError,
+    start_run,
+    tool,
+)
+from agentfsm._cli._main import main
+from agentfsm._serialization import Packer
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.serialization import FormatError, Packer, loads
-from agentfsm.store import SQLiteStore, load_run, start_run
+from agentfsm.store import SQLiteStore, load_run, loads
 from agentfsm.testing import assert_path
 from tests._crash_worker import make_agent
 from tests.support import edit_saved, edit_store, saved_rows

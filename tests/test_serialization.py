@@ -16,6 +16,7 @@ from agentfsm import (
     ChainError,
     ContentPart,
     Failed,
+    FormatError,
     Interrupted,
     LLMChain,
     Message,
@@ -27,28 +28,22 @@ from agentfsm import (
     ToolResult,
     Trace,
     Transition,
+    UnknownToolError,
 )
-from agentfsm.errors import RETRYABLE_TYPES
-from agentfsm.messages import DEFAULT_RESULT_CONTENT
-from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.results import Continue, PipelineResult
-from agentfsm.serialization import (
+from agentfsm._errors import RETRYABLE_TYPES
+from agentfsm._messages import DEFAULT_RESULT_CONTENT
+from agentfsm._serialization import (
     FORMAT,
     Binder,
-    FormatError,
     Packer,
     UnboundModel,
-    UnknownToolError,
     Unpacker,
     compact_json,
     converter,
-    dump,
-    dump_trace,
-    dumps,
-    load,
-    load_trace,
-    loads,
 )
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.steps import Continue, PipelineResult
+from agentfsm.store import dump, dump_trace, dumps, load, load_trace, loads
 from tests.support import add, search, submit
 
 MODELS = {"alpha": ScriptedModel([], model_name="alpha"), "beta": ScriptedModel([], "beta")}

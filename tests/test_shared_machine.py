@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from transitions import Machine, MachineError
 
 from agentfsm import STANDARD, Agent, AgentState
-from agentfsm.modes.standard import StandardMode
+from agentfsm._modes.standard import StandardMode
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.testing import assert_path
 from tests.support import LOOP, add, chain_of, registered_runs

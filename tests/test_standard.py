@@ -25,10 +25,9 @@ from agentfsm import (
     ToolOutput,
     tool,
 )
-from agentfsm.modes import StandardMode
+from agentfsm._modes import StandardMode
 from agentfsm.providers import FallbackModel, ScriptedModel, call_tool, call_tools, fail, say
-from agentfsm.results import Continue
-from agentfsm.steps import expand_tool_results
+from agentfsm.steps import Continue, expand_tool_results
 from agentfsm.testing import assert_path, edge_coverage, matches_path
 from tests.support import (
     LOOP,

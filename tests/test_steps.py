@@ -16,9 +16,17 @@ from agentfsm import (
     ToolCall,
     ToolResult,
 )
+from agentfsm._steps import (
+    continue_or_done,
+    ensure_mode_state,
+    get_run_count,
+    normalize_pause,
+    pipe,
+    reset_run_count,
+)
 from agentfsm.providers import ScriptedModel, call_tool, fail, say
-from agentfsm.results import Continue
 from agentfsm.steps import (
+    Continue,
     call_llm,
     check_max_runs,
     check_pause,
@@ -26,15 +34,9 @@ from agentfsm.steps import (
     check_tool_interrupts,
     check_until_tool,
     check_until_tool_success,
-    continue_or_done,
-    ensure_mode_state,
     execute_tools,
     expand_tool_results,
-    get_run_count,
-    normalize_pause,
-    pipe,
     propagate_state,
-    reset_run_count,
 )
 from tests.support import add, chain_of, texts
 

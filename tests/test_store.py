@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import io
 import json
 import math
@@ -26,34 +25,34 @@ from agentfsm import (
     Agent,
     AgentState,
     Approval,
+    FormatError,
     HumanInTheLoop,
     LLMChain,
     Message,
     Ok,
     Paused,
-    Trace,
-    tool,
-)
-from agentfsm import _runs_cli as runs_cli
-from agentfsm.modes import StandardMode
-from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.serialization import FormatError
-from agentfsm.store import (
-    Checkpointer,
-    Deletes,
-    Leases,
     ResumeError,
     RunExistsError,
     RunInUseError,
     RunNotFoundError,
+    Trace,
+    restore_run,
+    start_run,
+    tool,
+)
+from agentfsm._cli import _runs as runs_cli
+from agentfsm._modes import StandardMode
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.store import (
+    Checkpointer,
+    Deletes,
+    Leases,
     SavedRun,
     SQLiteStore,
     Store,
     StoreWrite,
     checkpoint,
     load_run,
-    restore_run,
-    start_run,
 )
 from tests._crash_worker import PROMPT, make_agent
 from tests.support import add, as_format, edit_store, saved_rows
@@ -488,9 +487,9 @@ def test_trace_helpers_see_saved_traces_as_traces(db: Path, log: Path) -> None:
 
 def test_agent_resume_run_continues_a_paused_run(tmp_path: Any) -> None:
     """``agent.resume_run(run_id, store)``: the one way to continue a saved run."""
-    from agentfsm import Agent, AgentState
+    from agentfsm import Agent, AgentState, start_run
     from agentfsm.providers import ScriptedModel, call_tool, say
-    from agentfsm.store import SQLiteStore, start_run
+    from agentfsm.store import SQLiteStore
     from tests.support import add
 
     agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
@@ -594,8 +593,8 @@ class _Where:
 
 
 def test_checkpoint_rows_are_the_documents_packer_writes() -> None:
-    from agentfsm.serialization import Packer, compact_json, converter
-    from agentfsm.trace import Transition
+    from agentfsm import Transition
+    from agentfsm._serialization import Packer, compact_json, converter
 
     transitions = _edges_of_a_run()
     chain = transitions[-1].chain
@@ -801,22 +800,3 @@ def test_an_edited_row_of_a_store_made_before_the_log_is_a_format_error(
         con.commit()
     with SQLiteStore(db) as store, pytest.raises(FormatError, match="the store is damaged"):
         load_run(store, "old", strict=False)
-
-
-# ---------------------------------------------------------------- the old module
-
-
-def test_the_old_checkpoint_module_answers_with_where_each_name_went() -> None:
-    import agentfsm.store
-
-    old = importlib.import_module("agentfsm.store.checkpoint")
-    with pytest.warns(DeprecationWarning, match="import load_run from agentfsm.store$"):
-        assert old.load_run is load_run
-    with pytest.warns(DeprecationWarning, match="import restore_run from agentfsm.store$"):
-        from agentfsm.store.checkpoint import restore_run as moved
-    assert moved is restore_run
-    with pytest.warns(DeprecationWarning, match="import migrate_run from agentfsm.store.fork$"):
-        assert old.migrate_run is importlib.import_module("agentfsm.store.fork").migrate_run
-    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        old.nothing  # noqa: B018
-    assert agentfsm.store.checkpoint is checkpoint  # the function, not the old module

@@ -16,19 +16,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentfsm.cli import main
-from agentfsm.errors import InvariantError
-from agentfsm.machine import UnknownMachineError
-from agentfsm.serialization import FormatError, UnknownToolError
-from agentfsm.store import (
+from agentfsm import (
+    FormatError,
+    InvariantError,
     ResumeError,
     RunInUseError,
     RunNotFoundError,
-    SQLiteStore,
     StoreError,
-    load_run,
+    UnknownMachineError,
+    UnknownToolError,
     restore_run,
 )
+from agentfsm._cli._main import main
+from agentfsm.store import SQLiteStore, load_run
 from tests import _race_worker as race
 from tests.support import edit_saved, edit_store, saved_rows
 from tests.test_fuzz import mutated, texts
@@ -203,7 +203,7 @@ def test_the_rows_that_crashed_loaders_are_format_errors(
 
 def test_infinite_numbers_in_a_document_are_format_errors() -> None:
     from agentfsm import AgentState
-    from agentfsm.serialization import loads
+    from agentfsm.store import loads
 
     assert math.inf > 0
     for document in (

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agentfsm import AgentState, Approval
-from agentfsm.cli import main
-from agentfsm.serialization import FormatError
-from agentfsm.store import SQLiteStore, StoreError, load_run, start_run
+from agentfsm import AgentState, Approval, FormatError, StoreError, start_run
+from agentfsm._cli._main import main
+from agentfsm.store import SQLiteStore, load_run
 from tests import _race_worker as race
 
 

@@ -17,17 +17,16 @@ from typing import Any
 
 import pytest
 
-from agentfsm import AgentState, Approval
-from agentfsm.store import (
+from agentfsm import (
+    AgentState,
+    Approval,
     RunFinishedError,
     RunInUseError,
-    SQLiteStore,
     StoreError,
-    checkpoint,
-    load_run,
     restore_run,
     start_run,
 )
+from agentfsm.store import SQLiteStore, checkpoint, load_run
 from tests import _race_worker as race
 from tests._crash_worker import PROMPT, make_agent
 
@@ -244,7 +243,7 @@ def test_runs_resume_racing_on_the_command_line_runs_the_approved_tool_once(
     command = [
         sys.executable,
         "-c",
-        "import sys; from agentfsm.cli import main; sys.exit(main(sys.argv[1:]))",
+        "import sys; from agentfsm._cli._main import main; sys.exit(main(sys.argv[1:]))",
         "runs",
         "resume",
         "r",

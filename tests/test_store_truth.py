@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from agentfsm import Agent, AgentState, HumanInTheLoop
-from agentfsm import _runs_cli as runs_cli
-from agentfsm.middleware.human_in_the_loop import request_digest
-from agentfsm.serialization import FormatError
-from agentfsm.store import SQLiteStore, load_run, start_run
+from agentfsm import Agent, AgentState, FormatError, HumanInTheLoop, start_run
+from agentfsm._cli import _runs as runs_cli
+from agentfsm._middleware.human_in_the_loop import request_digest
+from agentfsm.store import SQLiteStore, load_run
 from tests import _race_worker as race
 from tests.support import edit_store
 

@@ -25,12 +25,12 @@ import pytest
 pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
 uvicorn = pytest.importorskip("uvicorn", reason="agentfsm[studio] is not installed")
 
-from agentfsm import Agent, AgentState, Message, tool  # noqa: E402
+from agentfsm import Agent, AgentState, HumanInTheLoop, Message, start_run, tool  # noqa: E402
 from agentfsm._demo import DEMO_PROMPT, demo_agent, file_writer  # noqa: E402
-from agentfsm.middleware import HumanInTheLoop  # noqa: E402
 from agentfsm.providers import ScriptedModel, call_tool  # noqa: E402
-from agentfsm.store import SQLiteStore, load_run, start_run  # noqa: E402
-from agentfsm.studio import CSRF_HEADER, create_app  # noqa: E402
+from agentfsm.store import SQLiteStore, load_run  # noqa: E402
+from agentfsm.studio import create_app  # noqa: E402
+from agentfsm.studio._app import CSRF_HEADER  # noqa: E402
 
 HOSTILE = '</script><script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 
@@ -247,7 +247,7 @@ def test_a_token_is_needed_when_one_is_set(store: pathlib.Path) -> None:
 def _studio_process(*argv: str) -> tuple[subprocess.Popen[str], str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "agentfsm.cli", "studio", "--port", "0", *argv],
+        [sys.executable, "-m", "agentfsm", "studio", "--port", "0", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -284,7 +284,7 @@ def test_the_command_listens_on_loopback_by_default(store: pathlib.Path) -> None
 
 def test_the_command_refuses_what_is_not_a_store(tmp_path: pathlib.Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", "studio", "--db", str(tmp_path / "no.db")],
+        [sys.executable, "-m", "agentfsm", "studio", "--db", str(tmp_path / "no.db")],
         capture_output=True,
         text=True,
         timeout=60,

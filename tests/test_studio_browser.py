@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
 
-from agentfsm import Agent, AgentState
-from agentfsm.store import SQLiteStore, load_run, start_run
+from agentfsm import Agent, AgentState, start_run
+from agentfsm.store import SQLiteStore, load_run
 from agentfsm.studio import create_app
 from tests.test_studio import HOSTILE, approval_agent, make_store, serving
 from tests.test_view import browser  # noqa: F401  (the fixture)
@@ -188,8 +188,8 @@ def test_a_long_run_loads_and_steps_quickly(
 ) -> None:
     """1,407 steps and a 2 MB answer: the page loads and steps without a wait."""
     from agentfsm import Message, tool
+    from agentfsm.diagrams import page
     from agentfsm.providers import ScriptedModel, call_tool
-    from agentfsm.view import page
 
     @tool
     def note(i: int) -> str:

@@ -31,7 +31,7 @@ def _agentfsm(
 ) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k != "AGENTFSM_MACHINES"}
     return subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", *argv],
+        [sys.executable, "-m", "agentfsm", *argv],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -125,7 +125,7 @@ def test_a_trace_page_never_takes_a_runs_page_name(tmp_path: pathlib.Path) -> No
 
 def test_a_closed_pipe_is_not_a_traceback(tmp_path: pathlib.Path) -> None:
     db = str(_store_of_my_machine(tmp_path))
-    command = [sys.executable, "-m", "agentfsm.cli", "runs", "show", "mine-run", "--db", db]
+    command = [sys.executable, "-m", "agentfsm", "runs", "show", "mine-run", "--db", db]
     command += ["--json", "--machines", "mymachines"]
     process = subprocess.Popen(
         command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE

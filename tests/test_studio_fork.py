@@ -19,7 +19,8 @@ pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
 from agentfsm import Approval
 from agentfsm._demo import demo_agent
 from agentfsm.store import SQLiteStore, fork_run, load_run
-from agentfsm.studio import CSRF_HEADER, create_app
+from agentfsm.studio import create_app
+from agentfsm.studio._app import CSRF_HEADER
 from tests.test_studio import HOSTILE, addon_data, approval_agent, make_store, serving
 from tests.test_studio_browser import _severe, _shot, _steps, _wait
 from tests.test_view import browser  # noqa: F401  (the fixture)

@@ -15,9 +15,9 @@ import pytest
 
 pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
 
-from agentfsm import Agent, AgentState, Message
+from agentfsm import Agent, AgentState, Message, start_run
 from agentfsm.providers import ScriptedModel, call_tool
-from agentfsm.store import SQLiteStore, load_run, start_run
+from agentfsm.store import SQLiteStore, load_run
 from agentfsm.studio import _catalog
 from tests.support import add, as_format
 from tests.test_studio import make_store

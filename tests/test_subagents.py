@@ -22,7 +22,6 @@ from agentfsm import (
     Agent,
     AgentState,
     ChainError,
-    Continue,
     Edge,
     Failed,
     HumanInTheLoop,
@@ -32,17 +31,19 @@ from agentfsm import (
     Message,
     Ok,
     Paused,
-    PipelineResult,
+    ResumeError,
     Run,
     SubAgent,
     Trace,
     run_machine,
+    start_run,
     tool,
 )
-from agentfsm.middleware import request_digest
+from agentfsm._middleware import request_digest
+from agentfsm._subagents import MAX_DEPTH
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
-from agentfsm.store import Checkpointer, ResumeError, SQLiteStore, load_run, start_run
-from agentfsm.subagents import MAX_DEPTH
+from agentfsm.steps import Continue, PipelineResult
+from agentfsm.store import Checkpointer, SQLiteStore, load_run
 from agentfsm.testing import assert_path
 
 
@@ -399,7 +400,7 @@ def test_subagent_refuses_what_is_not_an_agent() -> None:
 
 
 async def test_a_trace_with_children_round_trips_through_json() -> None:
-    from agentfsm.serialization import dumps, loads
+    from agentfsm.store import dumps, loads
 
     run = Run(PARENT, _chain(), "preparing")
     await run.run()

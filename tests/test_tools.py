@@ -17,15 +17,16 @@ import pytest
 from agentfsm import (
     LLMChain,
     Message,
+    Tool,
     ToolCall,
     ToolContext,
     ToolOutput,
     ToolResult,
     tool,
 )
+from agentfsm._steps import execute_tool_calls, run_tool_calls
+from agentfsm._tools import MAX_STRAGGLERS
 from agentfsm.providers import ScriptedModel
-from agentfsm.steps import execute_tool_calls, run_tool_calls
-from agentfsm.tools import MAX_STRAGGLERS, Tool
 from tests.support import add, boom
 
 

@@ -29,27 +29,25 @@ from agentfsm import (
     IllegalTransitionError,
     Interrupted,
     LLMChain,
+    MachineDefinitionError,
     MachineTable,
     Message,
     Middleware,
     Ok,
     Paused,
+    ResumeError,
     Run,
     Trace,
+    UnknownMachineError,
+    start_run,
     tool,
 )
-from agentfsm import diagrams as d
-from agentfsm import machine as m
-from agentfsm.machine import MachineDefinitionError, UnknownMachineError, machine_named
+from agentfsm import _machine as m
+from agentfsm._machine import machine_named
+from agentfsm.diagrams import _writers as d
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.results import Continue, PipelineResult
-from agentfsm.store import (
-    ResumeError,
-    SQLiteStore,
-    checkpoint,
-    load_run,
-    start_run,
-)
+from agentfsm.steps import Continue, PipelineResult
+from agentfsm.store import SQLiteStore, checkpoint, load_run
 from agentfsm.testing import assert_path, edge_coverage, matches_path
 
 ROOT = Path(__file__).resolve().parent.parent

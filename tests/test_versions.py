@@ -10,19 +10,29 @@ from typing import Any
 import attrs
 import pytest
 
-import agentfsm.machine as m
-from agentfsm import STANDARD, Agent, AgentState, Edge, Failed
+import agentfsm._machine as m
+from agentfsm import (
+    STANDARD,
+    Agent,
+    AgentfsmError,
+    AgentState,
+    Edge,
+    Failed,
+    FormatError,
+    MachineChangedError,
+    MachineDefinitionError,
+    MachineTable,
+    Trace,
+    start_run,
+)
 from agentfsm._invariants import check_traces
-from agentfsm.errors import AgentfsmError, MachineChangedError
-from agentfsm.machine import MachineDefinitionError, MachineTable, machine_named
-from agentfsm.modes.standard import check_approvals
+from agentfsm._machine import machine_named
+from agentfsm._modes.standard import check_approvals
+from agentfsm._versions import MachineShape
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.results import PipelineResult
-from agentfsm.serialization import FormatError, dump_trace, load_trace
-from agentfsm.store import SQLiteStore, load_run, start_run
-from agentfsm.trace import Trace
+from agentfsm.steps import PipelineResult
+from agentfsm.store import SQLiteStore, dump_trace, load_run, load_trace
 from agentfsm.versions import (
-    MachineShape,
     check_resume,
     compatible,
     diff,
@@ -319,7 +329,7 @@ def test_the_command_line_diffs_machines_and_replays_and_checks_runs(
 ) -> None:
     import sys
 
-    from agentfsm.cli import main
+    from agentfsm._cli._main import main
 
     (tmp_path / "cli_machines.py").write_text(_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -365,7 +375,7 @@ def test_the_command_line_diffs_machines_and_replays_and_checks_runs(
 
 
 def test_the_viewer_shows_the_version_and_a_migration_between_segments(tmp_path: Path) -> None:
-    from agentfsm.view._model import page_data
+    from agentfsm._view._model import page_data
 
     store = SQLiteStore(tmp_path / "runs.db")
     one = _v1("steps_changed")
@@ -425,7 +435,7 @@ def test_a_mapped_resume_moves_the_run_in_a_new_segment(tmp_path: Path) -> None:
     assert saved.traces[0].terminal == "reviewing"
     moved = saved.traces[1]
     assert (moved.migrated_from, moved.entry, moved.terminal) == ("reviewing", "propagating", "ok")
-    from agentfsm.view._model import page_data
+    from agentfsm._view._model import page_data
 
     drawn = page_data(saved.traces, two, title="r")["segments"]
     assert [s["migrated_from"] for s in drawn] == [None, "reviewing"]
@@ -470,7 +480,7 @@ def test_runs_migrate_moves_the_runs_the_policy_takes_and_leaves_the_rest(
 ) -> None:
     import sys
 
-    from agentfsm.cli import main
+    from agentfsm._cli._main import main
 
     (tmp_path / "cli_shrinking.py").write_text(_SHRINKING)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -607,7 +617,7 @@ def test_runs_resume_takes_a_policy_for_a_run_of_an_older_version(
 ) -> None:
     import sys
 
-    from agentfsm.cli import main
+    from agentfsm._cli._main import main
 
     (tmp_path / "cli_policy_machines.py").write_text(_POLICY_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -14,15 +14,22 @@ from typing import Any
 
 import pytest
 
-import agentfsm.machine as m
-from agentfsm import STANDARD, Agent, AgentState, Edge, HumanInTheLoop, tool
-from agentfsm.effects import effects, state_effects
-from agentfsm.errors import MachineChangedError
-from agentfsm.machine import MachineTable
+import agentfsm._machine as m
+from agentfsm import (
+    STANDARD,
+    Agent,
+    AgentState,
+    Edge,
+    HumanInTheLoop,
+    MachineChangedError,
+    MachineTable,
+    effects,
+    start_run,
+    tool,
+)
 from agentfsm.providers import ScriptedModel, call_tool, say
-from agentfsm.results import PipelineResult
-from agentfsm.steps import execute_tools
-from agentfsm.store import SQLiteStore, load_run, start_run
+from agentfsm.steps import PipelineResult, execute_tools, state_effects
+from agentfsm.store import SQLiteStore, load_run
 from agentfsm.versions import check_resume, compatible, mapped, resuming
 
 RAN: list[str] = []
@@ -186,8 +193,8 @@ def test_a_run_forged_to_rest_at_a_renamed_tools_state_is_asked_again(tmp_path: 
 
 
 def test_approval_gap_reads_effects_not_names() -> None:
+    from agentfsm import Message, ToolCall
     from agentfsm._invariants import approval_gap
-    from agentfsm.messages import Message, ToolCall
 
     table = _renamed(
         STANDARD, "executing", "running", "gate_gap", steps={"running": (run_the_calls,)}

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from agentfsm import STANDARD, Agent, AgentState, Message, tool
+from agentfsm import STANDARD, Agent, AgentState, Message, Trace, start_run, tool
 from agentfsm._demo import DEMO_PROMPT, demo_agent
+from agentfsm._view import saved_run_page
+from agentfsm.diagrams import page
 from agentfsm.providers import ScriptedModel, call_tool
-from agentfsm.store import SQLiteStore, load_run, start_run
-from agentfsm.trace import Trace
-from agentfsm.view import page, saved_run_page
+from agentfsm.store import SQLiteStore, load_run
 
 HOSTILE = '</script><script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 

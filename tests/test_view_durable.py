@@ -39,7 +39,7 @@ def durable(tmp_path: Path) -> Iterator[tuple[str, Engine]]:
 
 def _view(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agentfsm.cli", "view", *args],
+        [sys.executable, "-m", "agentfsm", "view", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -91,9 +91,9 @@ def test_a_durable_run_not_ended_or_missing_is_one_line(
 
 
 def test_a_store_is_named_by_a_path_or_a_sqlite_url_too(tmp_path: Path) -> None:
-    from agentfsm import Agent, Message
+    from agentfsm import Agent, Message, start_run
     from agentfsm.providers import ScriptedModel
-    from agentfsm.store import SQLiteStore, start_run
+    from agentfsm.store import SQLiteStore
 
     with SQLiteStore(tmp_path / "runs.db") as store:
         agent = Agent(ScriptedModel([Message.assistant("hi")]), [])

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import attrs
 
 from agentfsm import Message, Tool, ToolCall, ToolContext, ToolResult, tool
+from agentfsm._tools import WrapperTool
 from agentfsm.providers import ChatModel, DeltaHandler, ScriptedModel, WrapperModel, say
-from agentfsm.tools import WrapperTool
 from tests.support import add, chain_of
 
 

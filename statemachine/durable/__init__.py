@@ -31,11 +31,10 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "agentfsm.durable runs on DBOS Transact: pip install 'agentfsm[dbos]'"
     ) from exc
 
-from ..errors import DecisionConflictError, ResumeError, RunNotFoundError, StoreError
+from .._moved import forward, show_at
 from ._engine import (
     DurableError,
     Engine,
-    RunExistsError,
     RunRecord,
     RunResult,
     agent_queue,
@@ -45,17 +44,22 @@ from ._engine import (
 )
 
 __all__ = [
-    "DecisionConflictError",
     "DurableError",
     "Engine",
-    "ResumeError",
-    "RunExistsError",
-    "RunNotFoundError",
     "RunRecord",
     "RunResult",
-    "StoreError",
     "agent_queue",
     "app_version",
     "database_url",
     "list_runs",
 ]
+
+#: The last release's names this face no longer exports, kept one more release.
+__getattr__ = forward(
+    __name__,
+    ("agentfsm",),
+    frozenset(
+        {"DecisionConflictError", "ResumeError", "RunExistsError", "RunNotFoundError", "StoreError"}
+    ),
+)
+show_at(__name__, globals())

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..agent import Agent
-from ..approval import Approval
-from ..subagents import SUBAGENT
-from ..subagents import check_answer as _check_subagent_answer
+from .._agent import Agent
+from .._approval import Approval
+from .._subagents import SUBAGENT
+from .._subagents import check_answer as _check_subagent_answer
 
 __all__ = ["check_answer", "forwarded", "innermost", "waits_on"]
 

@@ -19,16 +19,22 @@ from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer, SetWorkflowID
 from dbos._error import DBOSWorkflowIDInUseError
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from .._agent import Agent
 from .._answers import check_approval
+from .._approval import Approval, Decision, DecisionError
 from .._db_url import check_db, shown
+from .._errors import (
+    AgentfsmError,
+    DecisionConflictError,
+    ResumeError,
+    RunExistsError,
+    RunNotFoundError,
+    StoreError,
+)
+from .._machine import fingerprint_of
+from .._serialization import FORMAT, FormatError, check_format, converter, load_trace
 from .._state import AgentState
-from ..agent import Agent
-from ..approval import Approval, Decision, DecisionError
-from ..errors import AgentfsmError, DecisionConflictError
-from ..machine import fingerprint_of
-from ..serialization import FORMAT, FormatError, check_format, converter, load_trace
-from ..store.base import ResumeError, RunExistsError, RunNotFoundError, StoreError
-from ..trace import Trace
+from .._trace import Trace
 from ._answers import check_answer, innermost, waits_on
 from ._ledger import HEARTBEAT_SECONDS, Ledger
 from ._workflow import AGENTS, CHILD_WORKFLOW, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW
@@ -262,6 +268,16 @@ class Engine:
         if self.queue is not None:
             return [self.queue]
         return [agent_queue(name) for name in self._names]
+
+    @contextmanager
+    def listening(self, listener: Callable[[str, str, Mapping[str, Any]], None]) -> Iterator[None]:
+        """Call ``listener(run_id, event, fields)`` for each step this process's runs take,
+        while inside (a worker's log lines); a listener that fails never fails a run."""
+        WORKER.listeners.append(listener)
+        try:
+            yield
+        finally:
+            WORKER.listeners.remove(listener)
 
     def launch(
         self,

@@ -55,21 +55,21 @@ from dbos import DBOS, SetWorkflowID
 from dbos._context import get_local_dbos_context
 from dbos._dbos import _get_dbos_instance
 
-from agentfsm.providers.base import ChatModel, DeltaHandler
-from agentfsm.providers.wrapper import WrapperModel
+from agentfsm._chat_model import ChatModel, DeltaHandler
 
+from .._agent import Agent, AgentRun
+from .._chain import LLMChain
+from .._errors import ChainError
+from .._messages import Message, ToolCall, ToolResult
 from .._resume import execute_options
+from .._run import current_run
+from .._serialization import FORMAT, check_format, converter, dump, load_trace
 from .._state import AgentState
-from ..agent import Agent, AgentRun
-from ..chain import LLMChain
-from ..errors import ChainError
-from ..messages import Message, ToolCall, ToolResult
-from ..run import current_run
-from ..serialization import FORMAT, check_format, converter, dump, load_trace
-from ..steps import get_run_count
-from ..subagents import SubAgent, children_run_by, nested, resume_subagents
-from ..tools import Tool, ToolContext, WrapperTool
-from ..trace import Trace
+from .._steps import get_run_count
+from .._subagents import SubAgent, children_run_by, nested, resume_subagents
+from .._tools import Tool, ToolContext, WrapperTool
+from .._trace import Trace
+from ..providers import WrapperModel
 from . import _answers
 
 __all__ = [

@@ -1,75 +1,67 @@
-"""Saved runs: checkpoints at every state boundary, and resuming from the last one.
+"""Saved runs: checkpoints at every state boundary, resuming from the last one, documents.
 
-:mod:`~agentfsm.store.base` says what a store is, :mod:`~agentfsm.store.sqlite`
-is the embedded one, :mod:`~agentfsm.store.checkpointer` saves runs,
-:mod:`~agentfsm.store.load` loads them and :mod:`~agentfsm.store.fork` saves forks
-and migrations. The store knows runs, never agents: :func:`start_run` and
-:func:`restore_run`, which bind a saved run to an agent, live on the agent side
-(``agentfsm._resume``) and are exported here as they always were.
+:class:`SQLiteStore` is the embedded store (:class:`Store` says what any store is;
+:class:`Leases` and :class:`Deletes` are what a store may also do).
+:class:`Checkpointer` saves a run as it moves, :func:`load_run` reads one back,
+:func:`fork_run` starts a new run from a step of another. The store knows runs,
+never agents: :func:`agentfsm.start_run` and :func:`agentfsm.restore_run` bind
+a saved run to an agent. :func:`dump`/:func:`load` (and their string forms) write and read one
+chain, state or trace as a versioned JSON document. Errors are
+:class:`agentfsm.StoreError` and its kinds.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-# The deprecated module is imported before the function of the same name is bound, so
-# that importing it later (which sets the package's attribute) never hides the function.
-from . import checkpoint as _deprecated  # noqa: F401
-from .base import (
-    Deletes,
-    Leases,
-    ResumeError,
-    RunDigest,
-    RunExistsError,
-    RunFinishedError,
-    RunInfo,
-    RunInUseError,
-    RunNotFoundError,
-    RunStatus,
-    Store,
-    StoredRun,
-    StoreError,
-    StoreWrite,
-)
-from .checkpointer import Checkpointer, checkpoint
-from .fork import fork_run
-from .load import SavedRun, load_run
-from .sqlite import SQLiteStore
-
-if TYPE_CHECKING:
-    from .._resume import restore_run, start_run
+from .._moved import forward, keep_names, show_at
+from .._serialization import dump, dump_trace, dumps, load, load_trace, loads
+from ._base import Deletes, Leases, RunDigest, RunInfo, Store, StoredRun, StoreWrite
+from ._checkpointer import Checkpointer, checkpoint
+from ._fork import fork_run, migrate_run
+from ._load import SavedRun, load_run
+from ._sqlite import SQLiteStore
 
 __all__ = [
     "Checkpointer",
     "Deletes",
     "Leases",
-    "ResumeError",
-    "RunExistsError",
     "RunDigest",
-    "RunFinishedError",
-    "RunInUseError",
     "RunInfo",
-    "RunNotFoundError",
-    "RunStatus",
     "SQLiteStore",
     "SavedRun",
     "Store",
-    "StoreError",
     "StoreWrite",
     "StoredRun",
     "checkpoint",
+    "dump",
+    "dump_trace",
+    "dumps",
     "fork_run",
+    "load",
     "load_run",
-    "restore_run",
-    "start_run",
+    "load_trace",
+    "loads",
+    "migrate_run",
 ]
 
+#: The last release's names this face no longer exports, kept one more release.
+__getattr__ = forward(
+    __name__,
+    ("agentfsm", "agentfsm.store._base"),
+    frozenset(
+        {
+            "ResumeError",
+            "restore_run",
+            "start_run",
+            "RunExistsError",
+            "RunFinishedError",
+            "RunInUseError",
+            "RunNotFoundError",
+            "RunStatus",
+            "StoreError",
+        }
+    ),
+)
 
-def __getattr__(name: str) -> Any:
-    """``start_run`` and ``restore_run``, from the agent side when first asked for (the
-    agent side imports the store, so the store cannot import it as it loads)."""
-    if name in ("start_run", "restore_run"):
-        from .. import _resume
 
-        return getattr(_resume, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+show_at(__name__, globals())
+keep_names(__name__)

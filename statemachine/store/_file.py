@@ -9,8 +9,8 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Final
 
-from ..serialization import FormatError, check_format
-from .base import StoreError
+from .._serialization import FormatError, check_format
+from ._base import StoreError
 
 #: The file's format. In format 3 a transition's chain may be a record of what it
 #: changed in the chain of the transition before it; format 2 wrote every chain in

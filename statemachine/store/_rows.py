@@ -10,8 +10,8 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, TypeGuard
 
-from ..serialization import FormatError, compact_json, parse_json
-from .base import RunInfo, RunStatus, StoredRun, StoreWrite
+from .._serialization import FormatError, compact_json, parse_json
+from ._base import RunInfo, RunStatus, StoredRun, StoreWrite
 
 _STATUSES: Final = ("running", "ok", "paused", "interrupted", "error")
 

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from .base import RunDigest
+from ._base import RunDigest
 
 #: Runs past this many are read in one pass over the log, not one by one.
 _ONE_PASS: Final = 64

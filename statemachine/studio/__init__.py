@@ -16,9 +16,13 @@ import socket
 import sys
 from typing import TextIO
 
-from ._app import COOKIE, CSRF_HEADER, create_app
+from .._moved import forward
+from ._app import create_app
 
-__all__ = ["COOKIE", "CSRF_HEADER", "create_app", "serve"]
+__all__ = ["create_app", "serve"]
+
+#: The last release's names this face no longer exports, kept one more release.
+__getattr__ = forward(__name__, ("agentfsm.studio._app",), frozenset({"COOKIE", "CSRF_HEADER"}))
 
 
 def serve(

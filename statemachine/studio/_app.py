@@ -33,25 +33,22 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
+from .._agent import Agent
+from .._cli._runs import DEFAULT_AGENT, UsageError, _check_resumable, load_agent
 from .._compare import compare_runs
-from .._runs_cli import DEFAULT_AGENT, UsageError, _check_resumable, load_agent
-from ..agent import Agent
-from ..errors import AgentfsmError
-from ..machine import MachineTable, UnknownMachineError, machine_named
-from ..serialization import FormatError, UnknownToolError
-from ..store import (
+from .._errors import (
+    AgentfsmError,
     ResumeError,
     RunExistsError,
     RunInUseError,
     RunNotFoundError,
-    SavedRun,
-    SQLiteStore,
     StoreError,
-    fork_run,
-    load_run,
-    restore_run,
 )
-from ..view import page_data, render_page
+from .._machine import MachineTable, UnknownMachineError, machine_named
+from .._resume import restore_run
+from .._serialization import FormatError, UnknownToolError
+from .._view import page_data, render_page
+from ..store import SavedRun, SQLiteStore, fork_run, load_run
 from ._catalog import Catalog
 from ._compare_page import compare_form, compare_page
 from ._pages import index_page

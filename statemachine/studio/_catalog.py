@@ -18,11 +18,11 @@ from typing import Any, Final, NamedTuple
 
 import attrs
 
-from ..errors import AgentfsmError
-from ..machine import UnknownMachineError
-from ..serialization import FormatError, UnknownToolError
-from ..store import RunDigest, RunInfo, SavedRun, SQLiteStore, StoreError, load_run
-from ..view import wall_clock
+from .._errors import AgentfsmError, StoreError
+from .._machine import UnknownMachineError
+from .._serialization import FormatError, UnknownToolError
+from .._view import wall_clock
+from ..store import RunDigest, RunInfo, SavedRun, SQLiteStore, load_run
 
 __all__ = ["EAGER", "PAGE_SIZE", "Catalog", "Row"]
 

@@ -17,9 +17,9 @@ from typing import Any
 from urllib.parse import quote
 
 from .._compare import Comparison, Row, Step
-from ..machine import MachineTable
+from .._machine import MachineTable
+from .._view._svg import machine_svg
 from ..store import SavedRun
-from ..view._svg import machine_svg
 from ._pages import _asset, document
 
 __all__ = ["compare_form", "compare_page"]

@@ -5,13 +5,15 @@
 each path of a machine, a scenario that takes it; :func:`record` and
 :class:`Cassette` record a model's conversation and replay it;
 :func:`check_machine` proves properties of a table over all its paths, from the
-effects its steps declare (:func:`effects`, from :mod:`agentfsm.effects`). The
+effects its steps declare (:func:`agentfsm.steps.effects`). The
 pytest plugin (installed with the package) adds fixtures and a coverage report;
 see the testing docs.
 """
 
 from __future__ import annotations
 
+from .._checks import MachineProblem, check_machine
+from .._moved import forward, show_at
 from ._assertions import EdgeCoverage, assert_path, edge_coverage, matches_path
 from ._cases import PathCase, Scenario, assert_took, path_cases
 from ._cassette import (
@@ -23,23 +25,18 @@ from ._cassette import (
     redact,
     regression_test,
 )
-from ._checks import EFFECTS, Effect, MachineProblem, check_machine, effects, effects_of
 
 __all__ = [
-    "EFFECTS",
-    "Effect",
-    "MachineProblem",
-    "check_machine",
-    "effects",
-    "effects_of",
     "Cassette",
     "CassetteMismatchError",
     "EdgeCoverage",
+    "MachineProblem",
     "PathCase",
     "Recorder",
     "Scenario",
     "assert_path",
     "assert_took",
+    "check_machine",
     "cassette_from_traces",
     "edge_coverage",
     "matches_path",
@@ -48,3 +45,11 @@ __all__ = [
     "redact",
     "regression_test",
 ]
+
+#: The last release's names this face no longer exports, kept one more release.
+__getattr__ = forward(
+    __name__,
+    ("agentfsm.steps", "agentfsm._effects"),
+    frozenset({"EFFECTS", "Effect", "effects", "effects_of"}),
+)
+show_at(__name__, globals())

@@ -18,11 +18,11 @@ from typing import NoReturn, TypeAlias
 
 import attrs
 
-from ..hooks import global_hooks
-from ..machine import Edge, MachineTable, machine_named
-from ..modes.standard import STANDARD
-from ..run import Run
-from ..trace import Trace
+from .._hooks import global_hooks
+from .._machine import Edge, MachineTable, machine_named
+from .._modes.standard import STANDARD
+from .._run import Run
+from .._trace import Trace
 
 __all__ = ["EdgeCoverage", "assert_path", "edge_coverage", "matches_path"]
 

@@ -20,25 +20,25 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from ..chain import LLMChain
-from ..errors import AgentfsmError, ChainError
-from ..machine import Edge, MachineTable
-from ..messages import Message, ToolCall, ToolResult
-from ..middleware import HumanInTheLoop
-from ..modes.langchain import (
+from .._chain import LLMChain
+from .._errors import AgentfsmError, ChainError
+from .._machine import Edge, MachineTable
+from .._messages import Message, ToolCall, ToolResult
+from .._middleware import HumanInTheLoop
+from .._modes.langchain import (
     SINGLE_CALL,
     STEP,
     UNTIL_SUCCESS,
     UNTIL_TOOL_USED,
     WHILE_NEEDS_RESPONSE,
 )
-from ..modes.standard import StandardMode
-from ..paths import Path, paths
-from ..results import Continue, Failed, Paused, PipelineResult
-from ..run import Run
-from ..steps import reset_run_count
-from ..tools import Tool, ToolOutput, tool
-from ..trace import Trace
+from .._modes.standard import StandardMode
+from .._paths import Path, paths
+from .._results import Continue, Failed, Paused, PipelineResult
+from .._run import Run
+from .._steps import reset_run_count
+from .._tools import Tool, ToolOutput, tool
+from .._trace import Trace
 
 if TYPE_CHECKING:
     from _pytest.mark.structures import ParameterSet

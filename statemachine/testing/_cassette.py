@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from agentfsm.providers import WrapperModel
 
-from ..approval import DECIDED
-from ..errors import ChainError
-from ..messages import Message, MessageDelta
-from ..serialization import dump, load
-from ..tools import Tool
-from ..trace import Trace
+from .._approval import DECIDED
+from .._errors import ChainError
+from .._messages import Message, MessageDelta
+from .._serialization import dump, load
+from .._tools import Tool
+from .._trace import Trace
 
 if TYPE_CHECKING:
-    from agentfsm.providers.base import ChatModel, DeltaHandler
+    from agentfsm._chat_model import ChatModel, DeltaHandler
 
 __all__ = [
     "Cassette",
@@ -293,8 +293,8 @@ def _names_only(request: Mapping[str, Any]) -> bool:
 
 
 def _calls_model(trace: Trace, state: str) -> bool:
-    from ..effects import effects_of
-    from ..machine import machine_named
+    from .._effects import effects_of
+    from .._machine import machine_named
 
     table = machine_named(trace.machine, version=trace.machine_version)
     return any("model" in (effects_of(step) or ()) for step in table.steps.get(state, ()))

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from agentfsm.machine import MachineTable
-    from agentfsm.providers.base import ChatModel
-    from agentfsm.run import Run
+    from agentfsm._chat_model import ChatModel
+    from agentfsm._machine import MachineTable
+    from agentfsm._run import Run
     from agentfsm.store import SQLiteStore
 
 _COVERAGE = "agentfsm-coverage"
@@ -129,7 +129,7 @@ class CoverageReport:
         self.ratio: float | None = None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        from agentfsm.hooks import add_global_hook
+        from agentfsm._hooks import add_global_hook
 
         self._remove = add_global_hook(self.taken)
 
@@ -204,7 +204,7 @@ def machine_report(
 
     An untaken path that no run can take (:attr:`PathCase.unforceable`) says so.
     """
-    from agentfsm.paths import paths
+    from agentfsm._paths import paths
 
     untaken = [e for e in table.edges if not edges[(e.source, e.trigger)]]
     all_paths = paths(table)
@@ -249,7 +249,7 @@ def _n_runs(runs: Counter[Any]) -> int:
 
 def coverage_mermaid(table: MachineTable, edges: Counter[tuple[str, str]]) -> str:
     """The machine as a Mermaid state diagram, each edge labelled with its count."""
-    from agentfsm.paths import state_label
+    from agentfsm._paths import state_label
 
     lines = ["stateDiagram-v2"]
     for situation, state in table.entries.items():

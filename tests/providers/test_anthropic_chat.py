@@ -19,10 +19,8 @@ from anthropic.types.message_create_params import (
     MessageCreateParamsStreaming,
 )
 
-from agentfsm.errors import ChainError
-from agentfsm.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
+from agentfsm import ChainError, ContentPart, Message, MessageDelta, ToolCall, ToolResult, tool
 from agentfsm.providers import AnthropicChat, ModelSettings, RetryPolicy
-from agentfsm.tools import tool
 from tests.providers.anthropic_wire import (
     PING,
     StopReason,

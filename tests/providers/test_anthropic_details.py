@@ -16,11 +16,24 @@ pytest.importorskip("anthropic")
 
 from anthropic import types as wire
 
-from agentfsm import Agent, AgentState
-from agentfsm.errors import ChainError
-from agentfsm.messages import ContentPart, Message, Thinking, ToolCall, ToolResult
-from agentfsm.providers import AnthropicChat, ModelSettings
-from agentfsm.providers.rules import MODEL_RULES, ModelRule, ModelRules, rules_for
+from agentfsm import (
+    Agent,
+    AgentState,
+    ChainError,
+    ContentPart,
+    Message,
+    Thinking,
+    ToolCall,
+    ToolResult,
+)
+from agentfsm.providers import (
+    MODEL_RULES,
+    AnthropicChat,
+    ModelRule,
+    ModelRules,
+    ModelSettings,
+    rules_for,
+)
 from tests.providers.anthropic_wire import (
     _reply,
     block_stop,
@@ -223,7 +236,8 @@ def _expected_blocks() -> list[dict[str, Any]]:
 async def test_a_mixed_reply_goes_back_in_its_order_with_server_tool_blocks(
     server: FakeServer, chat: Callable[..., AnthropicChat], stream: bool, tmp_path: Path
 ) -> None:
-    from agentfsm.store import SQLiteStore, load_run, start_run
+    from agentfsm import start_run
+    from agentfsm.store import SQLiteStore, load_run
 
     first = Reply(events=_mixed_events()) if stream else Reply(json=_mixed_message())
     server.push(first, Reply(json=message("Sunny.")))

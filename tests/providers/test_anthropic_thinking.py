@@ -13,10 +13,9 @@ import pytest
 
 pytest.importorskip("anthropic")
 
-from agentfsm import Agent, AgentState
-from agentfsm.messages import Message, MessageDelta, Thinking, ToolCall, Usage
+from agentfsm import Agent, AgentState, Message, MessageDelta, Thinking, ToolCall, Usage
 from agentfsm.providers import AnthropicChat, ModelSettings
-from agentfsm.providers.anthropic import default_max_tokens, takes_sampling
+from agentfsm.providers._anthropic import default_max_tokens, takes_sampling
 from agentfsm.testing import assert_path
 from tests.providers.anthropic_wire import (
     block_stop,
@@ -249,7 +248,8 @@ async def test_prompt_cache_breakpoints_on_the_system_prompt_and_tools(
 async def test_thinking_and_usage_are_saved_in_checkpoints(
     server: FakeServer, chat: Callable[..., AnthropicChat], tmp_path: Path
 ) -> None:
-    from agentfsm.store import SQLiteStore, load_run, start_run
+    from agentfsm import start_run
+    from agentfsm.store import SQLiteStore, load_run
 
     server.push(
         Reply(

@@ -20,10 +20,17 @@ from openai.types.chat.completion_create_params import (
     CompletionCreateParamsStreaming,
 )
 
-from agentfsm.errors import ChainError
-from agentfsm.messages import ContentPart, Message, MessageDelta, ToolCall, ToolResult
+from agentfsm import (
+    ChainError,
+    ContentPart,
+    Message,
+    MessageDelta,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+    tool,
+)
 from agentfsm.providers import ModelSettings, OpenAIChat, RetryPolicy
-from agentfsm.tools import ToolContext, tool
 from tests.providers.conftest import checked_server, model_fixture
 from tests.providers.fake_server import FakeServer, Reply, request_validator, sse
 from tests.providers.openai_wire import FinishReason, chunk, completion, error_body, stream

@@ -16,11 +16,9 @@ pytest.importorskip("openai")
 
 from openai.types.chat import ChatCompletionChunk
 
-from agentfsm import Agent, AgentState
-from agentfsm.errors import ChainError
-from agentfsm.messages import Message, MessageDelta, Thinking, Usage
+from agentfsm import Agent, AgentState, ChainError, Message, MessageDelta, Thinking, Usage
 from agentfsm.providers import ModelSettings, OpenAIChat, RetryPolicy
-from agentfsm.providers.openai import is_reasoning_model
+from agentfsm.providers._openai import is_reasoning_model
 from agentfsm.testing import assert_path
 from tests.providers.conftest import checked_server, model_fixture
 from tests.providers.fake_server import FakeServer, Reply, sse

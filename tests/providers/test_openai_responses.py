@@ -18,9 +18,17 @@ pytest.importorskip("openai")
 
 from openai.types import responses as wire
 
-from agentfsm import Agent, AgentState
-from agentfsm.errors import ChainError
-from agentfsm.messages import ContentPart, Message, MessageDelta, Thinking, ToolCall, ToolResult
+from agentfsm import (
+    Agent,
+    AgentState,
+    ChainError,
+    ContentPart,
+    Message,
+    MessageDelta,
+    Thinking,
+    ToolCall,
+    ToolResult,
+)
 from agentfsm.providers import ModelSettings, OpenAIResponses, create_model
 from agentfsm.testing import assert_path
 from tests.providers.conftest import checked_server, model_fixture
@@ -185,7 +193,8 @@ def _think_then_call() -> tuple[Any, ...]:
 async def test_reasoning_items_go_back_through_a_tool_loop_and_a_checkpoint(
     server: FakeServer, reasoner: Callable[..., Any], stream: bool, tmp_path: Path
 ) -> None:
-    from agentfsm.store import SQLiteStore, load_run, start_run
+    from agentfsm import start_run
+    from agentfsm.store import SQLiteStore, load_run
 
     first = _think_then_call()
     second = (reasoning_item("rs_2", "", "ENCRYPTED-2"), text_item("Sunny.", "msg_2"))

@@ -14,11 +14,8 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("anthropic")
 
-from agentfsm.chain import LLMChain
-from agentfsm.messages import Message
+from agentfsm import LLMChain, Message, Ok, tool
 from agentfsm.providers import AnthropicChat, FallbackModel, OpenAIChat, RetryPolicy
-from agentfsm.results import Ok
-from agentfsm.tools import tool
 from tests.providers import anthropic_wire as wire
 from tests.providers.fake_server import FakeServer, Reply, Request, named_sse, sse
 from tests.providers.openai_wire import completion, error_body
@@ -135,7 +132,7 @@ def test_sync_doors_close_the_models_connections(make_server: Any) -> None:
 async def test_a_stream_cut_off_mid_way_is_discarded_before_the_fallback_answers(
     make_server: Callable[[str], FakeServer], closing: Callable[[Any], Any]
 ) -> None:
-    from agentfsm.messages import MessageDelta
+    from agentfsm import MessageDelta
     from tests.providers.openai_wire import chunk
 
     down = make_server("/v1")

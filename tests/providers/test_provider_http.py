@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from agentfsm.errors import ChainError
+from agentfsm import ChainError
+from agentfsm.providers import Limits, RetryPolicy
 from agentfsm.providers._model import parse_arguments
-from agentfsm.providers._transport import HttpTransport, Limits, RetryPolicy, retry_after
+from agentfsm.providers._transport import HttpTransport, retry_after
 from tests.providers.fake_server import FakeServer, Reply, sse
 
 BODY = {"hello": "world"}

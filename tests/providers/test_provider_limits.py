@@ -14,8 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentfsm.errors import ChainError
-from agentfsm.messages import Message
+from agentfsm import ChainError, Message
 from agentfsm.providers import AnthropicChat, Limits, OpenAIChat, RetryPolicy
 from agentfsm.providers._errors import redact
 from agentfsm.providers._sse import SSEDecoder, SSELimitError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentfsm.messages import Message
+from agentfsm import Message
 from agentfsm.providers import AnthropicChat, OpenAIChat, ScriptedModel, create_model
 
 

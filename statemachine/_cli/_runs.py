@@ -1,0 +1,686 @@
+"""``agentfsm runs list|show|resume|fork|compare``: the saved runs of a store, from the
+command line.
+
+``resume`` needs the agent the run was made with (its model and tools are code,
+not data): the demo agent by default, or any ``--agent module:attribute`` that
+is an :class:`~agentfsm.agent.Agent` or a function returning one, importable
+from the current folder (which goes on ``sys.path`` for ``--agent`` only, after
+the installed packages, so a file there never stands in for one of them).
+Every failure ends in one line on stderr and exit status 2. ``list`` and
+``show`` open the store read-only: they never change the file, and one that is
+not an agentfsm store is refused.
+Everything printed from the store goes through :func:`~agentfsm._printable.printable`.
+
+``--db`` is a path (SQLite) or a URL (``sqlite:///FILE``, ``postgresql://...``);
+one that names a durable engine's database (DBOS) lists and shows its runs, and
+``resume --decisions`` answers a durable run's approval requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+from .._agent import Agent
+from .._db_url import check_db
+from .._errors import (
+    AgentfsmError,
+    MachineChangedError,
+    ResumeError,
+    RunExistsError,
+    RunInUseError,
+    RunNotFoundError,
+    StoreError,
+)
+from .._machine import UnknownMachineError
+from .._middleware.human_in_the_loop import request_digest
+from .._printable import message_line, printable, short
+from .._serialization import FormatError, UnknownToolError, dump_trace
+from .._spec import import_attribute
+from .._trace import Transition
+from ..store import SavedRun, SQLiteStore, fork_run, load_run
+from . import _versions as _versions_cli
+
+__all__ = [
+    "DEFAULT_AGENT",
+    "DEFAULT_DB",
+    "UsageError",
+    "add_db_option",
+    "add_parser",
+    "db_flag",
+    "default_db",
+    "given_db",
+    "handle",
+    "load_agent",
+    "open_store",
+    "resume_hint",
+]
+
+#: The store used when ``--db`` is not given (the environment's AGENTFSM_DB wins).
+DEFAULT_DB = "agentfsm.db"
+#: The agent ``resume`` uses when ``--agent`` is not given.
+DEFAULT_AGENT = "agentfsm._demo:demo_agent"
+
+
+class UsageError(AgentfsmError):
+    """A mistake on the command line: said on stderr, exit status 2."""
+
+
+def default_db() -> str:
+    """The store used when ``--db`` is not given: ``$AGENTFSM_DB``, else ``agentfsm.db``."""
+    return os.environ.get("AGENTFSM_DB") or DEFAULT_DB
+
+
+def given_db(db: str | None) -> str:
+    """The database ``--db`` names (None: the default store); UsageError, naming the flag,
+    for an empty one or a URL of a database agentfsm does not run on."""
+    if db is None:
+        return default_db()
+    try:
+        return check_db(db, flag="--db")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def db_flag(db: str) -> str:
+    """`` --db PATH`` for a command line to print, or nothing for the default store."""
+    return "" if db == default_db() else f" --db {shlex.quote(db)}"
+
+
+def add_db_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--db PATH`` option every command that reads or writes a store takes."""
+    parser.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help=f"the SQLite store (default: $AGENTFSM_DB or {DEFAULT_DB})",
+    )
+
+
+def _say(out: TextIO, text: str) -> None:
+    print(printable(text), file=out)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``runs`` command to ``subparsers`` (from ``parser.add_subparsers()``).
+
+    The parsed namespace carries ``handler=handle``: call ``args.handler(args)``.
+    """
+    common = argparse.ArgumentParser(add_help=False)
+    add_db_option(common)
+    runs: argparse.ArgumentParser = subparsers.add_parser(
+        "runs",
+        help="list, show and resume saved runs",
+        description="The runs saved in a store: list them, show one, resume one. --db is a "
+        "path (SQLite) or a URL; a durable engine's database (sqlite:///FILE or a path the "
+        "worker made, postgresql://...) shows its durable runs.",
+    )
+    runs.set_defaults(handler=handle)
+    commands = runs.add_subparsers(
+        dest="runs_command", metavar="{list,show,resume,fork,compare,export,migrate,replay}"
+    )
+    commands.required = True
+    listing = commands.add_parser(
+        "list",
+        parents=[common],
+        help="every saved run, newest first",
+        description="Every run saved in the store, newest first: its id, status, the state it "
+        "rests at, its steps, when it last changed and a one-line summary.",
+    )
+    listing.add_argument("--json", action="store_true", help="the runs as a JSON list")
+    show = commands.add_parser(
+        "show",
+        parents=[common],
+        help="one run: status, path, messages",
+        description="One saved run: its status, each segment's transitions (steps and "
+        "segments count from 1), its messages, and for a run waiting on approval the "
+        "requests with the digests a decision carries.",
+    )
+    show.add_argument("run_id", metavar="RUN_ID", help="the run's id (agentfsm runs list)")
+    show.add_argument("--json", action="store_true", help="the run and its traces as JSON")
+    from ._machines_option import add_machines_option
+
+    add_machines_option(show)
+    resume = commands.add_parser(
+        "resume",
+        parents=[common],
+        help="continue a run from its last checkpoint",
+        description="Continue a saved run: one that stopped (a crash, a pause) goes on from "
+        "its last checkpoint; one waiting on approval takes --decisions (each bound to its "
+        "request's digest, as 'agentfsm runs show' prints them) and goes on from the state "
+        "that asked.",
+    )
+    resume.add_argument("run_id", metavar="RUN_ID", help="the run's id (agentfsm runs list)")
+    resume.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        default=None,
+        help="the agent to resume with: an Agent or a function returning one "
+        f"(default: the demo agent, {DEFAULT_AGENT})",
+    )
+    resume.add_argument(
+        "--policy",
+        choices=["compatible", "pinned"],
+        default=None,
+        help="for a run saved on another version of its machine: go on on the agent's "
+        "version where nothing the run depends on changed (compatible), or on the version it "
+        "was saved on (pinned); a mapping between versions is 'agentfsm runs migrate'",
+    )
+    resume.add_argument(
+        "--decisions",
+        metavar="JSON",
+        help="for a run waiting on approval: the decisions as JSON, one per request, e.g. "
+        '\'[{"type": "approve", "digest": "sha256:..."}]\'',
+    )
+    fork = commands.add_parser(
+        "fork",
+        parents=[common],
+        help="a new run that goes on from one step of a saved run",
+        description="Save a new run whose past is RUN_ID's up to STEP (numbered as the run "
+        "page numbers steps: 1 is the first transition). It rests where that step went; "
+        "'agentfsm runs resume NEW_ID' goes on from there. A step into a terminal (ok, "
+        "error, paused, interrupted) cannot be forked from.",
+    )
+    fork.add_argument("run_id", metavar="RUN_ID", help="the run to fork")
+    fork.add_argument(
+        "step", metavar="STEP", type=int, help="the step to go on from (1 is the first)"
+    )
+    fork.add_argument("--id", dest="new_id", metavar="NEW_ID", help="the new run's id")
+    add_machines_option(fork)
+    compare = commands.add_parser(
+        "compare",
+        parents=[common],
+        help="two runs' paths side by side, and where they part",
+        description="Two saved runs' steps side by side (a fork and the run it came from, "
+        "say), and the first step where they part.",
+    )
+    compare.add_argument("run_a", metavar="RUN_A", help="the first run's id")
+    compare.add_argument("run_b", metavar="RUN_B", help="the second run's id")
+    add_machines_option(compare)
+    export = commands.add_parser(
+        "export",
+        parents=[common],
+        help="a saved run as a cassette and a regression test",
+        description="Write a saved run's model calls as a cassette, and with --test a pytest "
+        "file that replays them through your agent and asserts every segment's path.",
+    )
+    export.add_argument("run_id", metavar="RUN_ID", help="the run to export")
+    export.add_argument(
+        "--cassette", metavar="FILE", required=True, help="where to write its model calls"
+    )
+    export.add_argument(
+        "--test",
+        metavar="FILE",
+        help="also write a pytest file that replays the cassette and asserts the run's path",
+    )
+    export.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="for --test: a function of the model that returns the agent to replay through",
+    )
+    add_machines_option(export)
+    _versions_cli.add_runs_commands(commands)  # migrate, replay: their own handlers
+    return runs
+
+
+def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run the parsed ``runs`` command; the exit status."""
+    out = out or sys.stdout
+    try:
+        db = given_db(args.db)
+    except UsageError as exc:
+        _say(sys.stderr, f"agentfsm runs: {exc}")
+        return 2
+    if _is_durable(db):
+        if args.runs_command in ("fork", "compare"):
+            _say(
+                sys.stderr,
+                f"agentfsm runs: {args.runs_command} reads an agentfsm store; "
+                f"{db} is a durable engine's database",
+            )
+            return 2
+        return _durable_runs(args, db, out)
+    db = _sqlite_path(db)
+    try:
+        if args.runs_command == "list":
+            return _list(open_store(db), out, as_json=args.json)
+        if args.runs_command == "show":
+            from ._machines_option import import_machines
+
+            import_machines(args.machines)
+            return _show(db, args.run_id, args.json, out)
+        if args.runs_command == "export":
+            from ._machines_option import import_machines
+
+            import_machines(args.machines)
+            return _export(db, args.run_id, args.cassette, args.test, args.agent, out)
+        if args.runs_command in ("fork", "compare"):
+            from ._machines_option import import_machines
+
+            import_machines(args.machines)
+            if args.runs_command == "fork":
+                return _fork(db, args.run_id, args.step, args.new_id, out)
+            return _compare(db, args.run_a, args.run_b, out)
+        return _resume(db, args.run_id, args.agent, args.decisions, out, args.policy)
+    except (
+        UsageError,
+        ValueError,
+        RunNotFoundError,
+        ResumeError,
+        RunExistsError,
+        RunInUseError,
+        StoreError,
+        FormatError,
+        UnknownToolError,
+        UnknownMachineError,
+    ) as exc:
+        _say(sys.stderr, f"agentfsm runs: {_one_line(exc)}")
+        return 2
+    except MachineChangedError as exc:  # a run of another version of its machine
+        _say(sys.stderr, f"agentfsm runs: {exc}")
+        return 2
+    except RecursionError:
+        run_id = getattr(args, "run_id", "")
+        _say(sys.stderr, f"agentfsm runs: run {run_id} is nested too deeply to show")
+        return 2
+
+
+def _export(
+    db: str, run_id: str, cassette: str, test: str | None, agent: str | None, out: TextIO
+) -> int:
+    """Write a saved run's model calls as a cassette, and a test that replays it."""
+    from ..testing import cassette_from_traces, regression_test
+
+    if test is not None and agent is None:
+        raise UsageError("--test needs --agent MODULE:ATTR, the agent to replay through")
+    from .._resume import execute_options
+
+    saved = load_run(open_store(db), run_id, strict=False)
+    text = None
+    if test is not None and agent is not None:  # before writing anything: it may refuse
+        options = execute_options(saved.options)
+        text = regression_test(saved.traces, cassette, agent=agent, test=test, options=options)
+    calls = cassette_from_traces(saved.traces, cassette)
+    _say(out, f"wrote {calls} model call(s) of run {run_id} to {cassette}")
+    if test is not None and text is not None:
+        Path(test).parent.mkdir(parents=True, exist_ok=True)
+        Path(test).write_text(text, "utf-8")
+        paths = "; ".join(t.path for t in saved.traces)
+        segments = f"{len(saved.traces)} segments' paths" if len(saved.traces) > 1 else "the path"
+        _say(out, f"wrote {test}: it replays {cassette} and asserts {segments} {paths}")
+    return 0
+
+
+def _fork(db: str, run_id: str, step: int, new_id: str | None, out: TextIO) -> int:
+    """Save the fork, then say where it rests and how to go on."""
+    store = open_store(db, read_only=False)
+    try:
+        fork_id = fork_run(store, run_id, step, new_id=new_id)
+        saved = load_run(store, fork_id, strict=False)
+    finally:
+        store.close()
+    _say(out, f"run {fork_id}: forked from {run_id} at step {step}, at {saved.state}")
+    _say(out, f"go on with: agentfsm runs resume {shlex.quote(fork_id)}{db_flag(db)}")
+    return 0
+
+
+def _compare(db: str, run_a: str, run_b: str, out: TextIO) -> int:
+    """Both runs' paths, step by step, and the first step where they part."""
+    from .._compare import compare_runs
+
+    store = open_store(db)
+    try:
+        comparison = compare_runs(
+            load_run(store, run_a, strict=False), load_run(store, run_b, strict=False)
+        )
+    finally:
+        store.close()
+    for line in comparison.lines():
+        _say(out, line)
+    return 0
+
+
+# ---------------------------------------------------------------- durable databases
+
+
+def _sqlite_path(db: str) -> str:
+    """The file a ``sqlite:///FILE`` URL names, or ``db`` itself."""
+    return db[len("sqlite:///") :] if db.startswith("sqlite:///") else db
+
+
+def _is_durable(db: str) -> bool:
+    """Whether ``--db`` names a durable engine's (DBOS) database, not an agentfsm store."""
+    if db.startswith(("postgresql://", "postgres://", "postgresql+")):
+        return True
+    path = _sqlite_path(db)
+    if not os.path.isfile(path):
+        return False
+    names = SQLiteStore.tables_in(path)
+    return names is not None and "workflow_status" in names and "runs" not in names
+
+
+def _durable_runs(args: argparse.Namespace, db: str, out: TextIO) -> int:
+    """``runs`` over a durable database (agentfsm.durable reads it): one line and exit 2
+    for any failure, the database's own included."""
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from ._durable import handle as durable_handle
+    except ImportError as exc:
+        _say(sys.stderr, f"agentfsm runs: {db} is a durable database: {exc}")
+        return 2
+    try:
+        return durable_handle(args, db, out)
+    except (AgentfsmError, ValueError) as exc:
+        _say(sys.stderr, f"agentfsm runs: {_one_line(exc)}")
+        return 2
+    except (SQLAlchemyError, OSError) as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [repr(exc)]
+        _say(sys.stderr, f"agentfsm runs: {db}: the database cannot be used: {reason[0]}")
+        return 2
+
+
+def _one_line(exc: Exception) -> str:
+    """An error's message on one line, whatever text it quotes."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def open_store(path: str, *, read_only: bool = True) -> SQLiteStore:
+    """The store at ``path``, read-only unless asked; a clear error when there is none.
+
+    Opening it for writing checks it read-only first, so a file that is not an
+    agentfsm store is refused before anything is written to it.
+    """
+    if not os.path.exists(path):
+        raise UsageError(f"no store at {path!r} (pass --db PATH or set AGENTFSM_DB)")
+    if os.path.isdir(path):
+        raise UsageError(f"--db {path!r} is a directory, not a store")
+    store = SQLiteStore(path, read_only=True)
+    if read_only:
+        return store
+    store.close()
+    return SQLiteStore(path)
+
+
+def load_agent(spec: str, *, from_cwd: bool = True) -> Agent:
+    """The agent named by ``module:attribute``: an Agent, or a function returning one.
+
+    With ``from_cwd`` a module in the current folder is importable: the folder goes
+    on ``sys.path`` after the installed packages (never in front of them)."""
+    value = import_attribute(spec, "--agent", UsageError, from_cwd=from_cwd)
+    if not isinstance(value, Agent) and callable(value):
+        try:
+            value = value()
+        except Exception as exc:
+            called = spec.partition(":")[2]
+            raise UsageError(
+                f"--agent {spec}: calling {called}() failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    if not isinstance(value, Agent):
+        raise UsageError(f"--agent {spec} is a {type(value).__name__}, not an Agent")
+    return value
+
+
+# ---------------------------------------------------------------- views
+
+
+def _when(timestamp: float) -> str:
+    return datetime.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _list(store: SQLiteStore, out: TextIO, *, as_json: bool = False) -> int:
+    runs = store.runs()
+    if as_json:
+        _say(out, json.dumps([attrs.asdict(r) for r in runs], indent=2, ensure_ascii=False))
+        return 0
+    if not runs:
+        _say(out, f"No saved runs in {store.path}.")
+        return 0
+    rows = [("RUN ID", "STATUS", "STATE", "STEPS", "UPDATED", "SUMMARY")]
+    rows += [
+        (
+            printable(r.run_id),
+            printable(r.status),
+            printable(r.state),
+            str(r.steps),
+            _when(r.updated),
+            short(printable(r.summary or "")),
+        )
+        for r in runs
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for row in rows:
+        cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
+        _say(out, "  ".join([*cells, row[5]]).rstrip())
+    return 0
+
+
+def _transition_line(index: int, t: Transition) -> str:
+    detail = f"  {json.dumps(t.detail, default=str)}" if t.detail else ""
+    return f"  {index:>3}  {t.source} --{t.trigger}--> {t.dest}  {t.elapsed * 1e3:.1f} ms{detail}"
+
+
+def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
+    saved = load_run(open_store(db), run_id, strict=False)
+    if as_json:
+        doc = {
+            "run_id": saved.run_id,
+            "status": saved.status,
+            "state": saved.state,
+            "options": dict(saved.options),
+            "traces": [dump_trace(t) for t in saved.traces],
+        }
+        if saved.forked_from is not None:
+            doc["forked_from"] = {"run_id": saved.forked_from[0], "step": saved.forked_from[1]}
+        requests = _action_requests(saved)
+        if requests:
+            doc["action_requests"] = requests
+        _say(out, json.dumps(doc, indent=2, ensure_ascii=False))
+        return 0
+    _say(
+        out,
+        f"run {saved.run_id}: {saved.status} at {saved.state}, {saved.steps} steps, "
+        f"{len(saved.traces)} segment(s)",
+    )
+    if saved.forked_from is not None:
+        _say(out, f"forked from {saved.forked_from[0]} at step {saved.forked_from[1]}")
+    if saved.options:
+        _say(out, f"options: {json.dumps(dict(saved.options))}")
+    summary = _summary(saved, db)
+    if summary:
+        _say(out, summary)
+    for line in _requests(saved):
+        _say(out, line)
+    step = 0  # steps and segments count from 1, as the run page, the studio and fork count
+    for number, trace in enumerate(saved.traces, 1):
+        _say(out, f"segment {number} (entered at {trace.entry}{_versions_cli.on(trace)}):")
+        for transition in trace:
+            step += 1  # numbered as the run page and `runs fork` number them
+            _say(out, _transition_line(step, transition))
+    _say(out, "messages:")
+    for message in saved.chain.messages:
+        _say(out, message_line(message))
+    return 0
+
+
+def _summary(saved: SavedRun, db: str) -> str | None:
+    state = saved.agent_state
+    if state is not None and state.error is not None:
+        return f"error: {state.error}"
+    if state is not None and state.pause_reason is not None:
+        return f"paused: {state.pause_reason}"
+    if state is not None and state.interrupt_data:
+        return "interrupted: " + resume_hint(saved.run_id, state.interrupt_data, db)
+    return None
+
+
+def _action_requests(saved: SavedRun) -> list[dict[str, Any]]:
+    """An interrupted run's action requests, each with the digest a decision may carry
+    (``{"type": "approve", "digest": ...}``) to approve exactly what is shown here."""
+    state = saved.agent_state
+    data = state.interrupt_data if state is not None else None
+    requests = (data or {}).get("action_requests")
+    if not isinstance(requests, list | tuple):
+        return []
+    return [
+        {**request, "digest": request_digest(request)}
+        for request in requests
+        if isinstance(request, Mapping)
+    ]
+
+
+def _requests(saved: SavedRun) -> list[str]:
+    """The action requests as lines, with their digests."""
+    return [
+        f"request {index}: {request.get('tool_name')}"
+        f"({json.dumps(request.get('arguments'), default=repr)}) "
+        f"call {request.get('tool_call_id')} digest {request['digest']}"
+        for index, request in enumerate(_action_requests(saved))
+    ]
+
+
+def _decisions(text: str | None) -> Sequence[Mapping[str, Any]] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--decisions is not JSON: {exc}") from exc
+    if not isinstance(value, list):
+        raise UsageError("--decisions takes a JSON list, one decision per approval request")
+    return value
+
+
+def resume_hint(run_id: str, interrupt_data: Mapping[str, Any] | None, db: str) -> str:
+    """The command that answers an interrupted run's approval requests."""
+    data = interrupt_data or {}
+    requests = [r for r in data.get("action_requests") or () if isinstance(r, Mapping)]
+    names = ", ".join(str(r.get("tool_name")) for r in requests) or "its interrupt"
+    configs = data.get("review_configs")
+    allowed: set[str] = set()
+    for request in requests:
+        config = configs.get(request.get("tool_name")) if isinstance(configs, Mapping) else None
+        if isinstance(config, Mapping) and isinstance(config.get("allowed_decisions"), list):
+            allowed.update(str(d) for d in config["allowed_decisions"])
+    # Bound to what is shown: each decision carries its request's digest.
+    example = json.dumps(
+        [{"type": "approve", "digest": request_digest(r)} for r in requests]
+        or [{"type": "approve"}]
+    )
+    return (
+        f"waiting for a decision on {names}; answer with: agentfsm runs resume "
+        f"{shlex.quote(run_id)}{db_flag(db)} --decisions {shlex.quote(example)}"
+        + (f" (one per request, type {' or '.join(sorted(allowed))})" if allowed else "")
+    )
+
+
+def _check_resumable(saved: SavedRun, decisions: object, agent: Agent, spec: str, db: str) -> None:
+    """Refuse, in the command line's own words, what the store would refuse in Python's."""
+    run_id = saved.run_id
+    if saved.status in ("ok", "error"):
+        raise UsageError(f"run {run_id} ended {saved.status}: there is nothing to resume")
+    if saved.status == "interrupted" and decisions is None:
+        state = saved.agent_state
+        data = state.interrupt_data if state is not None else None
+        raise UsageError(f"run {run_id} is interrupted, {resume_hint(run_id, data, db)}")
+    if saved.status != "interrupted" and decisions is not None:
+        raise UsageError(
+            f"--decisions answers an interrupted run; run {run_id} is {saved.status}: "
+            "resume it without --decisions"
+        )
+    if isinstance(decisions, list):
+        _check_bound(saved, decisions, db)
+    have = {t.name for t in agent.tools}
+    missing = sorted({n for n in saved.chain.tool_names if n not in have})
+    if missing:
+        raise UsageError(
+            f"the agent of --agent {spec} lacks tools run {run_id} used: {', '.join(missing)}; "
+            "pass the --agent the run was made with"
+        )
+
+
+def _check_bound(saved: SavedRun, decisions: Sequence[object], db: str) -> None:
+    """Refuse a decision that carries no digest: the command line is the wire, and a
+    decision on it approves only the request it was made on (the Python API's
+    ``unbound=True`` has no flag here)."""
+    for index, decision in enumerate(decisions):
+        if isinstance(decision, Mapping) and decision.get("digest") is None:
+            run_id = saved.run_id
+            state = saved.agent_state
+            data = state.interrupt_data if state is not None else None
+            raise UsageError(
+                f"decision {index} carries no digest of the request it decides; "
+                f"agentfsm runs show {shlex.quote(run_id)}{db_flag(db)} lists each request "
+                f"with its digest. Run {run_id} is {resume_hint(run_id, data, db)}"
+            )
+
+
+def _resume(
+    db: str,
+    run_id: str,
+    agent_spec: str | None,
+    decisions_text: str | None,
+    out: TextIO,
+    policy: str | None = None,
+) -> int:
+    decisions = _decisions(decisions_text)
+    agent = load_agent(agent_spec or DEFAULT_AGENT, from_cwd=agent_spec is not None)
+    agent_spec = agent_spec or DEFAULT_AGENT
+    store = open_store(db, read_only=False)
+    before = load_run(store, run_id, strict=False)
+    _check_resumable(before, decisions, agent, agent_spec, db)
+    _say(out, f"resuming run {run_id} ({before.status} at {before.state})")
+    from .._versions import compatible, pinned, resuming
+
+    try:
+        if policy is None:
+            agent.resume_run_sync(run_id, store, decisions)
+        else:
+            with resuming(compatible if policy == "compatible" else pinned):
+                agent.resume_run_sync(run_id, store, decisions)
+    except MachineChangedError as exc:
+        if policy is None:
+            hint = (
+                f"From the shell: agentfsm runs resume {shlex.quote(run_id)}{db_flag(db)} "
+                f"--agent {agent_spec} --policy compatible (or pinned)"
+            )
+        else:
+            hint = (
+                f"--policy {policy} does not allow it: map its states onto the new version "
+                "with 'agentfsm runs migrate --policy mapped' (docs: Changing a machine)"
+            )
+        raise UsageError(f"{exc} {hint}") from exc
+    except ValueError as exc:  # decisions that do not fit the interrupt
+        if isinstance(exc, ResumeError | FormatError):
+            raise
+        raise UsageError(str(exc)) from exc
+    after = load_run(store, run_id, strict=False)
+    state = after.agent_state
+    trace = after.trace
+    start = len(before.trace) if len(after.traces) == len(before.traces) else 0
+    if len(after.traces) > len(before.traces):
+        _say(out, f"segment {len(after.traces)} (entered at {trace.entry}):")
+    prior = sum(len(t) for t in after.traces[:-1])  # steps count from 1 over every segment
+    for index, transition in enumerate(trace.transitions[start:], prior + start + 1):
+        _say(out, _transition_line(index, transition))
+    _say(out, f"run {run_id}: {after.status} at {after.state}")
+    if state is None:
+        return 0
+    if state.error is not None:
+        _say(out, f"error: {state.error}")
+    elif state.pause_reason is not None:
+        _say(out, f"paused: {state.pause_reason}")
+    elif state.status == "interrupted":
+        _say(out, "interrupted: " + resume_hint(run_id, state.interrupt_data, db))
+    elif state.messages:
+        _say(out, f"answer: {short(state.messages[-1].text, 200)}")
+    return 1 if state.status == "error" else 0
