@@ -1,0 +1,100 @@
+"""``agentfsm.serve``: an agent's runs served to a user interface (AG-UI) and to other
+agents (A2A), over ASGI (``pip install 'agentfsm[serve]'``).
+
+:func:`create_app` is a Starlette app that speaks AG-UI: each run's transitions are
+``STEP_STARTED``/``STEP_FINISHED`` events named by the machine's states (the trigger
+and destination in the finished step's metadata), with the reply's text as it
+streams, tool calls and their results, ``STATE_SNAPSHOT``/``STATE_DELTA`` of the
+machine's position and the agent's state, and ``RUN_ERROR`` with the run's error
+type. An approval ends the run with AG-UI interrupts, one per gated call, answered
+by a ``resume`` through the same claim as every other decision. Runs are saved in
+the store, so the studio shows them, and they go on when the client goes away.
+
+Untrusted by default, as the studio is: loopback only unless a token is given, no
+other site's page unless its origin is named, bodies bounded.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final, TextIO
+
+from starlette.middleware import Middleware
+
+from ._agui import Served, agui_routes, make_app
+from ._guard import COOKIE, Guard
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from agentfsm import Agent
+    from agentfsm.store import Store
+
+__all__ = ["COOKIE", "MAX_BODY", "create_app", "serve"]
+
+#: The largest request body taken, in bytes, unless ``max_body`` says otherwise.
+MAX_BODY: Final = 1 << 20
+
+
+def create_app(
+    agent: Agent,
+    store: Store | str,
+    *,
+    token: str | None = None,
+    origins: Iterable[str] = (),
+    max_body: int = MAX_BODY,
+    keep: int = 256,
+) -> Starlette:
+    """The AG-UI app of ``agent``; its runs saved in ``store`` (a store, or a SQLite path).
+
+    ``token``, when given, is needed by every request (``Authorization: Bearer``);
+    without it only requests addressed to a loopback host are answered. ``origins``
+    are the other sites whose pages may call the app (CORS); none by default.
+    ``max_body`` bounds a request's body; ``keep`` how many runs' event streams are
+    kept for clients to come back to.
+    """
+    if max_body < 1:
+        raise ValueError(f"max_body is a positive number of bytes, got {max_body!r}")
+    served = Served(agent, store, keep=keep)
+    guard = Middleware(Guard, token=token, origins=tuple(origins), max_body=max_body)
+    return make_app(served, agui_routes(served), [guard])
+
+
+def serve(
+    app: Any,
+    *,
+    host: str | None = None,
+    port: int = 0,
+    token: str | None = None,
+    out: TextIO | None = None,
+) -> None:
+    """Serve ``app`` until interrupted; its address goes to ``out``.
+
+    Without ``host`` it listens on 127.0.0.1. With ``host`` the app must have been
+    made with ``token`` (it is refused otherwise: anyone on the network could run
+    the agent). Port 0 takes a free port.
+    """
+    import uvicorn
+
+    out = out or sys.stdout
+    if host is not None and token is None:
+        raise ValueError("serving beyond loopback needs the app's token: create_app(token=...)")
+    bind = host or "127.0.0.1"
+    family = socket.AF_INET6 if ":" in bind.strip("[]") else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((bind.strip("[]"), port))
+    sock.listen(128)
+    shown = f"[{bind.strip('[]')}]" if family == socket.AF_INET6 else bind
+    print(f"agentfsm serve: http://{shown}:{sock.getsockname()[1]}/", file=out)
+    out.flush()
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def new_token() -> str:
+    """A token to serve with."""
+    return secrets.token_urlsafe(24)
