@@ -47,6 +47,8 @@ def create_app(
     origins: Iterable[str] = (),
     max_body: int = MAX_BODY,
     keep: int = 256,
+    a2a_url: str | None = None,
+    description: str | None = None,
 ) -> Starlette:
     """The AG-UI app of ``agent``; its runs saved in ``store`` (a store, or a SQLite path).
 
@@ -55,12 +57,21 @@ def create_app(
     are the other sites whose pages may call the app (CORS); none by default.
     ``max_body`` bounds a request's body; ``keep`` how many runs' event streams are
     kept for clients to come back to.
+
+    ``a2a_url`` (the address other agents reach this app at) serves the agent over
+    A2A too: its card at ``/.well-known/agent-card.json`` (``description`` says what
+    it does; by default its machine and tools), JSON-RPC at ``/a2a``.
     """
     if max_body < 1:
         raise ValueError(f"max_body is a positive number of bytes, got {max_body!r}")
     served = Served(agent, store, keep=keep)
     guard = Middleware(Guard, token=token, origins=tuple(origins), max_body=max_body)
-    return make_app(served, agui_routes(served), [guard])
+    routes: list[Any] = list(agui_routes(served))
+    if a2a_url is not None:
+        from ._a2a import a2a_routes
+
+        routes += a2a_routes(served, a2a_url, description=description)
+    return make_app(served, routes, [guard])
 
 
 def serve(

@@ -357,7 +357,7 @@ def closing(served: Served) -> Any:
         served.close()
 
 
-def make_app(served: Served, routes: list[Route], middleware: list[Any]) -> Starlette:
+def make_app(served: Served, routes: list[Any], middleware: list[Any]) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         with closing(served):

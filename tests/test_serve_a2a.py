@@ -1,0 +1,192 @@
+"""agentfsm.serve over A2A, driven by the a2a-sdk's own client over real HTTP.
+
+The served agent's card is read as the SDK reads it; a task is a run saved in the
+store; an approval is ``input-required``, answered by the client's next message on
+the task with decisions bound by the requests' digests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import pathlib
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("a2a", reason="agentfsm[serve] is not installed")
+pytest.importorskip("uvicorn", reason="agentfsm[serve] is not installed")
+
+import httpx
+import uvicorn
+from a2a.client import A2ACardResolver, ClientConfig, create_client
+from a2a.helpers import get_data_parts, get_message_text, new_data_part, new_text_part
+from a2a.types import Message, Role, SendMessageRequest, TaskState
+
+from agentfsm import Agent, HumanInTheLoop, tool
+from agentfsm.providers import ScriptedModel, call_tool, say
+from agentfsm.serve import create_app
+from agentfsm.store import SQLiteStore, load_run
+
+
+@contextlib.contextmanager
+def serving_at(make: Callable[[str], Any]) -> Iterator[str]:
+    """The app ``make(base)`` builds for its own address, served on a free loopback port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    config = uvicorn.Config(make(base), log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the app did not start"
+        time.sleep(0.02)
+    try:
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@tool
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def user(parts: list[Any], task_id: str = "", context_id: str = "") -> SendMessageRequest:
+    message = Message(
+        message_id=uuid.uuid4().hex,
+        role=Role.ROLE_USER,
+        parts=parts,
+        task_id=task_id or None,
+        context_id=context_id or None,
+    )
+    return SendMessageRequest(message=message)
+
+
+async def send(base: str, request: SendMessageRequest) -> list[Any]:
+    client = await create_client(base, ClientConfig(streaming=True))
+    try:
+        return [event async for event in client.send_message(request)]
+    finally:
+        await client.close()
+
+
+def statuses(events: list[Any]) -> list[tuple[int, dict[str, Any]]]:
+    found = []
+    for event in events:
+        if event.HasField("status_update"):
+            update = event.status_update
+            found.append((update.status.state, dict(update.metadata)))
+    return found
+
+
+def transitions(events: list[Any]) -> list[str]:
+    return [
+        f"{m['source']} {m['trigger']} {m['dest']}"
+        for state, m in statuses(events)
+        if state == TaskState.TASK_STATE_WORKING and m
+    ]
+
+
+def test_the_card_says_what_the_agent_does(tmp_path: pathlib.Path) -> None:
+    agent = Agent(
+        ScriptedModel([say("hi")]),
+        [add, delete_file],
+        name="clerk",
+        middleware=[HumanInTheLoop({"delete_file": True})],
+    )
+
+    async def read(base: str) -> Any:
+
+        async with httpx.AsyncClient() as http:
+            return await A2ACardResolver(http, base).get_agent_card()
+
+    with serving_at(
+        lambda base: create_app(agent, str(tmp_path / "runs.db"), a2a_url=base)
+    ) as base:
+        card = asyncio.run(read(base))
+    assert card.name == "clerk"
+    assert (
+        card.description
+        == "An agentfsm agent on the standard machine with tools: add, delete_file."
+    )
+    assert [(s.id, list(s.tags)) for s in card.skills] == [
+        ("add", ["tool"]),
+        ("delete_file", ["tool", "needs-approval"]),
+    ]
+    assert card.supported_interfaces[0].url == base + "/a2a"
+    assert card.capabilities.streaming
+
+
+def test_an_a2a_client_drives_a_task_through_an_approval(tmp_path: pathlib.Path) -> None:
+    db = str(tmp_path / "runs.db")
+    model = ScriptedModel([call_tool("delete_file", path="old.txt"), say("Done.")])
+    agent = Agent(model, [delete_file], middleware=[HumanInTheLoop({"delete_file": True})])
+
+    async def drive(base: str) -> tuple[list[Any], list[Any]]:
+        first = await send(base, user([new_text_part("Clean up")]))
+        task = next(e.task for e in first if e.HasField("task"))
+        return first, [task]
+
+    with serving_at(lambda base: create_app(agent, db, a2a_url=base)) as base:
+        first, (task,) = asyncio.run(drive(base))
+        assert transitions(first) == [
+            "expanding expanded calling",
+            "calling called interrupt_check",
+            "interrupt_check interrupted interrupted",
+        ]
+        state, _ = statuses(first)[-1]
+        assert state == TaskState.TASK_STATE_INPUT_REQUIRED
+        asking = first[-1].status_update.status.message
+        assert get_message_text(asking).startswith("Approval needed: delete_file(")
+        (asked,) = get_data_parts(asking.parts)
+        (request,) = asked["requests"]
+        assert request["tool_name"] == "delete_file"
+
+        forged = {"decisions": [{"type": "approve", "digest": "sha256:" + "0" * 64}]}
+        refused = asyncio.run(send(base, user([new_data_part(forged)], task.id, task.context_id)))
+        assert statuses(refused)[-1][0] == TaskState.TASK_STATE_INPUT_REQUIRED
+        said = get_message_text(refused[-1].status_update.status.message)
+        assert said.startswith("The answer was refused:")
+
+        decided = {"decisions": [{"type": "approve", "digest": request["digest"]}]}
+        second = asyncio.run(send(base, user([new_data_part(decided)], task.id, task.context_id)))
+        assert transitions(second) == [
+            "interrupt_check clear executing",
+            "executing executed propagating",
+            "propagating propagated until_check",
+            "until_check unsatisfied deciding",
+            "deciding loop expanding",
+            "expanding expanded calling",
+            "calling called interrupt_check",
+            "interrupt_check clear executing",
+            "executing executed propagating",
+            "propagating propagated until_check",
+            "until_check unsatisfied deciding",
+            "deciding done ok",
+        ]
+        assert statuses(second)[-1][0] == TaskState.TASK_STATE_COMPLETED
+        assert get_message_text(second[-1].status_update.status.message) == "Done."
+    with SQLiteStore(db) as store:  # the task is the run, saved as any other
+        saved = load_run(store, task.id, strict=False)
+    assert saved.status == "ok"
+    assert len(saved.traces) == 2
+    assert (saved.traces[1].transitions[1].detail or {})["decisions"] == {
+        request["tool_call_id"]: "approve"
+    }
