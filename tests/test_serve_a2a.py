@@ -190,3 +190,68 @@ def test_an_a2a_client_drives_a_task_through_an_approval(tmp_path: pathlib.Path)
     assert (saved.traces[1].transitions[1].detail or {})["decisions"] == {
         request["tool_call_id"]: "approve"
     }
+
+
+# ---------------------------------------------------------------- a remote agent as a child
+
+
+def test_a_remote_agent_is_a_tool_whose_machine_is_traced_as_the_calls_child(
+    tmp_path: pathlib.Path,
+) -> None:
+    from agentfsm.serve import RemoteAgent
+
+    remote_model = ScriptedModel([call_tool("add", a=1, b=2), say("It is 3.")])
+    remote = Agent(remote_model, [add], name="adder")
+    with serving_at(lambda base: create_app(remote, str(tmp_path / "r.db"), a2a_url=base)) as base:
+        helper = RemoteAgent("adder", "Adds numbers", base)
+        lead_model = ScriptedModel([call_tool("adder", task="What is 1+2?"), say("3, it says.")])
+        lead = Agent(lead_model, [helper])
+        run = lead.start("Ask the adder")
+        run.run_sync()
+    assert run.agent_state.status == "ok"
+    executing = next(t for t in run.trace.transitions if t.source == "executing")
+    (child,) = executing.children
+    assert child.machine == "standard"
+    assert [f"{t.source} {t.trigger} {t.dest}" for t in child.transitions] == [
+        "expanding expanded calling",
+        "calling called interrupt_check",
+        "interrupt_check clear executing",
+        "executing executed propagating",
+        "propagating propagated until_check",
+        "until_check unsatisfied deciding",
+        "deciding loop expanding",
+        "expanding expanded calling",
+        "calling called interrupt_check",
+        "interrupt_check clear executing",
+        "executing executed propagating",
+        "propagating propagated until_check",
+        "until_check unsatisfied deciding",
+        "deciding done ok",
+    ]
+    assert lead_model.requests[1].messages[-1].tool_results[0].text == "It is 3."
+
+
+def test_a_remote_approval_interrupts_the_parent_and_is_answered_there(
+    tmp_path: pathlib.Path,
+) -> None:
+    from agentfsm.serve import RemoteAgent
+
+    model = ScriptedModel([call_tool("delete_file", path="old.txt"), say("Deleted.")])
+    remote = Agent(model, [delete_file], middleware=[HumanInTheLoop({"delete_file": True})])
+    with serving_at(lambda base: create_app(remote, str(tmp_path / "r.db"), a2a_url=base)) as base:
+        janitor = RemoteAgent("janitor", "Deletes files", base)
+        lead_model = ScriptedModel([call_tool("janitor", task="Delete old.txt"), say("Done.")])
+        lead = Agent(lead_model, [janitor])
+        state = lead.execute_sync("Clean up")
+        assert state.status == "interrupted"
+        assert state.interrupted_at == "propagating"
+        data = state.interrupt_data or {}
+        assert data["type"] == "remote_agent"
+        (request,) = data["requests"]
+        assert request["tool_name"] == "delete_file"
+        decision = {"type": "approve", "digest": request["digest"]}
+        answered = asyncio.run(janitor.answer(state, [decision]))
+        state = lead.execute_sync(answered)
+    assert state.status == "ok"
+    assert state.messages[-1].text == "Done."
+    assert lead_model.requests[1].messages[-1].tool_results[0].text == "Deleted."

@@ -27,13 +27,26 @@ from starlette.middleware import Middleware
 from ._agui import Served, agui_routes, make_app
 from ._guard import COOKIE, Guard
 
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        """``RemoteAgent``, imported when first asked for (it needs the A2A client)."""
+        if name == "RemoteAgent":
+            from ._remote import RemoteAgent
+
+            return RemoteAgent
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from agentfsm import Agent
     from agentfsm.store import Store
 
-__all__ = ["COOKIE", "MAX_BODY", "create_app", "serve"]
+    from ._remote import RemoteAgent
+
+__all__ = ["COOKIE", "MAX_BODY", "RemoteAgent", "create_app", "serve"]
 
 #: The largest request body taken, in bytes, unless ``max_body`` says otherwise.
 MAX_BODY: Final = 1 << 20

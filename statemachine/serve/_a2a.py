@@ -143,7 +143,12 @@ class Executor(AgentExecutor):
         try:
             while not run.done:
                 t = await run.step()
-                meta = {"source": t.source, "trigger": t.trigger, "dest": t.dest}
+                meta = {
+                    "machine": run.table.name,
+                    "source": t.source,
+                    "trigger": t.trigger,
+                    "dest": t.dest,
+                }
                 await updater.update_status(TaskState.TASK_STATE_WORKING, metadata=meta)
         finally:
             self.running.pop(task_id, None)
