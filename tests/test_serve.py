@@ -28,9 +28,21 @@ from ag_ui.core import (
     UserMessage,
 )
 
-from agentfsm import Agent, Approval, HumanInTheLoop, tool
+from agentfsm import (
+    Agent,
+    Approval,
+    Continue,
+    Edge,
+    HumanInTheLoop,
+    LLMChain,
+    MachineTable,
+    Message,
+    Ok,
+    tool,
+)
 from agentfsm.providers import ScriptedModel, call_tool, fail, say
-from agentfsm.serve import create_app
+from agentfsm.serve import ServedMachine, create_app
+from agentfsm.steps import call_llm, check_max_runs, check_response_complete
 from agentfsm.store import RunNotFoundError, SQLiteStore, load_run
 from tests.test_studio import serving
 
@@ -383,3 +395,59 @@ def test_a_token_is_needed_when_given_and_named_origins_get_cors(db: str) -> Non
         allowed = {**JSON, "Authorization": "Bearer s3cret", "Origin": "https://app.example"}
         events = post(base, given("r1"), **allowed)
         assert events[-1][1].type == EventType.RUN_FINISHED
+
+
+# ---------------------------------------------------------------- a machine you declared
+
+
+def must_cite(result: Any, opts: Any) -> Any:
+    """An answer naming a source ends the run; otherwise ask again."""
+    if not isinstance(result, Continue):
+        return result
+    if "source:" in result.chain.last_message.text:
+        return Ok(result.chain)
+    return Continue(result.chain.add_message(Message.user("Name your source.")))
+
+
+CITED = MachineTable(
+    name="served_cited",
+    steps={
+        "answering": (check_max_runs, call_llm, check_response_complete),
+        "checking": (must_cite,),
+    },
+    terminals=("ok", "paused", "error"),
+    entries={"fresh": "answering"},
+    edges=(
+        Edge("answering", "checking", on=Continue, trigger="answered", why="the model replied"),
+        Edge("checking", "ok", on=Ok, trigger="cited", why="the answer names a source"),
+        Edge("checking", "answering", on=Continue, trigger="retry", why="no source yet"),
+    ),
+)
+
+
+def test_a_machine_you_declared_is_served_by_its_own_states(db: str) -> None:
+    model = ScriptedModel([say("Paris."), say("Paris. source: an atlas")])
+    served = ServedMachine(
+        CITED, lambda messages: LLMChain(model, messages=messages), {"max_runs": 3}
+    )
+    with serving(create_app(served, db)) as base:
+        events = post(base, given("r1", "Capital of France?"))
+    assert steps(events) == [
+        "answering answered checking",
+        "checking retry answering",
+        "answering answered checking",
+        "checking cited ok",
+    ]
+    assert events[1][1].snapshot["machine"] == {
+        "name": "served_cited",
+        "version": 1,
+        "state": "answering",
+    }
+    texts = [e.delta for _, e in events if e.type == EventType.TEXT_MESSAGE_CONTENT]
+    assert texts == ["Paris.", "Paris. source: an atlas"]
+    assert [m.role for m in events[-2][1].messages] == ["user", "assistant", "user", "assistant"]
+    assert events[-1][1].result == {"status": "ok", "text": "Paris. source: an atlas"}
+    with SQLiteStore(db) as store:
+        saved = load_run(store, "r1", strict=False)
+    assert saved.status == "ok"
+    assert saved.trace.machine == "served_cited"

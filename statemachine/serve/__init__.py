@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from starlette.middleware import Middleware
 
-from ._agui import Served, agui_routes, make_app
+from ._agui import Served, ServedMachine, agui_routes, make_app
 from ._guard import COOKIE, Guard
 
 if not TYPE_CHECKING:
@@ -46,14 +46,14 @@ if TYPE_CHECKING:
 
     from ._remote import RemoteAgent
 
-__all__ = ["COOKIE", "MAX_BODY", "RemoteAgent", "create_app", "serve"]
+__all__ = ["COOKIE", "MAX_BODY", "RemoteAgent", "ServedMachine", "create_app", "serve"]
 
 #: The largest request body taken, in bytes, unless ``max_body`` says otherwise.
 MAX_BODY: Final = 1 << 20
 
 
 def create_app(
-    agent: Agent,
+    agent: Agent | ServedMachine,
     store: Store | str,
     *,
     token: str | None = None,
@@ -64,6 +64,10 @@ def create_app(
     description: str | None = None,
 ) -> Starlette:
     """The AG-UI app of ``agent``; its runs saved in ``store`` (a store, or a SQLite path).
+
+    ``agent`` is an :class:`~agentfsm.Agent` (on the standard machine or any machine
+    it runs), or a :class:`ServedMachine`: a machine you declared, with the chain its
+    runs start on.
 
     ``token``, when given, is needed by every request (``Authorization: Bearer``);
     without it only requests addressed to a loopback host are answered. ``origins``
@@ -83,6 +87,8 @@ def create_app(
     if a2a_url is not None:
         from ._a2a import a2a_routes
 
+        if isinstance(agent, ServedMachine):
+            raise TypeError("A2A serves an Agent (its card is made of its tools)")
         routes += a2a_routes(served, a2a_url, description=description)
     return make_app(served, routes, [guard])
 

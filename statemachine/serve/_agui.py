@@ -16,9 +16,10 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final
 
+import attrs
 import pydantic
 from ag_ui.core import (
     AssistantMessage,
@@ -36,11 +37,13 @@ from starlette.routing import Route
 
 from agentfsm import (
     Agent,
-    AgentRun,
     AgentState,
     Approval,
     DecisionError,
+    LLMChain,
+    MachineTable,
     Message,
+    Run,
     ToolCall,
     ToolResult,
 )
@@ -51,6 +54,7 @@ from agentfsm.store import (
     RunNotFoundError,
     SQLiteStore,
     Store,
+    checkpoint,
     load_run,
     restore_run,
     start_run,
@@ -58,13 +62,30 @@ from agentfsm.store import (
 
 from ._feed import Feed, Translator, interrupts_of
 
-__all__ = ["Served", "agui_routes"]
+__all__ = ["Served", "ServedMachine", "agui_routes"]
 
 _log = logging.getLogger("agentfsm.serve")
 
 _RUN_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 #: Seconds of silence after which a stream says it is still there.
 KEEPALIVE: Final = 15.0
+
+
+@attrs.frozen
+class ServedMachine:
+    """A machine you declared, served without an agent: each run starts at the table's
+    first entry on ``chain(messages)``, with ``options``. Its runs are saved and
+    streamed as an agent's are; an interrupted one is answered from Python (its
+    answer is the machine's own), not over the protocol."""
+
+    table: MachineTable
+    chain: Callable[[tuple[Message, ...]], LLMChain]
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def start(self, messages: tuple[Message, ...]) -> Run:
+        self.table.options.of(self.options)
+        entry = next(iter(self.table.entries.values()))
+        return Run(self.table, self.chain(messages), entry, self.options)
 
 
 class InputError(ValueError):
@@ -74,8 +95,8 @@ class InputError(ValueError):
 class Served:
     """The app's state: the agent, the store, the live feeds and the tasks running."""
 
-    def __init__(self, agent: Agent, store: Store | str, *, keep: int) -> None:
-        self.agent = agent
+    def __init__(self, target: Agent | ServedMachine, store: Store | str, *, keep: int) -> None:
+        self.target = target
         self.store: Store = SQLiteStore(store) if isinstance(store, str) else store
         self._owns_store = isinstance(store, str)
         self.feeds: dict[str, Feed] = {}
@@ -104,9 +125,14 @@ class Served:
 
     def start(self, given: RunAgentInput) -> Feed:
         """A new run of the agent over the conversation sent, saved, going."""
-        state = AgentState(messages=conversation(given.messages))
+        messages = conversation(given.messages)
         try:
-            run = start_run(self.agent, state, self.store, run_id=given.run_id)
+            if isinstance(self.target, ServedMachine):
+                run = self.target.start(messages)
+                checkpoint(run, self.store, run_id=given.run_id)
+            else:
+                state = AgentState(messages=messages)
+                run = start_run(self.target, state, self.store, run_id=given.run_id)
         except RunExistsError as exc:
             raise Conflict(str(exc)) from exc
         feed = Feed(given.thread_id, given.run_id, given.run_id)
@@ -117,6 +143,8 @@ class Served:
     async def resume(self, given: RunAgentInput) -> Feed:
         """The interrupted run the input answers, resumed with its answer, going."""
         assert given.resume is not None
+        if not isinstance(self.target, Agent):
+            raise Conflict("this app serves a machine, not an agent: answer its runs in Python")
         store_run = self._answered_run(given)
         saved = await asyncio.to_thread(load_run, self.store, store_run, strict=False)
         state = saved.agent_state
@@ -124,7 +152,7 @@ class Served:
             raise Conflict(f"run {store_run!r} is {saved.status}: it waits for no answer")
         answer = answer_of(store_run, state.interrupt_data, given.resume)
         try:
-            run = await restore_run(self.agent, store_run, self.store, answer)
+            run = await restore_run(self.target, store_run, self.store, answer)
         except (RunInUseError, ResumeError) as exc:
             raise Conflict(str(exc)) from exc
         feed = Feed(given.thread_id, given.run_id, store_run)
@@ -142,7 +170,14 @@ class Served:
             return parent
         raise InputError("a resume names the run it answers: parentRunId")
 
-    def _go(self, run: AgentRun, feed: Feed) -> None:
+    @property
+    def agent(self) -> Agent:
+        """The agent served (A2A serves agents only)."""
+        if not isinstance(self.target, Agent):
+            raise TypeError("A2A serves an Agent; this app serves a machine")
+        return self.target
+
+    def _go(self, run: Run, feed: Feed) -> None:
         self._add(feed)
         task = asyncio.create_task(_drive(run, feed), name=f"agentfsm serve {feed.run_id}")
         self.tasks.add(task)
@@ -158,7 +193,7 @@ class Conflict(ValueError):
     """The run is not where the request needs it (409): taken, answered, or over."""
 
 
-async def _drive(run: AgentRun, feed: Feed) -> None:
+async def _drive(run: Run, feed: Feed) -> None:
     """Step ``run`` to its end, telling ``feed`` everything: the client is not awaited."""
     say = Translator(feed, len(run.chain.messages), lambda: _agent_state(run))
     say.started(run.table.name, run.table.version, run.state)
@@ -174,7 +209,7 @@ async def _drive(run: AgentRun, feed: Feed) -> None:
     say.ended(run.result, run.result.chain.messages)
 
 
-def _agent_state(run: AgentRun) -> Mapping[str, Any]:
+def _agent_state(run: Run) -> Mapping[str, Any]:
     state = run.chain.custom_context.get("state")
     return state if isinstance(state, Mapping) else {}
 
