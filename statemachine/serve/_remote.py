@@ -15,6 +15,7 @@ answer as the tool's result, to run on.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Mapping
 from typing import Any, Final
@@ -195,6 +196,10 @@ class RemoteAgent(Tool):
         if isinstance(outcome, ToolOutput) and outcome.interrupt is not None:
             return answered.interrupt({**outcome.interrupt, "tool_call_id": call})
         return attrs.evolve(answered, status="new", interrupt_data=None, interrupted_at=None)
+
+    def answer_sync(self, state: AgentState, answer: Any) -> AgentState:
+        """:meth:`answer` for scripts (no event loop running in this thread)."""
+        return asyncio.run(self.answer(state, answer))
 
 
 def _moved(event: Any) -> dict[str, str] | None:
