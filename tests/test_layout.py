@@ -32,6 +32,7 @@ VIEWS = (
     "agentfsm.diagram_files",
     "agentfsm.view",
     "agentfsm.studio",
+    "agentfsm.serve",
     "agentfsm._machines_option",
 )
 

@@ -37,7 +37,10 @@ from agentfsm import (
     LLMChain,
     MachineTable,
     Message,
+    MessageDelta,
     Ok,
+    Thinking,
+    ToolOutput,
     tool,
 )
 from agentfsm.providers import ScriptedModel, call_tool, fail, say
@@ -451,3 +454,66 @@ def test_a_machine_you_declared_is_served_by_its_own_states(db: str) -> None:
         saved = load_run(store, "r1", strict=False)
     assert saved.status == "ok"
     assert saved.trace.machine == "served_cited"
+
+
+def test_a_tools_own_question_is_an_interrupt_answered_with_text(db: str) -> None:
+    @tool
+    def ask_user(question: str) -> ToolOutput:
+        """Ask the user a question and wait for the answer."""
+        return ToolOutput("Waiting...", interrupt={"type": "ask_user", "question": question})
+
+    model = ScriptedModel([call_tool("ask_user", question="Which database?"), say("PostgreSQL.")])
+    with serving(create_app(Agent(model, [ask_user]), db)) as base:
+        events = post(base, given("r1", "Set up"))
+        assert steps(events)[-1] == "propagating interrupted interrupted"
+        (interrupt,) = events[-1][1].outcome.interrupts
+        assert interrupt.reason == "input_required"
+        assert interrupt.message == "Which database?"
+        answer = ResumeEntry(interrupt_id=interrupt.id, status="resolved", payload="PostgreSQL")
+        resumed = post(base, given("r2", parent_run_id="r1", resume=[answer]))
+    assert steps(resumed)[0] == "propagating propagated until_check"
+    assert steps(resumed)[-1] == "deciding done ok"
+    assert model.requests[-1].messages[-1].tool_results[0].text == "PostgreSQL"
+
+
+class Thinker:
+    """A model that streams its thinking, then its answer."""
+
+    name = "thinker"
+
+    async def complete(self, messages: Any, tools: Any, *, on_delta: Any = None) -> Message:
+        for piece in ("Let me ", "think."):
+            on_delta(MessageDelta(thinking=piece))
+        for piece in ("Four", "."):
+            on_delta(MessageDelta(content=piece))
+        return Message.assistant("Four.", thinking=[Thinking("Let me think.")])
+
+
+def test_thinking_streams_as_reasoning_before_the_text(db: str) -> None:
+    with serving(create_app(Agent(Thinker()), db)) as base:
+        events = post(base, given("r1", "2+2?"))
+    calling = kinds(events)[kinds(events).index("REASONING_START") :]
+    assert calling[:11] == [
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
+    ]
+    thought = [e.delta for _, e in events if e.type == EventType.REASONING_MESSAGE_CONTENT]
+    assert thought == ["Let me ", "think."]
+    assert steps(events) == [
+        "expanding expanded calling",
+        "calling called interrupt_check",
+        "interrupt_check clear executing",
+        "executing executed propagating",
+        "propagating propagated until_check",
+        "until_check unsatisfied deciding",
+        "deciding done ok",
+    ]

@@ -28,10 +28,12 @@ from a2a.client import A2ACardResolver, ClientConfig, create_client
 from a2a.helpers import get_data_parts, get_message_text, new_data_part, new_text_part
 from a2a.types import Message, Role, SendMessageRequest, TaskState
 
-from agentfsm import Agent, HumanInTheLoop, tool
+from agentfsm import STANDARD, Agent, AgentState, HumanInTheLoop, tool
+from agentfsm.diagrams import run_mermaid
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.serve import create_app
-from agentfsm.store import SQLiteStore, load_run
+from agentfsm.store import SQLiteStore, load_run, start_run
+from agentfsm.testing import assert_path
 
 
 @contextlib.contextmanager
@@ -206,9 +208,20 @@ def test_a_remote_agent_is_a_tool_whose_machine_is_traced_as_the_calls_child(
         helper = RemoteAgent("adder", "Adds numbers", base)
         lead_model = ScriptedModel([call_tool("adder", task="What is 1+2?"), say("3, it says.")])
         lead = Agent(lead_model, [helper])
-        run = lead.start("Ask the adder")
-        run.run_sync()
+        with SQLiteStore(tmp_path / "lead.db") as store:
+            run = start_run(lead, AgentState.of("Ask the adder"), store, run_id="lead")
+            run.run_sync()
+            saved = load_run(store, "lead", strict=False)
     assert run.agent_state.status == "ok"
+    child_path = (
+        "expanding calling interrupt_check executing propagating until_check deciding "
+        "expanding calling interrupt_check executing propagating until_check deciding ok"
+    )
+    path = "expanding calling interrupt_check executing propagating until_check deciding "
+    assert_path(run, path * 2 + "ok", children={"executing": [child_path]})
+    assert_path(saved.trace, path * 2 + "ok", children={"executing": [child_path]})
+    drawn = run_mermaid(run.trace, STANDARD)  # the remote machine inside executing
+    assert 'state "Deciding x2" as Executing_Standard_Deciding' in drawn
     executing = next(t for t in run.trace.transitions if t.source == "executing")
     (child,) = executing.children
     assert child.machine == "standard"
