@@ -517,3 +517,40 @@ def test_thinking_streams_as_reasoning_before_the_text(db: str) -> None:
         "until_check unsatisfied deciding",
         "deciding done ok",
     ]
+
+
+def test_after_a_restart_a_runs_stream_is_made_again_from_the_store(db: str) -> None:
+    with serving(create_app(adder(), db)) as base:
+        live = post(base, given("r1", "What is 1+2?"))
+    with serving(create_app(adder(), db)) as base:  # a new app: it streamed nothing yet
+        again = post(base, given("r1", "What is 1+2?"))
+        read = parse(httpx.get(base + "/runs/r1/events", timeout=30).text)
+        missing = httpx.get(base + "/runs/nope/events", timeout=30)
+    assert steps(again) == steps(read) == steps(live) == TOOL_RUN
+    assert [e.type for _, e in again] == [e.type for _, e in read]
+    text = [e.delta for _, e in again if e.type == EventType.TEXT_MESSAGE_CONTENT]
+    assert text == ["1 + 2 is 3."]  # the reply in one piece: its pieces were not saved
+    tools = [(e.type.value, e.tool_call_id) for _, e in again if "TOOL_CALL" in e.type.value]
+    assert tools == [
+        (k, tools[0][1])
+        for k in ("TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT")
+    ]
+    assert again[-1][1].result == live[-1][1].result
+    assert missing.status_code == 404
+
+
+def test_a_resumed_runs_stream_made_again_holds_both_segments(db: str) -> None:
+    with serving(create_app(gated(), db)) as base:
+        interrupt = post(base, given("r1"))[-1][1].outcome.interrupts[0]
+        resume = [ResumeEntry(interrupt_id=interrupt.id, status="resolved")]
+        post(base, given("r2", parent_run_id="r1", resume=resume))
+    with serving(create_app(gated(), db)) as base:
+        read = parse(httpx.get(base + "/runs/r1/events", timeout=30).text)
+    assert steps(read)[:4] == [
+        "expanding expanded calling",
+        "calling called interrupt_check",
+        "interrupt_check interrupted interrupted",
+        "interrupt_check clear executing",
+    ]
+    assert steps(read)[-1] == "deciding done ok"
+    assert read[-1][1].outcome.type == "success"

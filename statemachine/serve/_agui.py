@@ -60,7 +60,7 @@ from agentfsm.store import (
     start_run,
 )
 
-from ._feed import Feed, Translator, interrupts_of
+from ._feed import Feed, Translator, interrupts_of, replayed
 
 __all__ = ["Served", "ServedMachine", "agui_routes"]
 
@@ -169,6 +169,14 @@ class Served:
         if parent is not None:
             return parent
         raise InputError("a resume names the run it answers: parentRunId")
+
+    async def saved(self, run_id: str, thread_id: str) -> Feed | None:
+        """The stream of a run the app no longer keeps, made again from the store."""
+        try:
+            saved = await asyncio.to_thread(load_run, self.store, run_id, strict=False)
+        except RunNotFoundError:
+            return None
+        return replayed(saved, thread_id)
 
     @property
     def agent(self) -> Agent:
@@ -358,6 +366,10 @@ def agui_routes(served: Served) -> list[Route]:
             if known.thread_id != given.thread_id:
                 return _error(409, f"run {given.run_id!r} is another thread's")
             return _stream(known, _after(request))
+        if not given.resume:
+            again = await served.saved(given.run_id, given.thread_id)
+            if again is not None:  # a run of the store this app no longer streams
+                return _stream(again, _after(request))
         try:
             feed = await served.resume(given) if given.resume else served.start(given)
         except InputError as exc:
@@ -373,9 +385,12 @@ def agui_routes(served: Served) -> list[Route]:
         return _stream(feed, _after(request))
 
     async def events(request: Request) -> Response:
-        feed = served.feeds.get(request.path_params["run_id"])
+        run_id = request.path_params["run_id"]
+        feed = served.feeds.get(run_id)
+        if feed is None and _RUN_ID.fullmatch(run_id):
+            feed = await served.saved(run_id, run_id)
         if feed is None:
-            return _error(404, "no such run is being served (its saved run is in the store)")
+            return _error(404, f"no run {run_id!r} here or in the store")
         return _stream(feed, _after(request))
 
     return [

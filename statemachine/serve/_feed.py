@@ -49,7 +49,7 @@ from ag_ui.core import UserMessage as UIUserMessage
 
 from agentfsm import Approval, Failed, Interrupted, Message, MessageDelta, Ok, Paused, Transition
 
-__all__ = ["ENDS", "Feed", "Translator", "interrupts_of", "message_id"]
+__all__ = ["ENDS", "Feed", "Translator", "interrupts_of", "message_id", "replayed"]
 
 #: The events after which a feed has nothing more to say.
 ENDS = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
@@ -341,6 +341,32 @@ class Translator:
         self.feed.emit(ReasoningMessageContentEvent(message_id=tid, delta=thought))
         self.feed.emit(ReasoningMessageEndEvent(message_id=tid))
         self.feed.emit(ReasoningEndEvent(message_id=tid))
+
+
+def replayed(saved: Any, thread_id: str) -> Feed:
+    """The stream of a saved run (every segment, in order), made again from its trace.
+
+    For a client that comes back after the app let the run's stream go (a restart):
+    the same steps, tool calls and results, each reply's text in one piece, numbered
+    afresh. A run still going elsewhere ends its stream where its trace ends, without
+    a RUN_FINISHED.
+    """
+    feed = Feed(thread_id, saved.run_id, saved.run_id)
+    transitions = [t for trace in saved.traces for t in trace]
+    first = transitions[0].chain.messages if transitions else saved.chain.messages
+    users = [i for i, m in enumerate(first) if m.role == "user"]
+    current: dict[str, Any] = {}
+    say = Translator(feed, users[-1] + 1 if users else 0, lambda: current)
+    trace = saved.trace
+    say.started(trace.machine, trace.machine_version or 0, saved.traces[0].entry)
+    for transition in transitions:
+        context = transition.chain.custom_context.get("state")
+        current = dict(context) if isinstance(context, Mapping) else {}
+        say.step_started(transition.source)
+        say.transition(transition)
+    if saved.result is not None:
+        say.ended(saved.result, saved.result.chain.messages)
+    return feed
 
 
 def _patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[dict[str, Any]]:
