@@ -554,3 +554,10 @@ def test_a_resumed_runs_stream_made_again_holds_both_segments(db: str) -> None:
     ]
     assert steps(read)[-1] == "deciding done ok"
     assert read[-1][1].outcome.type == "success"
+
+
+def test_serving_beyond_loopback_needs_a_token(db: str) -> None:
+    from agentfsm.serve import serve
+
+    with pytest.raises(ValueError, match=r"serving on 0\.0\.0\.0 needs a token"):
+        serve(create_app(adder(), db), host="0.0.0.0")

@@ -46,7 +46,17 @@ if TYPE_CHECKING:
 
     from ._remote import RemoteAgent
 
-__all__ = ["COOKIE", "MAX_BODY", "RemoteAgent", "ServedMachine", "create_app", "serve"]
+__all__ = [
+    "COOKIE",
+    "MAX_BODY",
+    "RemoteAgent",
+    "ServedMachine",
+    "create_app",
+    "new_token",
+    "serve",
+]
+
+_LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 
 #: The largest request body taken, in bytes, unless ``max_body`` says otherwise.
 MAX_BODY: Final = 1 << 20
@@ -90,29 +100,32 @@ def create_app(
         if isinstance(agent, ServedMachine):
             raise TypeError("A2A serves an Agent (its card is made of its tools)")
         routes += a2a_routes(served, a2a_url, description=description)
-    return make_app(served, routes, [guard])
+    app = make_app(served, routes, [guard])
+    app.state.token = token
+    return app
 
 
 def serve(
-    app: Any,
+    app: Starlette,
     *,
     host: str | None = None,
     port: int = 0,
-    token: str | None = None,
     out: TextIO | None = None,
 ) -> None:
-    """Serve ``app`` until interrupted; its address goes to ``out``.
+    """Serve ``app`` (from :func:`create_app`) until interrupted; its address goes to ``out``.
 
-    Without ``host`` it listens on 127.0.0.1. With ``host`` the app must have been
-    made with ``token`` (it is refused otherwise: anyone on the network could run
-    the agent). Port 0 takes a free port.
+    Without ``host`` it listens on 127.0.0.1. A ``host`` other than loopback needs an
+    app made with a ``token``: anyone on the network could run the agent otherwise.
+    Port 0 takes a free port.
     """
     import uvicorn
 
     out = out or sys.stdout
-    if host is not None and token is None:
-        raise ValueError("serving beyond loopback needs the app's token: create_app(token=...)")
     bind = host or "127.0.0.1"
+    if bind.strip("[]") not in _LOOPBACK and getattr(app.state, "token", None) is None:
+        raise ValueError(
+            f"serving on {bind} needs a token: create_app(..., token=...) (new_token() makes one)"
+        )
     family = socket.AF_INET6 if ":" in bind.strip("[]") else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
