@@ -268,3 +268,33 @@ def test_a_remote_approval_interrupts_the_parent_and_is_answered_there(
     assert state.status == "ok"
     assert state.messages[-1].text == "Done."
     assert lead_model.requests[1].messages[-1].tool_results[0].text == "Deleted."
+
+
+def test_a_remote_agent_behind_a_token_is_reached_with_it_and_refused_without(
+    tmp_path: pathlib.Path,
+) -> None:
+    from agentfsm.serve import RemoteAgent
+
+    remote = Agent(ScriptedModel([say("Hello."), say("Hello again.")]), name="greeter")
+
+    def make(base: str) -> Any:
+        return create_app(remote, str(tmp_path / "r.db"), token="s3cret", a2a_url=base)
+
+    with serving_at(make) as base:
+        lead_model = ScriptedModel(
+            [
+                call_tool("greeter", task="Greet"),
+                say("ok"),
+                call_tool("greeter", task="Greet"),
+                say("ok"),
+            ]
+        )
+        with_token = Agent(lead_model, [RemoteAgent("greeter", "Greets", base, token="s3cret")])
+        assert with_token.execute_sync("Say hi").status == "ok"
+        assert lead_model.requests[1].messages[-1].tool_results[0].text == "Hello."
+        without = Agent(lead_model, [RemoteAgent("greeter", "Greets", base)])
+        assert without.execute_sync("Say hi").status == "ok"
+    refused = lead_model.requests[3].messages[-1].tool_results[0]
+    assert refused.is_error
+    assert refused.text.startswith("The greeter agent was not reached:")
+    assert remote.model.calls == 1  # type: ignore[attr-defined]
