@@ -298,3 +298,32 @@ def test_a_remote_agent_behind_a_token_is_reached_with_it_and_refused_without(
     assert refused.is_error
     assert refused.text.startswith("The greeter agent was not reached:")
     assert remote.model.calls == 1  # type: ignore[attr-defined]
+
+
+def test_a_reply_streams_as_artifact_chunks_before_its_step(tmp_path: pathlib.Path) -> None:
+    model = ScriptedModel([say("One two three.")], stream=True)
+    agent = Agent(model)
+    with serving_at(lambda base: create_app(agent, str(tmp_path / "r.db"), a2a_url=base)) as base:
+        events = asyncio.run(send(base, user([new_text_part("Count")])))
+    seen = []
+    for event in events:
+        if event.HasField("artifact_update"):
+            update = event.artifact_update
+            text = get_message_text(Message(parts=update.artifact.parts))
+            seen.append((update.artifact.artifact_id, update.append, text))
+        elif event.HasField("status_update") and event.status_update.metadata:
+            meta = dict(event.status_update.metadata)
+            seen.append(("step", False, f"{meta['source']} {meta['trigger']} {meta['dest']}"))
+    assert seen == [
+        ("step", False, "expanding expanded calling"),
+        ("reply-1", False, "One "),
+        ("reply-1", True, "two "),
+        ("reply-1", True, "three. "),
+        ("step", False, "calling called interrupt_check"),
+        ("step", False, "interrupt_check clear executing"),
+        ("step", False, "executing executed propagating"),
+        ("step", False, "propagating propagated until_check"),
+        ("step", False, "until_check unsatisfied deciding"),
+        ("step", False, "deciding done ok"),
+        ("answer", False, "One two three."),
+    ]

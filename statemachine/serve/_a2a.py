@@ -2,7 +2,9 @@
 
 A task is a run in the store under the task's id (the studio shows it). Each
 transition is a ``working`` status update whose metadata names the machine's
-source, trigger and destination; the final reply is the task's artifact. An
+source, trigger and destination; a reply's text streams as artifact chunks
+(``reply-1``, ``reply-2``, ... appended to), and the final answer is the task's
+``answer`` artifact. An
 approval is ``input-required``: the status message carries the requests (each with
 its digest) as a data part, and the client's next message on the task carries the
 decisions, bound by those digests and applied through the store's claim as every
@@ -11,6 +13,7 @@ decision is. A tool's own question is ``input-required`` too, answered by text.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -42,6 +45,7 @@ from agentfsm import (
     DecisionError,
     Failed,
     Interrupted,
+    MessageDelta,
     Ok,
     Paused,
 )
@@ -63,7 +67,8 @@ A2A_PATH: Final = "/a2a"
 
 
 def agent_card(agent: Agent, url: str, *, description: str | None = None) -> AgentCard:
-    """The card other agents read: the agent's name, what it does, a skill per tool."""
+    """The card other agents read: the agent's name, what it does, a skill per tool (an
+    agent without tools has one skill: answering)."""
     name = agent.name or "agentfsm agent"
     tools = [t for t in agent.tools if t.name != "final_result"]
     said = description or (
@@ -71,6 +76,15 @@ def agent_card(agent: Agent, url: str, *, description: str | None = None) -> Age
         + (f" with tools: {', '.join(t.name for t in tools)}." if tools else ".")
     )
     gated = _gated(agent)
+    skills = [
+        AgentSkill(
+            id=t.name,
+            name=t.name,
+            description=t.description,
+            tags=["tool", "needs-approval"] if t.name in gated else ["tool"],
+        )
+        for t in tools
+    ] or [AgentSkill(id="answer", name=name, description=said, tags=["chat"])]
     return AgentCard(
         name=name,
         description=said,
@@ -81,15 +95,7 @@ def agent_card(agent: Agent, url: str, *, description: str | None = None) -> Age
         capabilities=AgentCapabilities(streaming=True),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain"],
-        skills=[
-            AgentSkill(
-                id=t.name,
-                name=t.name,
-                description=t.description,
-                tags=["tool", "needs-approval"] if t.name in gated else ["tool"],
-            )
-            for t in tools
-        ],
+        skills=skills,
     )
 
 
@@ -140,9 +146,15 @@ class Executor(AgentExecutor):
                 return
         await updater.start_work()
         self.running[task_id] = run
+        streamed = _Streamed(updater, task_id)
+        run.chain = run.chain.add_callback({"on_llm_new_delta": streamed.delta})
+        pump = asyncio.create_task(streamed.pump())
         try:
             while not run.done:
                 t = await run.step()
+                await streamed.pieces.join()  # the reply's pieces go out before its step
+                if t.source == "calling":
+                    streamed.replies += 1
                 meta = {
                     "machine": run.table.name,
                     "source": t.source,
@@ -151,6 +163,7 @@ class Executor(AgentExecutor):
                 }
                 await updater.update_status(TaskState.TASK_STATE_WORKING, metadata=meta)
         finally:
+            pump.cancel()
             self.running.pop(task_id, None)
         await self._end(run, updater, task_id, context_id)
 
@@ -180,7 +193,9 @@ class Executor(AgentExecutor):
         match result:
             case Ok(chain):
                 text = chain.last_message.text if chain.last_message is not None else ""
-                await updater.add_artifact([new_text_part(text)], name="answer")
+                await updater.add_artifact(
+                    [new_text_part(text)], artifact_id="answer", name="answer"
+                )
                 await updater.complete(_text(text, task_id, context_id))
             case Interrupted(_, data):
                 await updater.requires_input(_asking(data, task_id, context_id))
@@ -198,6 +213,36 @@ class Executor(AgentExecutor):
         if run is not None:
             run.request_pause("cancelled")
         await TaskUpdater(event_queue, task_id, context_id).cancel()
+
+
+class _Streamed:
+    """A reply's text as it streams: artifact chunks ``reply-N`` of the task, in order."""
+
+    def __init__(self, updater: TaskUpdater, task_id: str) -> None:
+        self.updater = updater
+        self.task_id = task_id
+        self.pieces: asyncio.Queue[str] = asyncio.Queue()
+        self.replies = 0
+        self._open: set[str] = set()
+
+    def delta(self, _chain: Any, delta: MessageDelta) -> None:
+        if delta.kind == "text" and delta.content:
+            self.pieces.put_nowait(delta.content)
+
+    async def pump(self) -> None:
+        while True:
+            piece = await self.pieces.get()
+            try:
+                artifact = f"reply-{self.replies + 1}"
+                await self.updater.add_artifact(
+                    [new_text_part(piece)],
+                    artifact_id=artifact,
+                    name="reply",
+                    append=artifact in self._open,
+                )
+                self._open.add(artifact)
+            finally:
+                self.pieces.task_done()
 
 
 def _asking(data: Mapping[str, Any], task_id: str, context_id: str) -> Message:
