@@ -83,10 +83,10 @@ def parse(text: str) -> list[tuple[int, Any]]:
     return found
 
 
-def given(run_id: str, text: str = "hi", **extra: Any) -> str:
+def given(run_id: str, text: str = "hi", thread: str = "t1", **extra: Any) -> str:
     """A RunAgentInput as a client sends it, built with the SDK's own types."""
     body = RunAgentInput(
-        thread_id="t1",
+        thread_id=thread,
         run_id=run_id,
         messages=[UserMessage(id="u1", content=text)],
         state={},
@@ -135,8 +135,11 @@ def adder(stream: bool = True) -> Agent:
     return Agent(model, [add])
 
 
-def gated() -> Agent:
-    model = ScriptedModel([call_tool("delete_file", path="old.txt"), say("Done.")])
+def gated(resumed: bool = False) -> Agent:
+    """An agent whose deletes need approval; ``resumed``: the same agent after the
+    approval (a new process's model, its script going on from there)."""
+    script = [call_tool("delete_file", path="old.txt"), say("Done.")]
+    model = ScriptedModel(script[1:] if resumed else script)
     return Agent(model, [delete_file], middleware=[HumanInTheLoop({"delete_file": True})])
 
 
@@ -561,3 +564,21 @@ def test_serving_beyond_loopback_needs_a_token(db: str) -> None:
 
     with pytest.raises(ValueError, match=r"serving on 0\.0\.0\.0 needs a token"):
         serve(create_app(adder(), db), host="0.0.0.0")
+
+
+def test_an_approval_asked_before_a_restart_is_answered_after_it(db: str) -> None:
+    with serving(create_app(gated(), db)) as base:
+        interrupt = post(base, given("r1"))[-1][1].outcome.interrupts[0]
+    with serving(create_app(gated(resumed=True), db)) as base:  # it knows no thread, no stream
+        resume = [ResumeEntry(interrupt_id=interrupt.id, status="cancelled")]
+        resumed = post(base, given("r2", parent_run_id="r1", resume=resume))
+        unknown = httpx.post(
+            base + "/",
+            content=given("r3", thread="t2", parent_run_id="nope", resume=resume),
+            headers=JSON,
+        )
+    result = next(e for _, e in resumed if e.type == EventType.TOOL_CALL_RESULT)
+    assert result.content == "Tool call 'delete_file' was rejected by a human reviewer."
+    assert steps(resumed)[-1] == "deciding done ok"
+    assert unknown.status_code == 400
+    assert "no such run" in unknown.json()["error"]

@@ -145,8 +145,16 @@ class Served:
         assert given.resume is not None
         if not isinstance(self.target, Agent):
             raise Conflict("this app serves a machine, not an agent: answer its runs in Python")
-        store_run = self._answered_run(given)
-        saved = await asyncio.to_thread(load_run, self.store, store_run, strict=False)
+        saved = None
+        for store_run in self._answered_runs(given):
+            try:
+                saved = await asyncio.to_thread(load_run, self.store, store_run, strict=False)
+                break
+            except RunNotFoundError:
+                continue
+        if saved is None:
+            raise InputError("a resume names the run it answers (parentRunId): no such run")
+        store_run = saved.run_id
         state = saved.agent_state
         if saved.status != "interrupted" or state is None or not state.interrupt_data:
             raise Conflict(f"run {store_run!r} is {saved.status}: it waits for no answer")
@@ -160,15 +168,17 @@ class Served:
         self._go(run, feed)
         return feed
 
-    def _answered_run(self, given: RunAgentInput) -> str:
+    def _answered_runs(self, given: RunAgentInput) -> list[str]:
+        """The saved runs the resume may answer, most likely first: the run its
+        ``parentRunId`` streamed, that run itself, then the thread's last run."""
         parent = given.parent_run_id
-        if parent is not None and parent in self.feeds:
-            return self.feeds[parent].store_run_id
-        if given.thread_id in self.threads:
-            return self.threads[given.thread_id]
+        found = []
         if parent is not None:
-            return parent
-        raise InputError("a resume names the run it answers: parentRunId")
+            known = self.feeds.get(parent)
+            found.append(parent if known is None else known.store_run_id)
+        if given.thread_id in self.threads:
+            found.append(self.threads[given.thread_id])
+        return found
 
     async def saved(self, run_id: str, thread_id: str) -> Feed | None:
         """The stream of a run the app no longer keeps, made again from the store."""
