@@ -582,3 +582,33 @@ def test_an_approval_asked_before_a_restart_is_answered_after_it(db: str) -> Non
     assert steps(resumed)[-1] == "deciding done ok"
     assert unknown.status_code == 400
     assert "no such run" in unknown.json()["error"]
+
+
+def test_a_link_with_the_token_becomes_a_cookie_the_page_sends(db: str) -> None:
+    with serving(create_app(adder(), db, token="s3cret")) as base:
+        wrong = httpx.get(base + "/runs/x/events?token=nope")
+        assert wrong.status_code == 401
+        linked = httpx.get(base + "/runs/x/events?token=s3cret")
+        assert linked.status_code == 303
+        assert linked.headers["location"] == "/runs/x/events"
+        cookie = linked.headers["set-cookie"]
+        assert cookie == "agentfsm_serve=s3cret; HttpOnly; SameSite=Strict; Path=/"
+        with_cookie = {**JSON, "Cookie": "agentfsm_serve=s3cret"}
+        events = post(base, given("r1"), **with_cookie)
+        assert events[-1][1].type == EventType.RUN_FINISHED
+
+
+def test_the_face_exports_what_it_has() -> None:
+    import agentfsm.serve
+
+    assert agentfsm.serve.__all__ == [
+        "COOKIE",
+        "MAX_BODY",
+        "RemoteAgent",
+        "ServedMachine",
+        "create_app",
+        "new_token",
+        "serve",
+    ]
+    for name in agentfsm.serve.__all__:
+        assert hasattr(agentfsm.serve, name), name

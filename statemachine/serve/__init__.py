@@ -9,9 +9,15 @@ machine's position and the agent's state, and ``RUN_ERROR`` with the run's error
 type. An approval ends the run with AG-UI interrupts, one per gated call, answered
 by a ``resume`` through the same claim as every other decision. Runs are saved in
 the store, so the studio shows them, and they go on when the client goes away.
+:class:`ServedMachine` serves a machine you declared the same way.
 
-Untrusted by default, as the studio is: loopback only unless a token is given, no
-other site's page unless its origin is named, bodies bounded.
+With ``a2a_url`` the app serves A2A too (card, JSON-RPC, tasks as runs, approvals
+as ``input-required``); :class:`RemoteAgent` is a remote A2A agent as a tool of a
+local machine, its transitions traced as the call's child.
+
+Untrusted by default, as the studio is: loopback only unless a token is given
+(``Authorization: Bearer``, or a ``?token=`` link that becomes a cookie), no other
+site's page unless its origin is named, bodies bounded.
 """
 
 from __future__ import annotations

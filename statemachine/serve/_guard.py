@@ -51,6 +51,14 @@ def _cookie(header: str, name: str) -> str | None:
     return None
 
 
+def _query_token(scope: Scope) -> str | None:
+    from urllib.parse import parse_qs
+
+    query = scope.get("query_string", b"").decode("latin-1")
+    found = parse_qs(query).get("token")
+    return found[0] if found else None
+
+
 async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
     """The request's body, refused past ``limit`` bytes before more is read."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -101,6 +109,16 @@ class Guard:
         if refused is not None:
             await _plain(send, *refused, self._cors(origin))
             return
+        if self.token is not None and scope["method"] == "GET" and _query_token(scope):
+            # A link with the token (checked above): kept in a cookie, dropped from the
+            # address bar, so the page's own requests carry it and no other site's can.
+            cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
+            moved = [
+                (b"location", scope.get("path", "/").encode("latin-1")),
+                (b"set-cookie", cookie.encode("latin-1")),
+            ]
+            await _plain(send, 303, "", moved)
+            return
         if scope["method"] == "OPTIONS" and origin is not None:
             cors = self._cors(origin)
             await _plain(send, 204, "", cors)
@@ -144,7 +162,8 @@ class Guard:
                 return 403, "this app answers on loopback only; serve it with a token"
             return None
         bearer = headers.get("authorization", "").removeprefix("Bearer ").strip()
-        sent = bearer or _cookie(headers.get("cookie", ""), COOKIE) or ""
+        linked = _query_token(scope) if scope["method"] == "GET" else None
+        sent = linked or bearer or _cookie(headers.get("cookie", ""), COOKIE) or ""
         if not sent or not hmac.compare_digest(sent.encode(), self.token.encode()):
             return 401, "a token is needed: Authorization: Bearer TOKEN"
         return None
