@@ -327,3 +327,51 @@ def test_a_reply_streams_as_artifact_chunks_before_its_step(tmp_path: pathlib.Pa
         ("step", False, "deciding done ok"),
         ("answer", False, "One two three."),
     ]
+
+
+def test_a_cancelled_task_leaves_its_run_paused_in_the_store(tmp_path: pathlib.Path) -> None:
+    from a2a.types import CancelTaskRequest
+
+    db = str(tmp_path / "r.db")
+    gate = threading.Event()
+
+    @tool
+    async def slow() -> str:
+        """Take a long time."""
+        await asyncio.to_thread(gate.wait, 30)
+        return "slow done"
+
+    agent = Agent(ScriptedModel([call_tool("slow"), say("Done.")]), [slow])
+
+    async def drive(base: str) -> tuple[str, Any]:
+        client = await create_client(base, ClientConfig(streaming=True))
+        try:
+            async for event in client.send_message(user([new_text_part("Go")])):
+                if event.HasField("status_update"):
+                    meta = dict(event.status_update.metadata)
+                    if meta.get("dest") == "executing":
+                        task_id = event.status_update.task_id
+                        break
+            cancelled = await client.cancel_task(CancelTaskRequest(id=task_id))
+            return task_id, cancelled
+        finally:
+            gate.set()
+            await client.close()
+
+    with serving_at(lambda base: create_app(agent, db, a2a_url=base)) as base:
+        task_id, cancelled = asyncio.run(drive(base))
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        deadline = time.monotonic() + 10
+        while True:
+            with SQLiteStore(db) as store:
+                saved = load_run(store, task_id, strict=False)
+            if saved.status != "running" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert saved.status == "paused"
+    assert [f"{t.source} {t.trigger} {t.dest}" for t in saved.trace.transitions] == [
+        "expanding expanded calling",
+        "calling called interrupt_check",
+        "interrupt_check clear executing",
+        "executing paused paused",
+    ]
