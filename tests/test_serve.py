@@ -11,6 +11,7 @@ import asyncio
 import json
 import pathlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -612,3 +613,33 @@ def test_the_face_exports_what_it_has() -> None:
     ]
     for name in agentfsm.serve.__all__:
         assert hasattr(agentfsm.serve, name), name
+
+
+def test_the_studio_and_the_protocol_answer_through_one_claim(db: str) -> None:
+    from agentfsm.studio import CSRF_HEADER
+    from agentfsm.studio import create_app as studio_app
+
+    with serving(create_app(gated(), db)) as base:
+        interrupt = post(base, given("r1"))[-1][1].outcome.interrupts[0]
+        studio = studio_app(db, agent=gated(resumed=True))
+        with serving(studio) as place:
+            decided = httpx.post(
+                place + "/api/runs/r1/decide",
+                json={"decisions": [{"type": "reject", "digest": interrupt.id}]},
+                headers={CSRF_HEADER: studio.state.studio.csrf},
+            )
+            assert decided.status_code == 202
+            deadline = time.monotonic() + 10
+            while httpx.get(place + "/api/runs/r1").json()["status"] != "ok":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        late = ResumeEntry(interrupt_id=interrupt.id, status="resolved")
+        refused = httpx.post(
+            base + "/", content=given("r2", parent_run_id="r1", resume=[late]), headers=JSON
+        )
+    assert refused.status_code == 409  # the studio's answer came first
+    with SQLiteStore(db) as store:
+        saved = load_run(store, "r1", strict=False)
+    assert (saved.traces[1].transitions[1].detail or {})["decisions"] == {
+        interrupt.tool_call_id: "reject"
+    }
