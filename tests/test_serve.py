@@ -643,3 +643,25 @@ def test_the_studio_and_the_protocol_answer_through_one_claim(db: str) -> None:
     assert (saved.traces[1].transitions[1].detail or {})["decisions"] == {
         interrupt.tool_call_id: "reject"
     }
+
+
+def test_a_paused_run_finishes_cancelled_with_its_reason(db: str) -> None:
+    from agentfsm.run import current_run
+
+    @tool
+    def breather() -> str:
+        """Ask the host to pause the run after this step."""
+        run = current_run()
+        assert run is not None
+        run.request_pause("a breather")
+        return "paused after this"
+
+    agent = Agent(ScriptedModel([call_tool("breather"), say("Rested.")]), [breather])
+    with serving(create_app(agent, db)) as base:
+        events = post(base, given("r1"))
+        again = parse(httpx.get(base + "/runs/r1/events").text)
+    assert steps(events)[-1] == "propagating paused paused"
+    finished = events[-1][1]
+    assert finished.outcome.type == "cancelled"
+    assert finished.result == {"status": "paused", "reason": "a breather"}
+    assert again[-1][1].result == finished.result

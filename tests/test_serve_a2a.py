@@ -375,3 +375,29 @@ def test_a_cancelled_task_leaves_its_run_paused_in_the_store(tmp_path: pathlib.P
         "interrupt_check clear executing",
         "executing paused paused",
     ]
+
+
+def test_a_paused_task_goes_on_with_the_next_message(tmp_path: pathlib.Path) -> None:
+    from agentfsm.run import current_run
+
+    @tool
+    def breather() -> str:
+        """Ask the host to pause the run after this step."""
+        run = current_run()
+        assert run is not None
+        run.request_pause("a breather")
+        return "paused after this"
+
+    db = str(tmp_path / "r.db")
+    agent = Agent(ScriptedModel([call_tool("breather"), say("Rested.")]), [breather])
+    with serving_at(lambda base: create_app(agent, db, a2a_url=base)) as base:
+        first = asyncio.run(send(base, user([new_text_part("Go")])))
+        task = next(e.task for e in first if e.HasField("task"))
+        assert transitions(first)[-1] == "propagating paused paused"
+        assert statuses(first)[-1][0] == TaskState.TASK_STATE_INPUT_REQUIRED
+        said = get_message_text(first[-1].status_update.status.message)
+        assert said == "The run paused (a breather); send a message to go on."
+        second = asyncio.run(send(base, user([new_text_part("Go on")], task.id, task.context_id)))
+    assert transitions(second)[0] == "propagating propagated until_check"
+    assert transitions(second)[-1] == "deciding done ok"
+    assert get_message_text(second[-1].status_update.status.message) == "Rested."

@@ -168,13 +168,17 @@ class Executor(AgentExecutor):
         await self._end(run, updater, task_id, context_id)
 
     async def _answered(self, task_id: str, context: RequestContext) -> AgentRun:
+        """The task's run, resumed with the message's answer (decisions carried as data,
+        each bound by its digest; text for a question), claimed as every resume is."""
         store = self.served.store
         saved = load_run(store, task_id, strict=False)
+        if saved.status == "paused":  # any message goes on with the run as it was
+            return await restore_run(self.served.agent, task_id, store)
         state = saved.agent_state
         if saved.status != "interrupted" or state is None or not state.interrupt_data:
             raise ResumeError(f"run {task_id!r} is {saved.status}: it waits for no answer")
         answer: Any
-        if saved.status == "interrupted" and Approval.is_approval(state.interrupt_data):
+        if Approval.is_approval(state.interrupt_data):
             data = list(get_data_parts(context.message.parts)) if context.message else []
             found = [d for d in data if isinstance(d, Mapping) and "decisions" in d]
             if not found or not isinstance(found[0]["decisions"], list):
@@ -199,8 +203,8 @@ class Executor(AgentExecutor):
                 await updater.complete(_text(text, task_id, context_id))
             case Interrupted(_, data):
                 await updater.requires_input(_asking(data, task_id, context_id))
-            case Paused(_, reason):
-                said = f"The run paused ({reason}); send a message to go on."
+            case Paused():
+                said = f"The run paused ({run.pause_reason}); send a message to go on."
                 await updater.requires_input(_text(said, task_id, context_id))
             case Failed(_, error):
                 await updater.failed(_text(f"{error.type}: {error.message}", task_id, context_id))

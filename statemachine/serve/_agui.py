@@ -224,7 +224,7 @@ async def _drive(run: Run, feed: Feed) -> None:
         say.crashed(exc)
         raise
     assert run.result is not None
-    say.ended(run.result, run.result.chain.messages)
+    say.ended(run.result, run.result.chain.messages, run.pause_reason)
 
 
 def _agent_state(run: Run) -> Mapping[str, Any]:

@@ -245,8 +245,9 @@ class Translator:
             self.feed.emit(StateDeltaEvent.model_validate({"delta": patch}))
         self._shown = now
 
-    def ended(self, result: Any, messages: Sequence[Message]) -> None:
-        """The run's end: its conversation, then RUN_FINISHED (or RUN_ERROR)."""
+    def ended(self, result: Any, messages: Sequence[Message], pause_reason: Any = None) -> None:
+        """The run's end: its conversation, then RUN_FINISHED (or RUN_ERROR); a paused
+        run's reason is the run's (``Run.pause_reason``)."""
         self.feed.emit(
             MessagesSnapshotEvent(messages=ui_messages(self.feed.store_run_id, messages))
         )
@@ -261,9 +262,9 @@ class Translator:
                         interrupts=interrupts_of(self.feed.store_run_id, data)
                     ),
                 )
-            case Paused(_, reason):
+            case Paused():
                 self._finished(
-                    {"status": "paused", "reason": _jsonable(reason)},
+                    {"status": "paused", "reason": _jsonable(pause_reason)},
                     RunFinishedCancelledOutcome(),
                 )
             case Failed(_, error):
@@ -365,7 +366,8 @@ def replayed(saved: Any, thread_id: str) -> Feed:
         say.step_started(transition.source)
         say.transition(transition)
     if saved.result is not None:
-        say.ended(saved.result, saved.result.chain.messages)
+        reason = saved.agent_state.pause_reason if saved.agent_state is not None else None
+        say.ended(saved.result, saved.result.chain.messages, reason)
     return feed
 
 
