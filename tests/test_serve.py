@@ -40,6 +40,7 @@ from agentfsm import (
     Message,
     MessageDelta,
     Ok,
+    SubAgent,
     Thinking,
     ToolOutput,
     tool,
@@ -107,11 +108,12 @@ def post(base: str, body: str, **headers: str) -> list[tuple[int, Any]]:
 
 
 def steps(events: list[tuple[int, Any]]) -> list[str]:
-    """``source trigger dest`` of every STEP_FINISHED, as a trace prints them."""
+    """``source trigger dest`` of the run's own STEP_FINISHED events (a child's carry
+    its subagent id), as a trace prints them."""
     return [
         f"{e.step_name} {e.metadata['trigger']} {e.metadata['dest']}"
         for _, e in events
-        if e.type == EventType.STEP_FINISHED
+        if e.type == EventType.STEP_FINISHED and e.subagent_run_id is None
     ]
 
 
@@ -665,3 +667,36 @@ def test_a_paused_run_finishes_cancelled_with_its_reason(db: str) -> None:
     assert finished.outcome.type == "cancelled"
     assert finished.result == {"status": "paused", "reason": "a breather"}
     assert again[-1][1].result == finished.result
+
+
+def test_a_subagents_run_streams_as_an_ag_ui_subagent_inside_its_parents_step(db: str) -> None:
+    helper = Agent(ScriptedModel([say("Bees dance.")]))
+    lead_model = ScriptedModel([call_tool("writer", task="Write a line."), say("Written.")])
+    lead = Agent(lead_model, [SubAgent("writer", "Writes lines", helper)])
+    with serving(create_app(lead, db)) as base:
+        events = post(base, given("r1"))
+    assert steps(events) == TOOL_RUN  # the parent's own steps, as without a child
+    executing = kinds(events).index("SUBAGENT_STARTED")
+    started = events[executing][1]
+    assert started.name == "standard"
+    assert started.subagent_run_id == "r1:child1"
+    inside = [
+        f"{e.step_name} {e.metadata['trigger']} {e.metadata['dest']}"
+        for _, e in events
+        if e.type == EventType.STEP_FINISHED and e.subagent_run_id == "r1:child1"
+    ]
+    assert inside == [
+        "expanding expanded calling",
+        "calling called interrupt_check",
+        "interrupt_check clear executing",
+        "executing executed propagating",
+        "propagating propagated until_check",
+        "until_check unsatisfied deciding",
+        "deciding done ok",
+    ]
+    finished = next(e for _, e in events if e.type == EventType.SUBAGENT_FINISHED)
+    assert finished.outcome.type == "success"
+    after = kinds(events)[kinds(events).index("SUBAGENT_FINISHED") + 1 :][:3]
+    assert after == ["TOOL_CALL_RESULT", "STEP_FINISHED", "STATE_DELTA"]  # executing's own
+    assert events[executing - 1][1].type == EventType.STEP_STARTED
+    assert events[executing - 1][1].step_name == "executing"

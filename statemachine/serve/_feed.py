@@ -34,6 +34,11 @@ from ag_ui.core import (
     StateSnapshotEvent,
     StepFinishedEvent,
     StepStartedEvent,
+    SubagentErrorEvent,
+    SubagentFinishedEvent,
+    SubagentFinishedSuccessOutcome,
+    SubagentFinishedSuspendedOutcome,
+    SubagentStartedEvent,
     TextMessageContentEvent,
     TextMessageEndEvent,
     TextMessageStartEvent,
@@ -47,7 +52,17 @@ from ag_ui.core import ToolCall as UIToolCall
 from ag_ui.core import ToolMessage as UIToolMessage
 from ag_ui.core import UserMessage as UIUserMessage
 
-from agentfsm import Approval, Failed, Interrupted, Message, MessageDelta, Ok, Paused, Transition
+from agentfsm import (
+    Approval,
+    Failed,
+    Interrupted,
+    Message,
+    MessageDelta,
+    Ok,
+    Paused,
+    Trace,
+    Transition,
+)
 
 __all__ = ["ENDS", "Feed", "Translator", "interrupts_of", "message_id", "replayed"]
 
@@ -176,6 +191,7 @@ class Translator:
         self._text: str | None = None  # the streamed reply's message id, while it streams
         self._thinking: str | None = None
         self._discarded = False
+        self._subagents = 0
 
     # ------------------------------------------------------------ the run's life
 
@@ -220,8 +236,11 @@ class Translator:
             self.feed.emit(TextMessageContentEvent(message_id=self._text, delta=delta.content))
 
     def transition(self, transition: Transition) -> None:
-        """The messages the transition added, then the step's end, then the state's change."""
+        """The child runs the work made, the messages it added, then the step's end, then
+        the state's change."""
         self._end_thinking()
+        for child in transition.children:
+            self._child(child, None)
         messages = transition.chain.messages
         if len(messages) < self._seen:
             self._seen = len(messages)  # a shorter conversation (compacted): tell what is new
@@ -331,6 +350,39 @@ class Translator:
                         role="tool",
                     )
                 )
+
+    def _child(self, trace: Trace, parent: str | None) -> None:
+        """A child run (a machine run by a step, a subagent, a remote agent) as an AG-UI
+        subagent: its steps carry its id, nested children theirs, then how it ended."""
+        self._subagents += 1
+        sid = f"{self.feed.store_run_id}:child{self._subagents}"
+        self.feed.emit(
+            SubagentStartedEvent(
+                subagent_run_id=sid, name=trace.machine, parent_subagent_run_id=parent
+            )
+        )
+        for t in trace.transitions:
+            self.feed.emit(StepStartedEvent(step_name=t.source, subagent_run_id=sid))
+            for child in t.children:
+                self._child(child, sid)
+            self.feed.emit(
+                StepFinishedEvent(
+                    step_name=t.source,
+                    subagent_run_id=sid,
+                    metadata={"trigger": t.trigger, "dest": t.dest},
+                )
+            )
+        end = trace.transitions[-1].dest if trace.transitions else ""
+        if end == "error":
+            where = trace.transitions[-1].source
+            said = f"the {trace.machine} machine ended in error at {where}"
+            self.feed.emit(SubagentErrorEvent(subagent_run_id=sid, message=said, code="error"))
+        elif end in ("interrupted", "paused"):
+            outcome = SubagentFinishedSuspendedOutcome()
+            self.feed.emit(SubagentFinishedEvent(subagent_run_id=sid, outcome=outcome))
+        else:
+            outcome = SubagentFinishedSuccessOutcome()
+            self.feed.emit(SubagentFinishedEvent(subagent_run_id=sid, outcome=outcome))
 
     def _told_thinking(self, mid: str, message: Message) -> None:
         thought = "".join(t.text for t in message.thinking)
