@@ -378,11 +378,11 @@ class Translator:
             said = f"the {trace.machine} machine ended in error at {where}"
             self.feed.emit(SubagentErrorEvent(subagent_run_id=sid, message=said, code="error"))
         elif end in ("interrupted", "paused"):
-            outcome = SubagentFinishedSuspendedOutcome()
-            self.feed.emit(SubagentFinishedEvent(subagent_run_id=sid, outcome=outcome))
+            waiting = SubagentFinishedSuspendedOutcome()
+            self.feed.emit(SubagentFinishedEvent(subagent_run_id=sid, outcome=waiting))
         else:
-            outcome = SubagentFinishedSuccessOutcome()
-            self.feed.emit(SubagentFinishedEvent(subagent_run_id=sid, outcome=outcome))
+            done = SubagentFinishedSuccessOutcome()
+            self.feed.emit(SubagentFinishedEvent(subagent_run_id=sid, outcome=done))
 
     def _told_thinking(self, mid: str, message: Message) -> None:
         thought = "".join(t.text for t in message.thinking)
