@@ -700,3 +700,33 @@ def test_a_subagents_run_streams_as_an_ag_ui_subagent_inside_its_parents_step(db
     assert after == ["TOOL_CALL_RESULT", "STEP_FINISHED", "STATE_DELTA"]  # executing's own
     assert events[executing - 1][1].type == EventType.STEP_STARTED
     assert events[executing - 1][1].step_name == "executing"
+
+
+def test_a_subagents_approval_is_asked_and_answered_over_the_protocol(db: str) -> None:
+    @tool
+    def publish(text: str) -> str:
+        """Publish a note."""
+        return "Published."
+
+    def lead() -> Agent:
+        writer = Agent(
+            ScriptedModel([call_tool("publish", text="Bees dance."), say("Done.")]),
+            [publish],
+            middleware=[HumanInTheLoop({"publish": True})],
+        )
+        script = [call_tool("writer", task="Publish: Bees dance."), say("All set.")]
+        return Agent(ScriptedModel(script), [SubAgent("writer", "Publishes notes", writer)])
+
+    with serving(create_app(lead(), db)) as base:
+        events = post(base, given("r1"))
+        assert steps(events)[-1] == "propagating interrupted interrupted"
+        (interrupt,) = events[-1][1].outcome.interrupts
+        assert interrupt.reason == "tool_approval"
+        assert interrupt.metadata["subagents"] == ["writer"]
+        assert interrupt.metadata["tool_name"] == "publish"
+        answer = ResumeEntry(interrupt_id=interrupt.id, status="resolved")
+        resumed = post(base, given("r2", parent_run_id="r1", resume=[answer]))
+    assert steps(resumed)[-1] == "deciding done ok"
+    assert resumed[-1][1].result == {"status": "ok", "text": "All set."}
+    children = [e for _, e in resumed if e.type == EventType.SUBAGENT_STARTED]
+    assert len(children) == 1  # the writer, resumed inside the lead's executing

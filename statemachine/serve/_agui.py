@@ -38,7 +38,6 @@ from starlette.routing import Route
 from agentfsm import (
     Agent,
     AgentState,
-    Approval,
     DecisionError,
     LLMChain,
     MachineTable,
@@ -60,7 +59,7 @@ from agentfsm.store import (
     start_run,
 )
 
-from ._feed import Feed, Translator, interrupts_of, replayed
+from ._feed import Feed, Translator, approval_in, interrupts_of, replayed
 
 __all__ = ["Served", "ServedMachine", "agui_routes"]
 
@@ -289,11 +288,12 @@ def answer_of(
 ) -> list[dict[str, Any]] | str | list[str]:
     """The answer the resume entries give the run's interrupt.
 
-    For an approval: one decision per request, in request order, each carrying the
-    digest its interrupt's id is (so it decides exactly the request shown). A
-    cancelled entry rejects; a resolved one's payload is ``{"type": "approve" |
-    "edit" | "reject", "arguments": {...}}`` (none: approve). An entry for an
-    interrupt the run no longer asks is refused: its request changed since.
+    For an approval (the run's own or a waiting subagent's): one decision per
+    request, in request order, each carrying the digest its interrupt's id is (so it
+    decides exactly the request shown). A cancelled entry rejects; a resolved one's
+    payload is ``{"type": "approve" | "edit" | "reject", "arguments": {...}}`` (none:
+    approve). An entry for an interrupt the run no longer asks is refused: its
+    request changed since.
     """
     by_id = {entry.interrupt_id: entry for entry in entries}
     asked = interrupts_of(store_run, data)
@@ -303,7 +303,8 @@ def answer_of(
     missing = [i.id for i in asked if i.id not in by_id]
     if missing:
         raise InputError(f"answer every interrupt the run asks; missing {missing[:3]}")
-    if not Approval.is_approval(data):
+    asking = approval_in(data)
+    if asking is None:
         texts = []
         for interrupt in asked:
             entry = by_id[interrupt.id]
@@ -315,7 +316,7 @@ def answer_of(
                 raise InputError("a question's answer is text: send a string payload")
         return texts[0] if len(texts) == 1 else texts
     decisions = []
-    for request in Approval.of(data).requests:
+    for request in asking[0].requests:
         entry = by_id[request.digest]
         payload = entry.payload if entry.payload is not None else {"type": "approve"}
         if entry.status == "cancelled":

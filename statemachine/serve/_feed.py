@@ -64,7 +64,15 @@ from agentfsm import (
     Transition,
 )
 
-__all__ = ["ENDS", "Feed", "Translator", "interrupts_of", "message_id", "replayed"]
+__all__ = [
+    "ENDS",
+    "Feed",
+    "Translator",
+    "approval_in",
+    "interrupts_of",
+    "message_id",
+    "replayed",
+]
 
 #: The events after which a feed has nothing more to say.
 ENDS = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
@@ -124,12 +132,24 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+def approval_in(data: Mapping[str, Any]) -> tuple[Approval, list[str]] | None:
+    """The approval an interrupt asks, and the subagents it waits in (outermost first):
+    the run's own, or a waiting subagent's (``{"type": "subagent", "request": ...}``,
+    nested as deep as the subagents are). None for a tool's own question."""
+    path: list[str] = []
+    while data.get("type") == "subagent" and isinstance(data.get("request"), Mapping):
+        path.append(str(data.get("subagent")))
+        data = data["request"]
+    return (Approval.of(data), path) if Approval.is_approval(data) else None
+
+
 def interrupts_of(store_run_id: str, data: Mapping[str, Any]) -> list[Interrupt]:
-    """The AG-UI interrupts an interrupted run asks: one per gated call, identified by
-    the digest of the request it decides (so the answer is bound to what was shown), or
-    one per tool that asked its own question."""
-    if Approval.is_approval(data):
-        approval = Approval.of(data)
+    """The AG-UI interrupts an interrupted run asks: one per gated call (its own or a
+    waiting subagent's), identified by the digest of the request it decides (so the
+    answer is bound to what was shown), or one per tool that asked its own question."""
+    asking = approval_in(data)
+    if asking is not None:
+        approval, path = asking
         return [
             Interrupt(
                 id=request.digest,
@@ -139,6 +159,7 @@ def interrupts_of(store_run_id: str, data: Mapping[str, Any]) -> list[Interrupt]
                 response_schema=_decision_schema(approval.allowed(request.tool_name)),
                 metadata={
                     "run_id": store_run_id,
+                    "subagents": path,
                     "tool_name": request.tool_name,
                     "arguments": _jsonable(dict(request.arguments)),
                     "allowed_decisions": approval.allowed(request.tool_name),
