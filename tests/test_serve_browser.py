@@ -121,3 +121,60 @@ def test_chat_streams_draws_the_transitions_and_asks_for_approval(
     with SQLiteStore(db) as store:  # both conversations' runs, saved as the studio reads them
         saved = [load_run(store, info.run_id, strict=False) for info in store.runs()]
     assert sorted((len(s.traces), s.status) for s in saved) == [(1, "ok"), (2, "ok")]
+
+
+CUT_FIRST_STREAM = """
+window.fetches = [];
+const real = window.fetch;
+window.fetch = async (url, init) => {
+  window.fetches.push((init.headers || {})["Last-Event-ID"] || null);
+  const response = await real(url, init);
+  if (window.fetches.length > 1) return response;
+  const reader = response.body.getReader();
+  let reads = 0;
+  const body = new ReadableStream({
+    async pull(controller) {
+      if (reads++ >= 1) { controller.error(new Error("the connection dropped")); return; }
+      const { value, done } = await reader.read();
+      if (done) controller.close(); else controller.enqueue(value);
+    },
+  });
+  return new Response(body, { status: response.status, headers: response.headers });
+};
+"""
+
+
+@pytest.fixture
+def slow_chat(tmp_path: pathlib.Path) -> Iterator[str]:
+    """The chat with a model that takes 0.3 s to answer: its stream comes in parts."""
+    with serving(_example().make_app(str(tmp_path / "chat.db"), delay=0.3)) as base:
+        yield base
+
+
+def test_a_dropped_stream_is_read_on_from_the_last_event(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    slow_chat: str,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base = slow_chat
+    browser.get(base + "/")
+    browser.execute_script(CUT_FIRST_STREAM)
+    browser.find_element(By.ID, "prompt").send_keys("hello")
+    browser.find_element(By.CSS_SELECTOR, "#send button").click()
+    _wait(lambda: "deciding --done--> ok" in _texts(browser, "#steps li"), what="the run")
+    fetches = browser.execute_script("return window.fetches")
+    assert len(fetches) == 2 and fetches[0] is None and int(fetches[1]) >= 1
+    assert _texts(browser, "#steps li") == [  # each transition once: nothing read twice
+        "expanding --expanded--> calling",
+        "calling --called--> interrupt_check",
+        "interrupt_check --clear--> executing",
+        "executing --executed--> propagating",
+        "propagating --propagated--> until_check",
+        "until_check --unsatisfied--> deciding",
+        "deciding --done--> ok",
+    ]
+    assert _texts(browser, "#chat .msg") == [
+        "hello",
+        "You said: hello. Ask me to delete a file. ",
+    ]
