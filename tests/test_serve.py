@@ -730,3 +730,35 @@ def test_a_subagents_approval_is_asked_and_answered_over_the_protocol(db: str) -
     assert resumed[-1][1].result == {"status": "ok", "text": "All set."}
     children = [e for _, e in resumed if e.type == EventType.SUBAGENT_STARTED]
     assert len(children) == 1  # the writer, resumed inside the lead's executing
+
+
+def test_a_run_going_when_the_app_stops_is_saved_paused(db: str) -> None:
+    gate = threading.Event()
+
+    @tool
+    async def hold() -> str:
+        """Wait until the test lets the run go on."""
+        await asyncio.to_thread(gate.wait, 30)
+        return "held"
+
+    agent = Agent(ScriptedModel([call_tool("hold"), say("Done.")]), [hold])
+    try:
+        with (
+            serving(create_app(agent, db)) as base,
+            httpx.stream("POST", base + "/", content=given("r1"), headers=JSON) as response,
+        ):
+            for line in response.iter_lines():
+                if '"TOOL_CALL_END"' in line:
+                    break
+    finally:
+        gate.set()
+    with SQLiteStore(db) as store:
+        saved = load_run(store, "r1", strict=False)
+    assert saved.status == "paused"
+    assert saved.agent_state is not None and saved.agent_state.pause_reason == "cancelled"
+    assert [f"{t.source} {t.trigger} {t.dest}" for t in saved.trace.transitions] == [
+        "expanding expanded calling",
+        "calling called interrupt_check",
+        "interrupt_check clear executing",
+        "executing paused paused",
+    ]

@@ -38,6 +38,7 @@ from starlette.routing import Route
 from agentfsm import (
     Agent,
     AgentState,
+    ChainError,
     DecisionError,
     LLMChain,
     MachineTable,
@@ -103,9 +104,12 @@ class Served:
         self.tasks: set[asyncio.Task[None]] = set()
         self.keep = keep
 
-    def close(self) -> None:
-        for task in list(self.tasks):
+    async def close(self) -> None:
+        """Stop the runs going (each saves itself paused, ``cancelled``), then the store."""
+        tasks = list(self.tasks)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._owns_store:
             close = getattr(self.store, "close", None)
             if close is not None:
@@ -393,6 +397,8 @@ def agui_routes(served: Served) -> list[Route]:
             return _error(409, str(exc))
         except ValueError as exc:
             return _error(400, str(exc))
+        except ChainError as exc:  # a middleware's before_model hook refused the run
+            return _error(422, str(exc))
         return _stream(feed, _after(request))
 
     async def events(request: Request) -> Response:
@@ -410,19 +416,13 @@ def agui_routes(served: Served) -> list[Route]:
     ]
 
 
-@contextlib.contextmanager
-def closing(served: Served) -> Any:
-    try:
-        yield served
-    finally:
-        served.close()
-
-
 def make_app(served: Served, routes: list[Any], middleware: list[Any]) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        with closing(served):
+        try:
             yield
+        finally:
+            await served.close()
 
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.served = served
