@@ -401,3 +401,32 @@ def test_a_paused_task_goes_on_with_the_next_message(tmp_path: pathlib.Path) -> 
     assert transitions(second)[0] == "propagating propagated until_check"
     assert transitions(second)[-1] == "deciding done ok"
     assert get_message_text(second[-1].status_update.status.message) == "Rested."
+
+
+def test_an_a2a_approval_asked_before_a_restart_is_answered_after_it(
+    tmp_path: pathlib.Path,
+) -> None:
+    from a2a.server.tasks import InMemoryTaskStore
+
+    db = str(tmp_path / "r.db")
+    tasks = InMemoryTaskStore()  # the SDK's task store, kept by the host across restarts
+
+    def agent(resumed: bool) -> Agent:
+        script = [call_tool("delete_file", path="old.txt"), say("Done.")]
+        model = ScriptedModel(script[1:] if resumed else script)
+        return Agent(model, [delete_file], middleware=[HumanInTheLoop({"delete_file": True})])
+
+    def make(resumed: bool) -> Callable[[str], Any]:
+        return lambda base: create_app(agent(resumed), db, a2a_url=base, a2a_tasks=tasks)
+
+    with serving_at(make(False)) as base:
+        first = asyncio.run(send(base, user([new_text_part("Clean up")])))
+    task = next(e.task for e in first if e.HasField("task"))
+    (asked,) = get_data_parts(first[-1].status_update.status.message.parts)
+    decided = {"decisions": [{"type": "approve", "digest": asked["requests"][0]["digest"]}]}
+    with serving_at(make(True)) as base:
+        second = asyncio.run(send(base, user([new_data_part(decided)], task.id, task.context_id)))
+    assert statuses(second)[-1][0] == TaskState.TASK_STATE_COMPLETED
+    assert transitions(second)[0] == "interrupt_check clear executing"
+    with SQLiteStore(db) as store:
+        assert load_run(store, task.id, strict=False).status == "ok"

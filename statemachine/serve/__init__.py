@@ -78,6 +78,7 @@ def create_app(
     keep: int = 256,
     a2a_url: str | None = None,
     description: str | None = None,
+    a2a_tasks: Any = None,
 ) -> Starlette:
     """The AG-UI app of ``agent``; its runs saved in ``store`` (a store, or a SQLite path).
 
@@ -93,7 +94,9 @@ def create_app(
 
     ``a2a_url`` (the address other agents reach this app at) serves the agent over
     A2A too: its card at ``/.well-known/agent-card.json`` (``description`` says what
-    it does; by default its machine and tools), JSON-RPC at ``/a2a``.
+    it does; by default its machine and tools), JSON-RPC at ``/a2a``. ``a2a_tasks`` is
+    the a2a-sdk task store that keeps the tasks (in memory by default; the SDK's
+    ``DatabaseTaskStore`` keeps them across restarts, the runs being in ``store``).
     """
     if max_body < 1:
         raise ValueError(f"max_body is a positive number of bytes, got {max_body!r}")
@@ -105,7 +108,7 @@ def create_app(
 
         if isinstance(agent, ServedMachine):
             raise TypeError("A2A serves an Agent (its card is made of its tools)")
-        routes += a2a_routes(served, a2a_url, description=description)
+        routes += a2a_routes(served, a2a_url, description=description, tasks=a2a_tasks)
     app = make_app(served, routes, [guard])
     app.state.token = token
     return app

@@ -282,10 +282,15 @@ def _asking(data: Mapping[str, Any], task_id: str, context_id: str) -> Message:
     )
 
 
-def a2a_routes(served: Served, url: str, *, description: str | None = None) -> list[BaseRoute]:
-    """The agent card (``/.well-known/agent-card.json``) and the JSON-RPC endpoint."""
+def a2a_routes(
+    served: Served, url: str, *, description: str | None = None, tasks: Any = None
+) -> list[BaseRoute]:
+    """The agent card (``/.well-known/agent-card.json``) and the JSON-RPC endpoint;
+    ``tasks`` is the SDK's task store (in memory unless given)."""
     card = agent_card(served.agent, url.rstrip("/") + A2A_PATH, description=description)
     handler = DefaultRequestHandler(
-        agent_executor=Executor(served), task_store=InMemoryTaskStore(), agent_card=card
+        agent_executor=Executor(served),
+        task_store=tasks if tasks is not None else InMemoryTaskStore(),
+        agent_card=card,
     )
     return [*create_agent_card_routes(card), *create_jsonrpc_routes(handler, A2A_PATH)]
