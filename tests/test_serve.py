@@ -762,3 +762,31 @@ def test_a_run_going_when_the_app_stops_is_saved_paused(db: str) -> None:
         "interrupt_check clear executing",
         "executing paused paused",
     ]
+
+
+def test_past_the_runs_it_may_run_at_once_a_new_run_waits_its_turn(db: str) -> None:
+    gate = threading.Event()
+
+    @tool
+    async def hold() -> str:
+        """Wait until the test lets the run go on."""
+        await asyncio.to_thread(gate.wait, 30)
+        return "held"
+
+    agent = Agent(ScriptedModel([call_tool("hold"), say("Done."), say("Next.")]), [hold])
+    with serving(create_app(agent, db, going=1)) as base:
+        try:
+            with httpx.stream("POST", base + "/", content=given("r1"), headers=JSON) as first:
+                for line in first.iter_lines():
+                    if '"TOOL_CALL_END"' in line:
+                        break
+                busy = httpx.post(base + "/", content=given("r2", thread="t2"), headers=JSON)
+        finally:
+            gate.set()
+        assert busy.status_code == 429
+        assert busy.headers["retry-after"] == "1"
+        assert busy.json()["error"] == "1 runs are going, the most this app runs at once"
+        done = parse(httpx.get(base + "/runs/r1/events", timeout=30).text)
+        assert steps(done)[-1] == "deciding done ok"
+        later = post(base, given("r2", thread="t2"))
+    assert later[-1][1].result == {"status": "ok", "text": "Next."}

@@ -76,6 +76,7 @@ def create_app(
     origins: Iterable[str] = (),
     max_body: int = MAX_BODY,
     keep: int = 256,
+    going: int = 64,
     a2a_url: str | None = None,
     description: str | None = None,
     a2a_tasks: Any = None,
@@ -90,7 +91,8 @@ def create_app(
     without it only requests addressed to a loopback host are answered. ``origins``
     are the other sites whose pages may call the app (CORS); none by default.
     ``max_body`` bounds a request's body; ``keep`` how many runs' event streams are
-    kept for clients to come back to.
+    kept for clients to come back to; ``going`` how many runs may go at once (past it
+    a new run or answer is refused with 429).
 
     ``a2a_url`` (the address other agents reach this app at) serves the agent over
     A2A too: its card at ``/.well-known/agent-card.json`` (``description`` says what
@@ -100,7 +102,9 @@ def create_app(
     """
     if max_body < 1:
         raise ValueError(f"max_body is a positive number of bytes, got {max_body!r}")
-    served = Served(agent, store, keep=keep)
+    if going < 1:
+        raise ValueError(f"going is how many runs may go at once, at least 1; got {going!r}")
+    served = Served(agent, store, keep=keep, going=going)
     guard = Middleware(Guard, token=token, origins=tuple(origins), max_body=max_body)
     routes: list[Any] = list(agui_routes(served))
     if a2a_url is not None:

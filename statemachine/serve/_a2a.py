@@ -125,6 +125,7 @@ class Executor(AgentExecutor):
     def __init__(self, served: Served) -> None:
         self.served = served
         self.running: dict[str, AgentRun] = {}
+        served.elsewhere = self.running  # counted with the AG-UI runs against `going`
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id, context.context_id
@@ -135,6 +136,15 @@ class Executor(AgentExecutor):
             await event_queue.enqueue_event(
                 new_task(task_id, context_id, TaskState.TASK_STATE_SUBMITTED, history=history)
             )
+        going = self.served.counted()
+        if going >= self.served.going:
+            said = f"{going} runs are going, the most this agent runs at once; try again later"
+            if context.current_task is None:
+                await updater.reject(_text(said, task_id, context_id))
+            else:  # the task keeps waiting for its answer
+                await updater.requires_input(_text(said, task_id, context_id))
+            return
+        if context.current_task is None:
             state = AgentState.of(context.get_user_input())
             run = start_run(self.served.agent, state, self.served.store, run_id=task_id)
         else:

@@ -95,7 +95,9 @@ class InputError(ValueError):
 class Served:
     """The app's state: the agent, the store, the live feeds and the tasks running."""
 
-    def __init__(self, target: Agent | ServedMachine, store: Store | str, *, keep: int) -> None:
+    def __init__(
+        self, target: Agent | ServedMachine, store: Store | str, *, keep: int, going: int
+    ) -> None:
         self.target = target
         self.store: Store = SQLiteStore(store) if isinstance(store, str) else store
         self._owns_store = isinstance(store, str)
@@ -103,6 +105,9 @@ class Served:
         self.threads: dict[str, str] = {}  # thread id -> the run in the store it is on
         self.tasks: set[asyncio.Task[None]] = set()
         self.keep = keep
+        self.going = going
+        #: Runs going outside the AG-UI routes (A2A tasks), counted against ``going``.
+        self.elsewhere: Mapping[str, Any] = {}
 
     async def close(self) -> None:
         """Stop the runs going (each saves itself paused, ``cancelled``), then the store."""
@@ -126,8 +131,17 @@ class Served:
 
     # ------------------------------------------------------------ runs
 
+    def counted(self) -> int:
+        """The runs going now, over both protocols."""
+        return len(self.tasks) + len(self.elsewhere)
+
+    def _room(self) -> None:
+        if self.counted() >= self.going:
+            raise Busy(f"{self.counted()} runs are going, the most this app runs at once")
+
     def start(self, given: RunAgentInput) -> Feed:
         """A new run of the agent over the conversation sent, saved, going."""
+        self._room()
         messages = conversation(given.messages)
         try:
             if isinstance(self.target, ServedMachine):
@@ -146,6 +160,7 @@ class Served:
     async def resume(self, given: RunAgentInput) -> Feed:
         """The interrupted run the input answers, resumed with its answer, going."""
         assert given.resume is not None
+        self._room()
         if not isinstance(self.target, Agent):
             raise Conflict("this app serves a machine, not an agent: answer its runs in Python")
         saved = None
@@ -208,6 +223,10 @@ class Served:
         self.tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             _log.error("%s stopped: %r", task.get_name(), task.exception())
+
+
+class Busy(RuntimeError):
+    """As many runs are going as the app runs at once (429): try again later."""
 
 
 class Conflict(ValueError):
@@ -389,6 +408,8 @@ def agui_routes(served: Served) -> list[Route]:
             feed = await served.resume(given) if given.resume else served.start(given)
         except InputError as exc:
             return _error(400, str(exc))
+        except Busy as exc:
+            return JSONResponse({"error": str(exc)}, 429, headers={"Retry-After": "1"})
         except DecisionError as exc:
             return _error(400, str(exc))
         except RunNotFoundError as exc:
