@@ -694,6 +694,12 @@ def test_a_subagents_run_streams_as_an_ag_ui_subagent_inside_its_parents_step(db
         "until_check unsatisfied deciding",
         "deciding done ok",
     ]
+    said = [
+        (e.type.value, e.delta)
+        for _, e in events
+        if e.type == EventType.TEXT_MESSAGE_CONTENT and e.subagent_run_id == "r1:child1"
+    ]
+    assert said == [("TEXT_MESSAGE_CONTENT", "Bees dance.")]
     finished = next(e for _, e in events if e.type == EventType.SUBAGENT_FINISHED)
     assert finished.outcome.type == "success"
     after = kinds(events)[kinds(events).index("SUBAGENT_FINISHED") + 1 :][:3]

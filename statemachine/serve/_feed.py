@@ -374,7 +374,8 @@ class Translator:
 
     def _child(self, trace: Trace, parent: str | None) -> None:
         """A child run (a machine run by a step, a subagent, a remote agent) as an AG-UI
-        subagent: its steps carry its id, nested children theirs, then how it ended."""
+        subagent: its steps and messages carry its id, nested children theirs, then how
+        it ended."""
         self._subagents += 1
         sid = f"{self.feed.store_run_id}:child{self._subagents}"
         self.feed.emit(
@@ -382,10 +383,18 @@ class Translator:
                 subagent_run_id=sid, name=trace.machine, parent_subagent_run_id=parent
             )
         )
+        first = trace.transitions[0].chain.messages if trace.transitions else ()
+        users = [i for i, m in enumerate(first) if m.role == "user"]
+        seen = users[-1] + 1 if users else 0  # the task it was given is its parent's call
         for t in trace.transitions:
             self.feed.emit(StepStartedEvent(step_name=t.source, subagent_run_id=sid))
             for child in t.children:
                 self._child(child, sid)
+            messages = t.chain.messages
+            seen = min(seen, len(messages))
+            for index in range(seen, len(messages)):
+                self._child_message(sid, index, messages[index])
+            seen = len(messages)
             self.feed.emit(
                 StepFinishedEvent(
                     step_name=t.source,
@@ -404,6 +413,46 @@ class Translator:
         else:
             done = SubagentFinishedSuccessOutcome()
             self.feed.emit(SubagentFinishedEvent(subagent_run_id=sid, outcome=done))
+
+    def _child_message(self, sid: str, index: int, message: Message) -> None:
+        """A child's message, whole, attributed to it; its ids are prefixed with the
+        child's, since a child numbers its calls from 1 as its parent does."""
+        mid = f"{sid}:m{index}"
+        if message.role == "assistant":
+            if message.text:
+                self.feed.emit(
+                    TextMessageStartEvent(message_id=mid, role="assistant", subagent_run_id=sid)
+                )
+                self.feed.emit(
+                    TextMessageContentEvent(message_id=mid, delta=message.text, subagent_run_id=sid)
+                )
+                self.feed.emit(TextMessageEndEvent(message_id=mid, subagent_run_id=sid))
+            for call in message.tool_calls:
+                cid = f"{sid}:{call.call_id}"
+                self.feed.emit(
+                    ToolCallStartEvent(
+                        tool_call_id=cid,
+                        tool_call_name=call.name,
+                        parent_message_id=mid,
+                        subagent_run_id=sid,
+                    )
+                )
+                arguments = _json(dict(call.arguments))
+                self.feed.emit(
+                    ToolCallArgsEvent(tool_call_id=cid, delta=arguments, subagent_run_id=sid)
+                )
+                self.feed.emit(ToolCallEndEvent(tool_call_id=cid, subagent_run_id=sid))
+        elif message.role == "tool":
+            for n, result in enumerate(message.tool_results):
+                self.feed.emit(
+                    ToolCallResultEvent(
+                        message_id=f"{mid}:{n}" if n else mid,
+                        tool_call_id=f"{sid}:{result.tool_call_id}",
+                        content=result.text,
+                        role="tool",
+                        subagent_run_id=sid,
+                    )
+                )
 
     def _told_thinking(self, mid: str, message: Message) -> None:
         thought = "".join(t.text for t in message.thinking)
