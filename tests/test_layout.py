@@ -24,6 +24,7 @@ VIEWS = (
     "agentfsm.diagrams",
     "agentfsm._view",
     "agentfsm.studio",
+    "agentfsm.serve",
 )
 
 

@@ -11,7 +11,7 @@ that takes it; :func:`diagram_files` is what ``agentfsm diagrams`` writes;
 from .._moved import forward, show_at
 from .._paths import Path, compress_path, paths
 from .._view import page
-from ._console import RunView, summary, trace_table, watch
+from ._console import summary, trace_table, watch
 from ._files import diagram_files, stale_files, write_files
 from ._writers import (
     machine_dot,
@@ -26,7 +26,6 @@ from ._writers import (
 
 __all__ = [
     "Path",
-    "RunView",
     "compress_path",
     "diagram_files",
     "machine_dot",
@@ -48,6 +47,8 @@ __all__ = [
 
 #: The last release's names this face no longer exports, kept one more release.
 __getattr__ = forward(
-    __name__, ("agentfsm.diagrams._writers",), frozenset({"describe_detail", "render_svg"})
+    __name__,
+    ("agentfsm.diagrams._writers", "agentfsm.diagrams._console"),
+    frozenset({"RunView", "describe_detail", "render_svg"}),
 )
 show_at(__name__, globals())

@@ -12,14 +12,13 @@ see the testing docs.
 
 from __future__ import annotations
 
-from .._checks import MachineProblem, check_machine
+from .._checks import check_machine
 from .._moved import forward, show_at
-from ._assertions import EdgeCoverage, assert_path, edge_coverage, matches_path
+from ._assertions import assert_path, edge_coverage, matches_path
 from ._cases import PathCase, Scenario, assert_took, path_cases
 from ._cassette import (
     Cassette,
     CassetteMismatchError,
-    Recorder,
     cassette_from_traces,
     record,
     redact,
@@ -29,10 +28,7 @@ from ._cassette import (
 __all__ = [
     "Cassette",
     "CassetteMismatchError",
-    "EdgeCoverage",
-    "MachineProblem",
     "PathCase",
-    "Recorder",
     "Scenario",
     "assert_path",
     "assert_took",
@@ -49,7 +45,15 @@ __all__ = [
 #: The last release's names this face no longer exports, kept one more release.
 __getattr__ = forward(
     __name__,
-    ("agentfsm.steps", "agentfsm._effects"),
-    frozenset({"EFFECTS", "Effect", "effects", "effects_of"}),
+    (
+        "agentfsm.steps",
+        "agentfsm._effects",
+        "agentfsm._checks",
+        "agentfsm.testing._assertions",
+        "agentfsm.testing._cassette",
+    ),
+    frozenset(
+        {"EFFECTS", "Effect", "EdgeCoverage", "MachineProblem", "Recorder", "effects", "effects_of"}
+    ),
 )
 show_at(__name__, globals())
