@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentfsm import STANDARD, Agent, SubAgent, effects, tool
+from agentfsm._checks import MachineProblem
 from agentfsm._cli._main import main
 from agentfsm._modes.langchain import LANGCHAIN_MACHINES
 from agentfsm.providers import ScriptedModel
@@ -16,7 +17,7 @@ from agentfsm.steps import (
     execute_tools,
     state_effects,
 )
-from agentfsm.testing import MachineProblem, check_machine
+from agentfsm.testing import check_machine
 from tests.test_path_cases import MACHINES
 
 

@@ -17,9 +17,10 @@ from rich.console import Console
 from agentfsm import STANDARD, AgentState, LLMChain, Message, Trace, Transition, tool
 from agentfsm import _paths as pm
 from agentfsm._demo import DEMO_PROMPT, demo_agent
-from agentfsm.diagrams import RunView, summary, trace_table, watch
 from agentfsm.diagrams import _files as diagram_files
 from agentfsm.diagrams import _writers as d
+from agentfsm.diagrams import summary, trace_table, watch
+from agentfsm.diagrams._console import RunView
 from agentfsm.providers import ScriptedModel, call_tool, say
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

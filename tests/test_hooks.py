@@ -215,7 +215,7 @@ def test_the_module_documents_its_protocols() -> None:
 
 
 def test_a_run_view_follows_a_run_driven_by_anyone() -> None:
-    from agentfsm.diagrams import RunView
+    from agentfsm.diagrams._console import RunView
 
     run = scripted_run()
     view = RunView("v")

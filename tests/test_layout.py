@@ -280,5 +280,7 @@ def test_the_wheel_holds_only_agentfsm(tmp_path: pathlib.Path) -> None:
     assert {
         "agentfsm/py.typed",
         "agentfsm/providers/py.typed",
-        "agentfsm/providers/openai.py",
+        "agentfsm/providers/_openai.py",
+        "agentfsm/_view/page.js",
     } <= names
+
