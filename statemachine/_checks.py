@@ -32,7 +32,8 @@ from typing import Any
 import attrs
 
 from ._effects import EFFECTS, Effect, effects, effects_of, lent_effects, step_effects
-from ._machine import MachineTable
+from ._machine import Edge, MachineTable
+from ._mermaid import Drawing, mermaid
 
 __all__ = ["EFFECTS", "Effect", "MachineProblem", "check_machine", "effects", "effects_of"]
 
@@ -57,23 +58,30 @@ class MachineProblem:
         steps: dict[tuple[str, str], list[int]] = {}
         for i, (a, b) in enumerate(zip(self.path, self.path[1:], strict=False), start=1):
             steps.setdefault((a, b), []).append(i)
-        lines = ["stateDiagram-v2"]
-        lines += [
-            f"    [*] --> {state_label(state)} : {situation}"
-            for situation, state in table.entries.items()
-        ]
         drawn: set[tuple[str, str]] = set()
-        for e in table.edges:
+
+        def edge_label(e: Edge) -> str:
+            # The steps are said once, on the first edge between the two states.
             numbers = steps.get((e.source, e.dest)) if (e.source, e.dest) not in drawn else None
-            label = e.trigger
-            if numbers:
-                drawn.add((e.source, e.dest))
-                label += " ◀ " + ", ".join(f"#{n}" for n in numbers)
-            lines.append(f"    {state_label(e.source)} --> {state_label(e.dest)} : {label}")
-        lines += [f"    {state_label(t)} --> [*]" for t in table.terminals]
-        lines.append(f"    class {state_label(self.path[-1])} broken")
-        lines.append("    classDef broken fill:#fee2e2,stroke:#b91c1c,stroke-width:3px")
-        return "\n".join(lines) + "\n"
+            if not numbers:
+                return e.trigger
+            drawn.add((e.source, e.dest))
+            return e.trigger + " ◀ " + ", ".join(f"#{n}" for n in numbers)
+
+        drawing = Drawing(
+            states=table.states,
+            terminals=table.terminals,
+            entries=table.entries,
+            edges=table.edges,
+            id=state_label,
+            edge_label=edge_label,
+            state_class=lambda state: "broken" if state == self.path[-1] else None,
+        )
+        return mermaid(
+            drawing,
+            class_defs={"broken": "fill:#fee2e2,stroke:#b91c1c,stroke-width:3px"},
+            class_defs_last=True,
+        )
 
 
 def _successors(table: MachineTable) -> dict[str, list[str]]:

@@ -11,15 +11,15 @@ is the face.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import attrs
 
 from ._effects import effects_of, step_effects
 from ._machine import MachineTable, fingerprint_of, identity, machine_versions, step_name
+from ._mermaid import Drawing, mermaid
 from ._trace import Trace
 
 __all__ = [
@@ -334,41 +334,53 @@ class MachineDiff:
         edges), changed in amber, the rest as it was."""
         added, removed = set(self.states_added), set(self.states_removed)
         changed = set(self.states_changed)
-        lines = ["flowchart TD"]
-        states = [*self.old.states, *(s for s in self.new.states if s not in self.old.states)]
-        for s in states:
-            shape = (
-                f"{s}([{s}])" if s in (*self.old.terminals, *self.new.terminals) else f"{s}[{s}]"
-            )
-            lines.append(f"    {shape}")
-        styles: list[str] = []
-        new_edges = set(self.new.edges)
-        old_edges = set(self.old.edges)
+        new_edges, old_edges = set(self.new.edges), set(self.old.edges)
         changed_new = {b for _, b in self.edges_changed}
-        changed_old = {a for a, _ in self.edges_changed}
-        index = itertools.count()
-        for edge in [*self.old.edges, *(e for e in self.new.edges if e not in old_edges)]:
-            source, dest, trigger, _ = edge
-            if edge in changed_old:
-                continue  # drawn as its new self
-            arrow = "-.->" if edge not in new_edges else "-->"
-            lines.append(f"    {source} {arrow}|{trigger}| {dest}")
-            n = next(index)
-            if edge not in new_edges:
-                styles.append(f"    linkStyle {n} stroke:#c62828,stroke-width:2px")
-            elif edge in changed_new:
-                styles.append(f"    linkStyle {n} stroke:#ef8f00,stroke-width:2px")
-            elif edge not in old_edges:
-                styles.append(f"    linkStyle {n} stroke:#2e7d32,stroke-width:2px")
-        lines += [
-            "    classDef added fill:#e8f5e9,stroke:#2e7d32,stroke-width:2px",
-            "    classDef removed fill:#ffebee,stroke:#c62828,stroke-dasharray:4",
-            "    classDef changed fill:#fff8e1,stroke:#ef8f00,stroke-width:2px",
-        ]
-        for kind, names in (("added", added), ("removed", removed), ("changed", changed)):
-            if names:
-                lines.append(f"    class {','.join(sorted(names))} {kind}")
-        return "\n".join(lines + styles) + "\n"
+        changed_old = {a for a, _ in self.edges_changed}  # drawn as their new selves
+        edges = [*self.old.edges, *(e for e in self.new.edges if e not in old_edges)]
+
+        def state_class(state: str) -> str | None:
+            for kind, names in (("added", added), ("removed", removed), ("changed", changed)):
+                if state in names:
+                    return kind
+            return None
+
+        def edge_style(edge: _DrawnEdge) -> str | None:
+            if edge.key not in new_edges:
+                return "stroke:#c62828,stroke-width:2px"
+            if edge.key in changed_new:
+                return "stroke:#ef8f00,stroke-width:2px"
+            if edge.key not in old_edges:
+                return "stroke:#2e7d32,stroke-width:2px"
+            return None
+
+        drawing = Drawing(
+            states=[*self.old.states, *(s for s in self.new.states if s not in self.old.states)],
+            terminals=(*self.old.terminals, *self.new.terminals),
+            entries={},
+            edges=[_DrawnEdge(e[0], e[1], e) for e in edges if e not in changed_old],
+            edge_label=lambda edge: edge.key[2],
+            state_class=state_class,
+            arrow=lambda edge: "-->" if edge.key in new_edges else "-.->",
+            edge_style=edge_style,
+        )
+        return mermaid(
+            drawing,
+            flowchart=True,
+            class_defs={
+                "added": "fill:#e8f5e9,stroke:#2e7d32,stroke-width:2px",
+                "removed": "fill:#ffebee,stroke:#c62828,stroke-dasharray:4",
+                "changed": "fill:#fff8e1,stroke:#ef8f00,stroke-width:2px",
+            },
+        )
+
+
+class _DrawnEdge(NamedTuple):
+    """An edge of a diff's drawing: its ends, for the writer, and its key."""
+
+    source: str
+    dest: str
+    key: EdgeKey
 
 
 def _edge_text(edge: EdgeKey) -> str:

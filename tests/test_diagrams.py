@@ -17,6 +17,7 @@ from rich.console import Console
 from agentfsm import STANDARD, AgentState, LLMChain, Message, Trace, Transition, tool
 from agentfsm import _paths as pm
 from agentfsm._demo import DEMO_PROMPT, demo_agent
+from agentfsm._mermaid import mermaid_text
 from agentfsm.diagrams import _files as diagram_files
 from agentfsm.diagrams import _writers as d
 from agentfsm.diagrams import summary, trace_table, watch
@@ -137,7 +138,7 @@ def test_mermaid_labels_hold_nothing_the_parser_reads_as_syntax() -> None:
     for text in (d.machine_mermaid(), d.run_mermaid(_demo_traces("approve"))):
         for label in _labels(text):
             assert not re.search(r"[:;#{}\[\]\"]", label), label
-    assert d._mermaid_text('a: b; c # {d} "e"') == "a - b, c no. (d) 'e'"
+    assert mermaid_text('a: b; c # {d} "e"') == "a - b, c no. (d) 'e'"
 
 
 def test_machine_dot_labels_every_edge_with_trigger_and_why() -> None:

@@ -27,10 +27,13 @@ import shutil
 import subprocess
 import textwrap
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from .._machine import Edge, MachineTable, UnknownMachineError, machine_named
+from .._mermaid import Composite, Drawing, mermaid, mermaid_text
 from .._modes.standard import STANDARD
 from .._paths import compress_path, loop_edges, paths, shared_edges, state_label
 from .._printable import printable
@@ -62,30 +65,6 @@ _IDLE = "#9ca3af"
 
 
 # ---------------------------------------------------------------- names and text
-
-
-def _mermaid_text(text: str) -> str:
-    """Text Mermaid's state-diagram parser takes literally in a label.
-
-    ``:`` starts a description, ``;`` ends a statement, ``#`` starts an entity
-    code, and braces, quotes and angle brackets confuse the lexer or the HTML
-    renderer; each gets a harmless stand-in.
-    """
-    for bad, good in (
-        (":", " -"),
-        (";", ","),
-        ("#", "no. "),
-        ("{", "("),
-        ("}", ")"),
-        ("[", "("),
-        ("]", ")"),
-        ('"', "'"),
-        ("<", "lt "),
-        (">", "gt "),
-        ("\n", " "),
-    ):
-        text = text.replace(bad, good)
-    return re.sub(r"\s+", " ", text).strip()
 
 
 def _wrap(text: str, width: int) -> list[str]:
@@ -144,31 +123,33 @@ def machine_mermaid(table: MachineTable = STANDARD, *, width: int = 26) -> str:
     carry only their trigger; their why is said once, in a note on the terminal.
     """
     shared = shared_edges(table)
-    lines = [
-        "stateDiagram-v2",
-        f"    %% The {table.name} machine. " + _GENERATED.format(name=table.name),
-        f"    classDef terminal fill:{_TERMINAL_FILL},stroke:{_TERMINAL_STROKE},stroke-width:2px",
+
+    def edge_label(e: Edge) -> str:
+        if e in shared:
+            return e.trigger
+        return e.trigger + "".join("<br/>" + part for part in _wrap(mermaid_text(e.why), width))
+
+    notes = [
+        (dest, "<br/>".join(_wrap(mermaid_text(text), width)))
+        for dest, text in _shared_notes(table)
     ]
-    lines += [
-        f"    [*] --> {state_label(state)} : {_mermaid_text(situation)}"
-        for situation, state in table.entries.items()
+    drawing = _mermaid_drawing(table, state_label, frozenset({table.name}), None)
+    return mermaid(
+        attrs.evolve(drawing, edge_label=edge_label),
+        comments=[f"The {table.name} machine. " + _GENERATED.format(name=table.name)],
+        class_defs={
+            "terminal": f"fill:{_TERMINAL_FILL},stroke:{_TERMINAL_STROKE},stroke-width:2px"
+        },
+        notes=notes,
+    )
+
+
+def _shared_notes(table: MachineTable) -> list[tuple[str, str]]:
+    """``(terminal, text)``: the why of the edges many states share, said once."""
+    return [
+        (dest, f"{trigger} from {_sources_text(table, sources)}, when {why}")
+        for (trigger, dest, why), sources in _shared_groups(table).items()
     ]
-    for e in _drawing_order(table):
-        label = e.trigger
-        if e not in shared:
-            label += "".join("<br/>" + part for part in _wrap(_mermaid_text(e.why), width))
-        lines.append(f"    {state_label(e.source)} --> {state_label(e.dest)} : {label}")
-    lines += [f"    {state_label(t)} --> [*]" for t in table.terminals]
-    classes: dict[str, list[str]] = {}
-    lines += _mermaid_composites(table, state_label, "    ", frozenset({table.name}), None, classes)
-    for (trigger, dest, why), sources in _shared_groups(table).items():
-        text = f"{trigger} from {_sources_text(table, sources)}, when {why}"
-        note = "<br/>".join(_wrap(_mermaid_text(text), width))
-        lines.append(f"    note right of {state_label(dest)} : {note}")
-    lines.append(f"    class {', '.join(state_label(t) for t in table.terminals)} terminal")
-    if classes:
-        lines.append(f"    class {', '.join(classes['terminal'])} terminal")
-    return "\n".join(lines) + "\n"
 
 
 def _dot_header(table: MachineTable, title: str) -> list[str]:
@@ -268,8 +249,7 @@ def machine_dot(table: MachineTable = STANDARD, *, width: int = 30) -> str:
     """
     roles = _dot_edge_roles(table)
     notes: dict[str, list[str]] = {}
-    for (trigger, dest, why), sources in _shared_groups(table).items():
-        text = f"{trigger} from {_sources_text(table, sources)}, when {why}"
+    for dest, text in _shared_notes(table):
         notes.setdefault(dest, []).extend(_wrap(text, width))
     styles = {
         t: {"label": _dot_html(state_label(t), notes.get(t, ()), size=9)} for t in table.terminals
@@ -432,51 +412,21 @@ def run_mermaid(traces: Trace | Iterable[Trace], table: MachineTable = STANDARD)
     Several traces (a run and its resume) are drawn on one machine.
     """
     runs = _traces(traces)
-    taken, visits = _counts(runs)
-    entered = Counter(t.entry for t in runs)
-    ended = {t.terminal for t in runs if t.terminal is not None}
-    classes: dict[str, list[str]] = {}
-    composites = _mermaid_composites(
-        table, state_label, "    ", frozenset({table.name}), _child_runs(runs), classes
-    )
-    lines = [
-        "stateDiagram-v2",
-        f"    classDef visited fill:{_VISITED_FILL},stroke:{_VISITED_STROKE},stroke-width:2px",
-        f"    classDef idle fill:#f9fafb,stroke:{_IDLE},color:#6b7280",
-    ]
-    ended_classes = [t for t in table.terminals if t in ended]
-    ended_classes += sorted(
-        {c[len("ended_") :] for c in classes if c.startswith("ended_")} - set(ended_classes)
-    )
-    lines += [
-        f"    classDef ended_{t} fill:{_ENDED_FILL.get(t, _VISITED_FILL)},"
-        f"stroke:{_ENDED_STROKE.get(t, _VISITED_STROKE)},stroke-width:3px"
-        for t in ended_classes
-    ]
-    for state in table.states:
-        if visits[state]:
-            label = f"{state_label(state)} x{visits[state]}"
-            lines.append(f'    state "{label}" as {state_label(state)}')
-    for situation, state in table.entries.items():
-        label = _mermaid_text(situation)
-        if entered[state] and _entry_names(table)[state][0] == situation:
-            label += f" x{entered[state]}"
-        lines.append(f"    [*] --> {state_label(state)} : {label}")
-    for e in _drawing_order(table):
-        count = taken[(e.source, e.trigger, e.dest)]
-        label = f"{e.trigger} x{count}" if count else e.trigger
-        lines.append(f"    {state_label(e.source)} --> {state_label(e.dest)} : {label}")
-    lines += [f"    {state_label(t)} --> [*]" for t in table.terminals]
-    lines += composites
-    visited = [s for s in table.states if visits[s] and s not in ended]
-    idle = [s for s in table.states if not visits[s]]
-    if visited:
-        lines.append(f"    class {', '.join(map(state_label, visited))} visited")
-    if idle:
-        lines.append(f"    class {', '.join(map(state_label, idle))} idle")
-    lines += [f"    class {state_label(t)} ended_{t}" for t in table.terminals if t in ended]
-    lines += [f"    class {', '.join(ids)} {name}" for name, ids in classes.items()]
-    return "\n".join(lines) + "\n"
+    ended = [t for t in table.terminals if t in _RunMarks(runs).ended]
+
+    def class_defs(used: Collection[str]) -> dict[str, str]:
+        more = {c[len("ended_") :] for c in used if c.startswith("ended_")} - set(ended)
+        return {
+            "visited": f"fill:{_VISITED_FILL},stroke:{_VISITED_STROKE},stroke-width:2px",
+            "idle": f"fill:#f9fafb,stroke:{_IDLE},color:#6b7280",
+        } | {
+            f"ended_{t}": f"fill:{_ENDED_FILL.get(t, _VISITED_FILL)},"
+            f"stroke:{_ENDED_STROKE.get(t, _VISITED_STROKE)},stroke-width:3px"
+            for t in [*ended, *sorted(more)]
+        }
+
+    drawing = _mermaid_drawing(table, state_label, frozenset({table.name}), runs)
+    return mermaid(drawing, class_defs=class_defs)
 
 
 def run_dot(traces: Trace | Iterable[Trace], table: MachineTable = STANDARD) -> str:
@@ -607,81 +557,79 @@ class _RunMarks:
         return "visited" if self.visits[state] else "idle"
 
 
-def _mermaid_composites(
+def _mermaid_drawing(
     table: MachineTable,
     ids: Callable[[str], str],
-    indent: str,
-    seen: frozenset[str],
-    runs: Mapping[str, Sequence[Trace]] | None,
-    classes: dict[str, list[str]],
-) -> list[str]:
-    """``state Parent { ... }`` for each state of ``table`` that runs child machines.
-
-    ``runs`` (run drawings) holds each state's child traces, counted on the
-    child's states and edges; ``classes`` gathers the class of every child state.
-    """
-    lines: list[str] = []
-    for state in table.working:
-        children = _child_machines(table, state, (runs or {}).get(state, ()), seen)
-        if not children:
-            continue
-        lines.append(f"{indent}state {ids(state)} {{")
-        for child, child_runs in children:
-            inner = indent + "    "
-            prefix = _child_id(ids(state), child)
-            if len(children) > 1:
-                lines.append(f"{inner}state {prefix} {{")
-                inner += "    "
-            lines.append(f"{inner}%% {state} runs the {child.name} machine")
-            lines += _mermaid_child(
-                child,
-                prefix,
-                inner,
-                seen | {child.name},
-                child_runs if runs is not None else None,
-                classes,
-            )
-            if len(children) > 1:
-                lines.append(f"{indent}    }}")
-        lines.append(f"{indent}}}")
-    return lines
-
-
-def _mermaid_child(
-    child: MachineTable,
-    prefix: str,
-    indent: str,
     seen: frozenset[str],
     runs: Sequence[Trace] | None,
-    classes: dict[str, list[str]],
-) -> list[str]:
-    """The states and edges of ``child`` inside a composite, its ids prefixed by ``prefix``."""
-    ids = _ids_under(prefix)
+    *,
+    inside: bool = False,
+) -> Drawing[Edge]:
+    """``table`` for :func:`~agentfsm._mermaid.mermaid`, child machines as composites.
+
+    With ``runs`` (run drawings), states and edges carry their counts and states are
+    classed visited, idle or ended by outcome; a child machine is drawn for the runs
+    it made there. A child machine (``inside``), whose ids are prefixed, labels
+    every state.
+    """
     marks = _RunMarks(runs) if runs is not None else None
-    lines = []
-    for state in child.states:
-        label = state_label(state)
+    names = _entry_names(table)
+    nested = _child_runs(runs) if runs is not None else {}
+
+    def label(state: str) -> str | None:
+        if marks is not None and marks.visits[state]:
+            return f"{state_label(state)} x{marks.visits[state]}"
+        return state_label(state) if inside else None
+
+    def state_class(state: str) -> str | None:
         if marks is not None:
-            if marks.visits[state]:
-                label += f" x{marks.visits[state]}"
-            classes.setdefault(marks.mermaid_class(state), []).append(ids(state))
-        elif state in child.terminals:
-            classes.setdefault("terminal", []).append(ids(state))
-        lines.append(f'{indent}state "{label}" as {ids(state)}')
-    names = _entry_names(child)
-    for situation, state in child.entries.items():
-        label = _mermaid_text(situation)
+            if not inside and state in marks.ended and state not in table.terminals:
+                return None  # a run stopped short: the top drawing marks only its ends
+            return marks.mermaid_class(state)
+        return "terminal" if state in table.terminals else None
+
+    def entry_label(situation: str, state: str) -> str:
+        text = mermaid_text(situation)
         if marks is not None and marks.entered[state] and names[state][0] == situation:
-            label += f" x{marks.entered[state]}"
-        lines.append(f"{indent}[*] --> {ids(state)} : {label}")
-    for e in _drawing_order(child):
+            text += f" x{marks.entered[state]}"
+        return text
+
+    def edge_label(e: Edge) -> str:
         count = marks.taken[(e.source, e.trigger, e.dest)] if marks is not None else 0
-        label = f"{e.trigger} x{count}" if count else e.trigger
-        lines.append(f"{indent}{ids(e.source)} --> {ids(e.dest)} : {label}")
-    lines += [f"{indent}{ids(t)} --> [*]" for t in child.terminals]
-    nested = _child_runs(runs) if runs is not None else None
-    lines += _mermaid_composites(child, ids, indent, seen, nested, classes)
-    return lines
+        return f"{e.trigger} x{count}" if count else e.trigger
+
+    def children(state: str) -> list[Composite]:
+        if state not in table.working:
+            return []
+        drawn = []
+        for child, child_runs in _child_machines(table, state, nested.get(state, ()), seen):
+            prefix = _child_id(ids(state), child)
+            inner = _mermaid_drawing(
+                child,
+                _ids_under(prefix),
+                seen | {child.name},
+                child_runs if runs is not None else None,
+                inside=True,
+            )
+            drawn.append(
+                Composite(
+                    id=prefix, comment=f"{state} runs the {child.name} machine", drawing=inner
+                )
+            )
+        return drawn
+
+    return Drawing(
+        states=table.states,
+        terminals=table.terminals,
+        entries=table.entries,
+        edges=_drawing_order(table),
+        id=ids,
+        label=label,
+        entry_label=entry_label,
+        edge_label=edge_label,
+        state_class=state_class,
+        children=children,
+    )
 
 
 def _dot_clusters(

@@ -32,7 +32,7 @@ import pytest
 
 if TYPE_CHECKING:
     from agentfsm._chat_model import ChatModel
-    from agentfsm._machine import MachineTable
+    from agentfsm._machine import Edge, MachineTable
     from agentfsm._run import Run
     from agentfsm.store import SQLiteStore
 
@@ -249,17 +249,22 @@ def _n_runs(runs: Counter[Any]) -> int:
 
 def coverage_mermaid(table: MachineTable, edges: Counter[tuple[str, str]]) -> str:
     """The machine as a Mermaid state diagram, each edge labelled with its count."""
+    from agentfsm._mermaid import Drawing, mermaid
     from agentfsm._paths import state_label
 
-    lines = ["stateDiagram-v2"]
-    for situation, state in table.entries.items():
-        lines.append(f"    [*] --> {state_label(state)} : {situation}")
-    for e in table.edges:
+    def edge_label(e: Edge) -> str:
         count = edges[(e.source, e.trigger)]
-        label = f"{e.trigger} x{count}" if count else f"{e.trigger} NEVER"
-        lines.append(f"    {state_label(e.source)} --> {state_label(e.dest)} : {label}")
-    lines += [f"    {state_label(t)} --> [*]" for t in table.terminals]
-    return "\n".join(lines) + "\n"
+        return f"{e.trigger} x{count}" if count else f"{e.trigger} NEVER"
+
+    drawing = Drawing(
+        states=table.states,
+        terminals=table.terminals,
+        entries=table.entries,
+        edges=table.edges,
+        id=state_label,
+        edge_label=edge_label,
+    )
+    return mermaid(drawing)
 
 
 # ---------------------------------------------------------------- fixtures
