@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Generic, TypeVar
 
@@ -54,23 +55,27 @@ _V = TypeVar("_V")
 
 
 class _Bounded(Generic[_K, _V]):
-    """A mapping that keeps its ``bound`` most recently used entries."""
+    """A mapping that keeps its ``bound`` most recently used entries; threads (a durable
+    worker's) share it, so each read or write holds its lock."""
 
     def __init__(self, bound: int) -> None:
         self.bound = bound
         self._items: collections.OrderedDict[_K, _V] = collections.OrderedDict()
+        self._lock = threading.Lock()
 
     def get(self, key: _K) -> _V | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
 
     def put(self, key: _K, value: _V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self.bound:
-            self._items.popitem(last=False)
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.bound:
+                self._items.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._items)
