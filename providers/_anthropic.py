@@ -12,6 +12,9 @@ with extended thinking requires. ``stream=True`` reads the event stream and
 hands every text, thinking and tool-input fragment to ``on_delta``. A turn the
 server paused (``pause_turn``) is continued within the same call. Tool input
 that is not a JSON object never raises: the call carries ``invalid_arguments``.
+
+One idea: one provider's wire format, both ways (messages to blocks, blocks and stream
+events to messages); it changes as that API does, all at once.
 """
 
 from __future__ import annotations

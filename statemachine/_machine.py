@@ -13,6 +13,10 @@ of what its runs depend on, so a saved run knows whether its machine changed (se
 (:meth:`MachineTable.insert`, :meth:`MachineTable.replace`), each checked and
 named like any declared one. The standard machine is declared this way in
 :mod:`agentfsm.modes.standard`.
+
+One idea: the table and what makes a table a machine. Its checks, its default edges, its
+work (steps piped) and the registry of declared tables by name all read the table's
+fields, and the table runs them when it is made.
 """
 
 from __future__ import annotations
@@ -205,7 +209,7 @@ class MachineTable:
         if self.default_edges:
             object.__setattr__(self, "edges", (*self.edges, *_defaults(self)))
         _check(self)
-        _declare(self)
+        declare(self)
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -541,6 +545,9 @@ def _not_a_result(step: Step, value: Any) -> str:
 # ---------------------------------------------------------------- checks and names
 
 
+#: The declared machines, by name and version: how a saved run finds the machine it ran
+#: on. It holds the tables a program declares (a handful), never anything per run; only
+#: :func:`declare` and :func:`forget` change it.
 _DECLARED: dict[str, dict[int, MachineTable]] = {}
 
 
@@ -577,8 +584,10 @@ def _shape(table: MachineTable) -> tuple[Any, ...]:
     return table.working, table.terminals, table.entries, table.edges
 
 
-def _declare(table: MachineTable) -> None:
-    """Make ``table`` findable by name; a table of the same shape (a reload) replaces its twin."""
+def declare(table: MachineTable) -> None:
+    """Make ``table`` findable by name; a table of the same shape (a reload) replaces its twin.
+
+    Every table is declared when it is made; declaring one again puts it back."""
     versions = _DECLARED.setdefault(table.name, {})
     known = versions.get(table.version)
     if known is not None and _shape(known) != _shape(table):
@@ -588,6 +597,17 @@ def _declare(table: MachineTable) -> None:
             "or the next version (saved runs find their machine by name and version)."
         )
     versions[table.version] = table
+
+
+def forget(name: str, version: int) -> None:
+    """Make the ``version`` of the machine called ``name`` no longer findable (a table
+    made for one run, not declared by the code); the name goes when its last version does."""
+    versions = _DECLARED.get(name)
+    if versions is None:
+        return
+    versions.pop(version, None)
+    if not versions:
+        del _DECLARED[name]
 
 
 def _check(table: MachineTable) -> None:

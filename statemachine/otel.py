@@ -28,6 +28,9 @@ the conversation wherever it is saved (the store, an :class:`~agentfsm.AgentStat
 durable engine's record). :func:`previous_run_link` reads it back. The replies carry
 the run's conversation id too (``conversation_id``), so a run that continues one
 without a store keeps its id.
+
+One idea: instrumenting runs. The spans, the metrics and the wrapped model and tool
+calls follow one set of conventions and are turned on and off together.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ committed diagrams of the machine, or with ``--check`` says which are stale;
 compares two versions of a machine. Bad arguments exit 2
 with a one-line message; a run that ends in error exits 1. Text from a run
 reaches the terminal only through :mod:`agentfsm._printable`.
+
+One idea: the command's parser and the subcommands too small for a module of their own;
+the larger groups (``runs``, ``machines``, ``check``, ``worker``) live in theirs.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ Everything printed from the store goes through :func:`~agentfsm._printable.print
 ``--db`` is a path (SQLite) or a URL (``sqlite:///FILE``, ``postgresql://...``);
 one that names a durable engine's database (DBOS) lists and shows its runs, and
 ``resume --decisions`` answers a durable run's approval requests.
+
+One idea: the ``runs`` subcommands. They share how a store is opened (SQLite, Postgres
+or a durable database), how a run is found and how it is shown.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""The engine: submit runs to a DBOS queue, read their results, send decisions, drain a worker."""
+"""The engine: submit runs to a DBOS queue, read their results, send decisions, drain a worker.
+
+One idea: the :class:`Engine`, the one object a host holds to reach DBOS. Its methods
+share the client, the queue, the database checks and the translation of DBOS's errors
+into agentfsm's, so they stay together.
+"""
 
 from __future__ import annotations
 

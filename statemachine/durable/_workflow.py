@@ -40,6 +40,9 @@ request makes the run wait as its own does; the decisions go down to the waiting
 in one recorded step of the parent (``subagent:NAME@resume#N``) that resumes the child
 to its end inside it and records the parent's answered state: the child's calls after
 an answer run again if the worker dies before that step is recorded.
+
+One idea: one run's DBOS workflow. Its recorded steps, its drain marker and its child
+workflows are replayed together, and what one records the others read back.
 """
 
 from __future__ import annotations

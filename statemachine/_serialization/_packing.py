@@ -1,377 +1,33 @@
-"""JSON documents of the engine's values: messages, chains, agent states, results, traces.
+"""Chains against shared tables: each message and each context written once.
 
-One cattrs converter writes the plain values (messages and their parts, tool
-calls and results with their expansions and interrupts, agent states,
-errors). Chains, pipeline results and traces are written around it, because a
-chain holds live objects that are not data:
-
-* the model is written as its ``name``, the tools as their names, and the
-  callbacks not at all. Loading binds them again from what the caller passes:
-  ``models`` (by name), ``tools`` and ``callbacks``. A model that was not passed
-  loads as an :class:`UnboundModel`, so a trace can be read and shown with no
-  model at hand (calling it fails with a ``ChainError`` that says what to pass).
-  A tool name that was not passed is an :class:`UnknownToolError`, unless
-  ``strict=False`` binds a placeholder whose calls return an error result.
-* the chains of one document share their messages, so a document keeps each
-  message once, in its ``messages`` table, and each ``custom_context`` once, in
-  ``contexts``; a chain is a small record of index runs into them. A trace of
-  200 steps holds the conversation once, not 200 times.
-
-Every document reads ``{"format": "agentfsm/1", "type": ..., "value": ...}``;
-one written by a newer format is refused with a :class:`FormatError`. Values
-typed ``Any`` (arguments, metadata, ``custom_context``, agent state, interrupt
-data, error details, pause reasons) must be JSON values; tuples among them come
-back as lists.
+The chains of one document (or one saved run) share their messages, so a
+chain is a small record of index runs into a ``messages`` table and a
+``contexts`` table. :class:`Packer` writes such records (as data, or as the
+compact text a store's rows hold), :class:`Unpacker` reads them back.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import operator
-import types
-import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, TypeAlias
 
 import attrs
 import cattrs
-from cattrs.preconf.json import make_converter
 
-from ._chain import Callbacks, LLMChain
-from ._errors import ChainError, FormatError, UnknownToolError
-from ._messages import (
-    ContentPart,
-    Message,
-    MessageDelta,
-    MessageExpansion,
-    MessageLog,
-    Role,
-    ToolCall,
-    ToolResult,
-)
-from ._results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
-from ._state import AgentState
-from ._tools import Tool
-from ._trace import Trace, Transition
+from .._chain import LLMChain
+from .._errors import ChainError, FormatError
+from .._messages import Message, MessageLog, ToolResult
+from .._results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
+from .._state import AgentState
+from .._tools import Tool
+from .._trace import Trace, Transition
+from ._binding import Binder
+from ._converter import converter, error_in, error_out
+from ._json import compact_any, compact_json, message_text
 
-if TYPE_CHECKING:
-    from agentfsm._chat_model import ChatModel
-
-__all__ = [
-    "FORMAT",
-    "FORMAT_VERSION",
-    "Binder",
-    "FormatError",
-    "Models",
-    "Packer",
-    "Serializable",
-    "UnboundModel",
-    "UnknownToolError",
-    "Unpacker",
-    "check_format",
-    "compact_json",
-    "converter",
-    "dump",
-    "dump_trace",
-    "dumps",
-    "load",
-    "load_trace",
-    "loads",
-    "parse_json",
-    "unbound_tool",
-]
-
-#: The format every document is written in.
-FORMAT: Final = "agentfsm/1"
-FORMAT_VERSION: Final = 1
-_PREFIX: Final = "agentfsm/"
-
-_T = TypeVar("_T")
-
-Serializable: TypeAlias = (
-    Message
-    | ContentPart
-    | ToolCall
-    | ToolResult
-    | MessageExpansion
-    | MessageDelta
-    | ChainError
-    | AgentState
-    | LLMChain
-    | Trace
-    | Transition
-    | PipelineResult
-)
-#: Models to bind on load: by name, or a list of models (each under its ``name``).
-Models: TypeAlias = "Mapping[str, ChatModel] | Iterable[ChatModel]"
-
-
-@attrs.frozen
-class UnboundModel:
-    """Stands in for a model that was not passed on load: traces read, calls fail clearly."""
-
-    name: str
-
-    async def complete(
-        self, messages: Sequence[Message], tools: Sequence[Tool], *, on_delta: Any = None
-    ) -> Message:
-        raise ChainError(
-            "unbound_model",
-            f"The model {self.name!r} was not bound when this chain was loaded, so it cannot "
-            f"be called. Pass it when loading: models={{{self.name!r}: <your ChatModel>}}.",
-            retryable=False,
-        )
-
-
-def unbound_tool(name: str) -> Tool:
-    """A stand-in for a tool that was not passed on load: any call is an error result."""
-
-    def unbound(**_: Any) -> Any:
-        raise ChainError(
-            "unbound_tool",
-            f"The tool {name!r} was not bound when this chain was loaded; pass it in tools=[...].",
-        )
-
-    return Tool(
-        name,
-        f"Unbound: the tool {name!r} was not passed when this chain was loaded.",
-        unbound,
-        parameters={"type": "object", "properties": {}, "additionalProperties": True},
-    )
-
-
-# ---------------------------------------------------------------- the converter
-
-
-def _error_out(error: ChainError) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": error.type, "message": error.message}
-    if error.retryable != ChainError(error.type, "").retryable:
-        out["retryable"] = error.retryable
-    if error.details:
-        out["details"] = converter.unstructure(dict(error.details))
-    return out
-
-
-def _error_in(data: Any, _: Any) -> ChainError:
-    if not isinstance(data, Mapping):
-        raise TypeError(f"a ChainError is an object, got: {type(data).__name__}")
-    retryable = data.get("retryable")
-    details = data.get("details")
-    return ChainError(
-        str(data["type"]),
-        str(data["message"]),
-        retryable=None if retryable is None else bool(retryable),
-        details=dict(details) if isinstance(details, Mapping) else None,
-    )
-
-
-#: The converter of the plain values; chains and traces are written around it.
-converter: Final = make_converter(omit_if_default=True)
-converter.register_unstructure_hook(ChainError, _error_out)
-converter.register_structure_hook(ChainError, _error_in)
-
-
-_encoder: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-
-
-def _compact_encoder() -> Callable[[Any], str]:
-    """Compact JSON text of plain data, the C encoder built once (``json.dumps`` with
-    options builds one per call). It does not look for cycles: the callers' data has none
-    or is retried through :func:`_compact_any`'s checked path."""
-    try:
-        # (markers, default, encoder, indent, key/item separators, sort_keys, skipkeys, allow_nan)
-        encode = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
-            None,
-            _encoder.default,
-            json.encoder.encode_basestring,
-            None,
-            ":",
-            ",",
-            False,
-            False,
-            True,
-        )
-        probe: Any = {"a": [1, 2.5, None, True, "é\n"]}
-        if "".join(encode(probe, 0)) == _encoder.encode(probe):
-            return lambda value: "".join(encode(value, 0))
-    except Exception:  # no C accelerator, or another signature: the checked encoder
-        pass
-    return _encoder.encode
-
-
-#: Compact JSON text (``separators=(",", ":")``, ``ensure_ascii=False``).
-compact_json: Final = _compact_encoder()
-
-
-def _compact_any(value: Mapping[str, Any]) -> str:
-    """A mapping of ``Any`` values as compact JSON: plain JSON data as is (the converter
-    would hand it back unchanged), anything else (or a cycle) through the converter."""
-    try:
-        return compact_json(value)
-    except (TypeError, ValueError, RecursionError):
-        return _encoder.encode(converter.unstructure(dict(value)))
-
-
-def _message_text(message: Message) -> str:
-    """A message's document as compact JSON text, the converter's to the byte.
-
-    A run writes a reply and a tool message per model call, so the shapes a run makes
-    (text, tool calls, plain tool results, metadata of JSON values) are written here
-    directly; any other part (content parts, thinking, expansions, interrupts, values
-    that are not JSON) sends the whole message through the converter.
-    """
-    content = message.content
-    if (content is not None and content.__class__ is not str) or message.thinking:
-        return _converted_message(message)
-    try:
-        text = '{"role":' + _ROLES[message.role]
-        if content is not None:
-            text += ',"content":' + _string(content)
-        if message.tool_calls:
-            text += ',"tool_calls":[' + ",".join([_call_text(c) for c in message.tool_calls]) + "]"
-        if message.tool_results:
-            results = [_result_text(r) for r in message.tool_results]
-            text += ',"tool_results":[' + ",".join(results) + "]"
-        if message.status != "complete":
-            text += ',"status":' + compact_json(message.status)
-        if message.metadata:
-            text += ',"metadata":' + compact_json(message.metadata)
-    except (_Unusual, KeyError, TypeError, ValueError, RecursionError):
-        return _converted_message(message)
-    return text + "}"
-
-
-class _Unusual(Exception):
-    """A part :func:`_message_text` leaves to the converter."""
-
-
-def _converted_message(message: Message) -> str:
-    return compact_json(converter.unstructure(message, Message))
-
-
-#: A string as JSON text, as :data:`compact_json` writes it, for a fraction of its cost;
-#: anything but a string is a TypeError (and the message goes through the converter).
-_string: Final[Callable[[str], str]] = json.encoder.encode_basestring
-
-
-def _call_text(call: ToolCall) -> str:
-    text = '{"call_id":' + _string(call.call_id) + ',"name":' + _string(call.name)
-    if call.arguments:
-        text += ',"arguments":' + compact_json(call.arguments)
-    if call.invalid_arguments is not None:
-        text += ',"invalid_arguments":' + compact_json(call.invalid_arguments)
-    return text + "}"
-
-
-def _result_text(result: ToolResult) -> str:
-    content = result.content
-    if (
-        (content is not None and content.__class__ is not str)
-        or result.is_interrupt
-        or result.interrupt_data is not None
-        or result.state_updates is not None
-        or result.expansion is not None
-    ):
-        raise _Unusual
-    text = (
-        '{"tool_call_id":'
-        + _string(result.tool_call_id)
-        + ',"name":'
-        + _string(result.name)
-        + ',"content":'
-        + ("null" if content is None else _string(content))
-    )
-    if result.is_error is True:
-        return text + ',"is_error":true}'
-    if result.is_error is not False:
-        raise _Unusual
-    return text + "}"
-
-
-_ROLES: Final = {role: compact_json(role) for role in typing.get_args(Role)}
-
-
-def parse_json(text: str | bytes | bytearray) -> Any:
-    """JSON text as data; anything but JSON (or JSON nested too deeply) is a FormatError."""
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise FormatError("Not readable: the JSON is nested too deeply") from None
-    except (ValueError, TypeError) as exc:  # JSONDecodeError, bad UTF-8, not text
-        raise FormatError(f"Not JSON: {exc}") from exc
-
-
-def check_format(data: Any, *, newest: int = FORMAT_VERSION) -> None:
-    """Refuse anything but a document of a format this version reads (``agentfsm/1`` up
-    to ``agentfsm/{newest}``)."""
-    reads = f"{_PREFIX}{newest}"
-    fmt = data.get("format") if isinstance(data, Mapping) else None
-    if not isinstance(fmt, str) or not fmt.startswith(_PREFIX):
-        raise FormatError(
-            f"Not an agentfsm document: expected an object with 'format': {reads!r}, "
-            f"got format {fmt!r}."
-        )
-    version = fmt[len(_PREFIX) :]
-    if not (version.isascii() and version.isdigit() and len(version) < 10) or int(version) < 1:
-        raise FormatError(f"Unknown document format {fmt!r}; this version reads {reads!r}.")
-    if int(version) > newest:
-        raise FormatError(
-            f"The document is in format {fmt!r}, written by a newer agentfsm; this version "
-            f"reads {reads!r}. Upgrade agentfsm to load it."
-        )
-
-
-# ---------------------------------------------------------------- binding
-
-
-class Binder:
-    """What a loaded chain is bound to: the caller's models, tools and callbacks."""
-
-    def __init__(
-        self,
-        models: Models | None,
-        tools: Sequence[Tool],
-        callbacks: Sequence[Callbacks],
-        strict: bool,
-    ) -> None:
-        if models is None:
-            models = {}
-        self.models: dict[str, ChatModel] = (
-            dict(models) if isinstance(models, Mapping) else {m.name: m for m in models}
-        )
-        self.tools = {t.name: t for t in tools}
-        # Validated here, so a bad mapping is the caller's ValueError, not a FormatError.
-        self.callbacks = LLMChain(UnboundModel("-"), callbacks=callbacks).callbacks
-        self.strict = strict
-        self._toolsets: dict[tuple[str, ...], tuple[Tool, ...]] = {}
-
-    def model(self, name: str) -> ChatModel:
-        model = self.models.get(name)
-        if model is None:
-            model = self.models[name] = UnboundModel(name)
-        return model
-
-    def toolset(self, names: Sequence[str]) -> tuple[Tool, ...]:
-        key = tuple(names)
-        bound = self._toolsets.get(key)
-        if bound is not None:
-            return bound
-        missing = [n for n in key if n not in self.tools]
-        if missing and self.strict:
-            raise UnknownToolError(
-                f"The document names tool(s) {missing} that were not passed; pass them in "
-                f"tools=[...] (passed: {sorted(self.tools)}), or load with strict=False to bind "
-                "stand-ins that answer every call with an error."
-            )
-        for name in missing:
-            self.tools[name] = unbound_tool(name)
-        bound = self._toolsets[key] = tuple(self.tools[n] for n in key)
-        return bound
-
-
-# ---------------------------------------------------------------- chain records
-
+__all__ = ["Packer", "Runs", "Unpacker", "mapping"]
 
 Runs: TypeAlias = list[list[int]]
 
@@ -501,7 +157,7 @@ class Packer:
                 if result.state is not None:
                     record["state"] = result.state
             case Failed(_, error):
-                record["error"] = _error_out(error)
+                record["error"] = error_out(error)
         return record
 
     def transition(self, transition: Transition) -> dict[str, Any]:
@@ -566,7 +222,7 @@ class Packer:
                 text += ',"elapsed":' + (f"{elapsed:.6f}" if plain else compact_json(elapsed))
             detail = transition.detail
             if detail is not None:
-                text += ',"detail":' + _compact_any(detail)
+                text += ',"detail":' + compact_any(detail)
             children = transition._children
             if children:
                 text += ',"children":' + compact_json([self.trace(c) for c in children])
@@ -617,7 +273,7 @@ class Packer:
 
     def message_texts(self, start: int = 0) -> list[str]:
         """:meth:`message_docs` as compact JSON text, kept for :meth:`agent_state_text`."""
-        texts = [_message_text(message) for message in self.messages[start:]]
+        texts = [message_text(message) for message in self.messages[start:]]
         known = self._texts
         if len(known) != start:
             known.extend([""] * (start - len(known)))  # a seeded table's rows: not written here
@@ -648,7 +304,7 @@ class Packer:
 
     def context_texts(self, start: int = 0) -> list[str]:
         """:meth:`context_docs` as compact JSON text."""
-        return [_compact_any(c) for c in self.contexts[start:]]
+        return [compact_any(c) for c in self.contexts[start:]]
 
 
 _MAX_RETRY_DEFAULT: Final = attrs.fields(LLMChain).max_retry_count.default
@@ -664,7 +320,7 @@ def _runs_text(runs: Runs) -> str:
 _HEADS_MAX: Final = 256
 
 
-def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+def mapping(value: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"{what} must be an object, got: {type(value).__name__}")
     return value
@@ -674,7 +330,7 @@ def _context(value: Any, index: int) -> dict[str, Any]:
     """A saved ``custom_context``, its fields the engine reads in the shape it reads them:
     ``mode_state`` an object whose ``run_count`` is a count, ``state`` an object (either
     may be absent or null). ``pause_reason`` and every other field are free-form."""
-    context = dict(_mapping(value, f"context {index}"))
+    context = dict(mapping(value, f"context {index}"))
     problem = None
     mode_state = context.get("mode_state")
     state = context.get("state")
@@ -737,7 +393,7 @@ class Unpacker:
     def chain(self, record: Any, before: LLMChain | None = None) -> LLMChain:
         """A chain's record: a full one, or (after ``before``, the chain read just before
         it) one of what it changed (see :meth:`Packer.grown_text`)."""
-        record = _mapping(record, "a chain")
+        record = mapping(record, "a chain")
         if before is not None and "llm" not in record:
             return self._grown(record, before)
         last = record.get("last")
@@ -781,7 +437,7 @@ class Unpacker:
         )
 
     def result(self, record: Any) -> PipelineResult:
-        record = _mapping(record, "a result")
+        record = mapping(record, "a result")
         chain = self.chain(record["chain"])
         kind = record["type"]
         if kind == "Continue":
@@ -795,14 +451,14 @@ class Unpacker:
             state = record.get("state")
             if state is not None and not isinstance(state, str):
                 raise FormatError(f"An interrupt's state {state!r:.60} is not a state's name")
-            return Interrupted(chain, dict(_mapping(record["data"], "interrupt data")), state=state)
+            return Interrupted(chain, dict(mapping(record["data"], "interrupt data")), state=state)
         if kind == "Failed":
-            return Failed(chain, _error_in(record["error"], ChainError))
+            return Failed(chain, error_in(record["error"], ChainError))
         raise ValueError(f"unknown result type {kind!r}")
 
     def transition(self, record: Any, before: LLMChain | None = None) -> Transition:
         """A transition's record (``before``: the chain of the one read just before it)."""
-        record = _mapping(record, "a transition")
+        record = mapping(record, "a transition")
         detail = record.get("detail")
         transition = Transition(
             str(record["source"]),
@@ -810,7 +466,7 @@ class Unpacker:
             str(record["dest"]),
             self.chain(record["chain"], before),
             float(record.get("elapsed", 0.0)),
-            None if detail is None else dict(_mapping(detail, "a detail")),
+            None if detail is None else dict(mapping(detail, "a detail")),
         )
         children = record.get("children")
         if children is not None:
@@ -832,7 +488,7 @@ class Unpacker:
         return transitions
 
     def trace(self, value: Any) -> Trace:
-        value = _mapping(value, "a trace")
+        value = mapping(value, "a trace")
         return Trace(
             entry=str(value["entry"]),
             transitions=self.transitions(value["transitions"]),
@@ -862,203 +518,3 @@ def _identity(trace: Trace) -> dict[str, Any]:
     if trace.migrated_from is not None:
         out["migrated_from"] = trace.migrated_from
     return out
-
-
-# ---------------------------------------------------------------- documents
-
-_PLAIN: Final[Mapping[str, type]] = {
-    cls.__name__: cls
-    for cls in (
-        Message,
-        ContentPart,
-        ToolCall,
-        ToolResult,
-        MessageExpansion,
-        MessageDelta,
-        AgentState,
-    )
-}
-_RESULTS: Final[Mapping[str, type]] = {
-    cls.__name__: cls for cls in (Continue, Ok, Paused, Interrupted, Failed)
-}
-_KINDS: Final[Mapping[str, type]] = {
-    **_PLAIN,
-    **_RESULTS,
-    "ChainError": ChainError,
-    "LLMChain": LLMChain,
-    "Trace": Trace,
-    "Transition": Transition,
-}
-
-
-def _kind(obj: object) -> str:
-    for name, cls in _KINDS.items():
-        if isinstance(obj, cls):
-            return name
-    raise TypeError(f"agentfsm does not serialize {type(obj).__name__} values")
-
-
-def dump(obj: Serializable) -> dict[str, Any]:
-    """``obj`` as a JSON-ready document: ``{"format": "agentfsm/1", "type": ..., "value": ...}``."""
-    kind = _kind(obj)
-    doc: dict[str, Any] = {"format": FORMAT, "type": kind}
-    if kind in _PLAIN:
-        doc["value"] = converter.unstructure(obj, _PLAIN[kind])
-        return doc
-    if isinstance(obj, ChainError):
-        doc["value"] = _error_out(obj)
-        return doc
-    packer = Packer()
-    value: dict[str, Any]
-    if isinstance(obj, LLMChain):
-        value = packer.chain(obj)
-    elif isinstance(obj, Trace):
-        value = packer.trace(obj)
-    elif isinstance(obj, Transition):
-        value = packer.transition(obj)
-    else:
-        assert isinstance(obj, Continue | Ok | Paused | Interrupted | Failed)
-        value = packer.result(obj)
-    doc["messages"] = packer.message_docs()
-    doc["contexts"] = packer.context_docs()
-    doc["value"] = value
-    return doc
-
-
-def dumps(obj: Serializable, *, indent: int | None = None) -> str:
-    """``obj`` as JSON text (see :func:`dump`)."""
-    return json.dumps(dump(obj), indent=indent, ensure_ascii=False)
-
-
-def _accepts(expected: Any, cls: type) -> bool:
-    if isinstance(expected, types.UnionType) or typing.get_origin(expected) is typing.Union:
-        return any(_accepts(option, cls) for option in typing.get_args(expected))
-    return isinstance(expected, type) and issubclass(cls, expected)
-
-
-def _expected_name(expected: Any) -> str:
-    return getattr(expected, "__name__", None) or str(expected)
-
-
-@typing.overload
-def load(
-    data: Mapping[str, Any],
-    type: type[_T],
-    *,
-    models: Models | None = None,
-    tools: Sequence[Tool] = (),
-    callbacks: Sequence[Callbacks] = (),
-    strict: bool = True,
-) -> _T: ...
-@typing.overload
-def load(
-    data: Mapping[str, Any],
-    type: types.UnionType,
-    *,
-    models: Models | None = None,
-    tools: Sequence[Tool] = (),
-    callbacks: Sequence[Callbacks] = (),
-    strict: bool = True,
-) -> Any: ...
-def load(
-    data: Mapping[str, Any],
-    type: type[_T] | types.UnionType,
-    *,
-    models: Models | None = None,
-    tools: Sequence[Tool] = (),
-    callbacks: Sequence[Callbacks] = (),
-    strict: bool = True,
-) -> _T | Any:
-    """The value of a document :func:`dump` wrote, its model, tools and callbacks bound.
-
-    ``type`` is the class expected (``Message``, ``LLMChain``, ``Trace``, ``Ok``...;
-    a union such as ``Terminal`` is accepted too). A model not in ``models`` is an
-    :class:`UnboundModel`; a tool not in ``tools`` raises :class:`UnknownToolError`
-    unless ``strict=False``. Raises :class:`FormatError` on anything else amiss.
-    """
-    check_format(data)
-    kind = data.get("type")
-    if not isinstance(kind, str) or kind not in _KINDS:
-        raise FormatError(f"Unknown document type {kind!r}; known: {sorted(_KINDS)}.")
-    if not _accepts(type, _KINDS[kind]):
-        raise FormatError(f"The document holds a {kind}, not a {_expected_name(type)}.")
-    binder = Binder(models, tools, callbacks, strict)
-    try:
-        value = data["value"]
-        if kind in _PLAIN:
-            return typing.cast(_T, converter.structure(value, _PLAIN[kind]))
-        if kind == "ChainError":
-            return typing.cast(_T, _error_in(value, ChainError))
-        unpacker = Unpacker(data.get("messages", ()), data.get("contexts", ()), binder)
-        out: object
-        if kind == "LLMChain":
-            out = unpacker.chain(value)
-        elif kind == "Trace":
-            out = unpacker.trace(value)
-        elif kind == "Transition":
-            out = unpacker.transition(value)
-        else:
-            out = unpacker.result({**_mapping(value, "a result"), "type": kind})
-        return typing.cast(_T, out)
-    except (FormatError, UnknownToolError):
-        raise
-    except cattrs.BaseValidationError as exc:
-        raise FormatError(
-            f"Malformed {kind} document: " + "; ".join(cattrs.transform_error(exc))
-        ) from exc
-    except RecursionError:
-        raise FormatError(f"Malformed {kind} document: nested too deeply to read") from None
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ArithmeticError) as exc:
-        what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise FormatError(f"Malformed {kind} document: {what}") from exc
-
-
-@typing.overload
-def loads(
-    text: str | bytes,
-    type: type[_T],
-    *,
-    models: Models | None = None,
-    tools: Sequence[Tool] = (),
-    callbacks: Sequence[Callbacks] = (),
-    strict: bool = True,
-) -> _T: ...
-@typing.overload
-def loads(
-    text: str | bytes,
-    type: types.UnionType,
-    *,
-    models: Models | None = None,
-    tools: Sequence[Tool] = (),
-    callbacks: Sequence[Callbacks] = (),
-    strict: bool = True,
-) -> Any: ...
-def loads(
-    text: str | bytes,
-    type: type[_T] | types.UnionType,
-    *,
-    models: Models | None = None,
-    tools: Sequence[Tool] = (),
-    callbacks: Sequence[Callbacks] = (),
-    strict: bool = True,
-) -> _T | Any:
-    """The value of JSON text :func:`dumps` wrote (see :func:`load`)."""
-    data = parse_json(text)
-    return load(data, type, models=models, tools=tools, callbacks=callbacks, strict=strict)
-
-
-def dump_trace(trace: Trace) -> dict[str, Any]:
-    """A trace as a JSON-ready document, each message stored once."""
-    return dump(trace)
-
-
-def load_trace(
-    data: Mapping[str, Any],
-    *,
-    models: Models | None = None,
-    tools: Sequence[Tool] = (),
-    callbacks: Sequence[Callbacks] = (),
-    strict: bool = True,
-) -> Trace:
-    """A trace from a :func:`dump_trace` document; ``strict=False`` shows one without its tools."""
-    return load(data, Trace, models=models, tools=tools, callbacks=callbacks, strict=strict)
