@@ -1,12 +1,17 @@
 """Diagrams drawn from a machine table: the machine, every path through it, one run on it.
 
-Everything here is computed from a :class:`~agentfsm.machine.MachineTable`
-(by default :data:`~agentfsm.modes.standard.STANDARD`), never drawn by hand, so
-the published pictures cannot drift from the machine the runs move along.
+Everything here is computed from a :class:`~agentfsm.MachineTable` (by default
+:data:`~agentfsm.STANDARD`), never drawn by hand, so the published pictures cannot
+drift from the machine the runs move along.
+
+One idea: a table as a picture. The Mermaid and DOT writers share the drawing order,
+the shared-edge notes, the child machines' composites and the colours, so a change to
+how a machine is drawn is made once for every format here (Mermaid's syntax itself is
+``agentfsm._mermaid``'s).
 
 - the machine: :func:`machine_mermaid` (``stateDiagram-v2``, renders on GitHub),
   :func:`machine_dot` (Graphviz), :func:`machine_markdown` (Mermaid + edge table);
-- every path from an entry to a terminal (:func:`agentfsm.paths.paths`): :func:`paths_markdown`;
+- every path from an entry to a terminal (:func:`agentfsm.diagrams.paths`): :func:`paths_markdown`;
 - one run drawn on the machine: :func:`run_mermaid`, :func:`run_dot`;
 - a trace as a table: :func:`trace_markdown`, a step in words: :func:`describe_detail`;
 - DOT rendered to SVG by Graphviz: :func:`render_svg`.
@@ -16,7 +21,7 @@ composite state holding the child's own states (a Mermaid ``state X { ... }``, a
 ``cluster``), nested as deep as the machines are; a run's child runs
 (:attr:`Transition.children`) are counted inside it and listed under their step.
 
-The committed ``diagrams/`` folder is :mod:`agentfsm.diagram_files`'s.
+The committed ``diagrams/`` folder is ``_files``'s.
 """
 
 from __future__ import annotations
