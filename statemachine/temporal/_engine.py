@@ -1,0 +1,568 @@
+"""The engine: submit runs to a Temporal task queue, read them, send decisions, drain.
+
+One face over an async client: the engine keeps its own event loop in a thread
+and every method is a plain call, as :class:`agentfsm.durable.Engine`'s are, so
+code moves between the two engines by changing the constructor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Final, Literal, TypeVar, overload
+
+import attrs
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from agentfsm import Agent, AgentState, Trace
+from agentfsm.errors import AgentfsmError, DecisionConflictError
+from agentfsm.serialization import FORMAT, FormatError, check_format, converter, load_trace
+from agentfsm.store import ResumeError, RunExistsError, RunNotFoundError, StoreError
+
+from ._activities import call_model, call_tool
+from ._convert import data_converter
+from ._registry import AGENTS, HELD, SETTINGS
+from ._workflow import (
+    DECIDE_UPDATE,
+    DRAIN_SIGNAL,
+    MEMO,
+    WORKFLOW,
+    RunWorkflow,
+    SubagentWorkflow,
+    same_decisions,
+)
+
+__all__ = [
+    "DurableError",
+    "Engine",
+    "RunRecord",
+    "RunResult",
+    "task_queue",
+]
+
+QUEUE_PREFIX: Final = "agentfsm:"
+_AGENT_MEMO: Final = "agentfsm.agent"
+_T = TypeVar("_T")
+
+RunState = Literal[
+    "queued", "running", "waiting", "ok", "paused", "interrupted", "error", "cancelled", "failed"
+]
+Policy = Literal["pinned", "compatible"]
+
+
+class DurableError(AgentfsmError, RuntimeError):
+    """The engine could not run a run as asked (its workflow failed or was cancelled)."""
+
+
+def task_queue(agent: str) -> str:
+    """The task queue the runs of the agent registered as ``agent`` go to by default."""
+    return f"{QUEUE_PREFIX}{agent}"
+
+
+@attrs.frozen
+class RunResult:
+    """A finished run: the state to keep and one trace per segment (each a machine path)."""
+
+    run_id: str
+    state: AgentState
+    traces: tuple[Trace, ...]
+    #: How each segment ended: ``"ok"``, ``"interrupted"``, ``"paused: draining"``...
+    ends: tuple[str, ...] = ()
+
+    @property
+    def status(self) -> str:
+        return self.state.status
+
+
+@attrs.frozen
+class RunRecord:
+    """A run as a listing shows it: ``queued`` (no worker took it yet), ``running``,
+    ``waiting`` (for decisions), or how it ended."""
+
+    run_id: str
+    status: RunState
+    agent: str | None
+    executor: str | None
+    created: float | None
+    updated: float | None
+    queue: str | None = None
+    reason: str | None = None
+
+
+class _Loop:
+    """An event loop in a daemon thread: the engine's calls block on its coroutines."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="agentfsm-temporal", daemon=True
+        )
+        self.thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+
+def _result(run_id: str, output: Any) -> RunResult:
+    try:
+        check_format(output)
+        state = converter.structure(output["state"], AgentState)
+        traces = tuple(load_trace(doc, strict=False) for doc in output["traces"])
+        ends = tuple(str(doc.get("end", "")) for doc in output["traces"])
+    except FormatError:
+        raise
+    except Exception as exc:
+        raise FormatError(f"Run {run_id!r} has a result this version cannot read: {exc}") from exc
+    return RunResult(run_id, state, traces, ends)
+
+
+class Engine:
+    """Runs of registered agents on a Temporal server (its dev server on one machine).
+
+    Any process may ``submit``, read ``status``/``result``/``runs`` and ``decide``; a
+    worker process also ``register``\\ s its agents and calls ``launch``. Each agent's
+    runs go to its own task queue (:func:`task_queue`), so workers of different agents
+    on one server never take each other's runs. ``concurrency`` bounds the model and
+    tool calls one worker makes at once; ``heartbeat`` is how soon a call on a lost
+    worker is made again elsewhere; ``policy`` is what a worker does with a run recorded
+    on another machine: ``pinned`` leaves it for a worker of its machine,
+    ``compatible`` replays it (declare it only for machines that replay alike).
+    """
+
+    def __init__(
+        self,
+        address: str = "127.0.0.1:7233",
+        *,
+        namespace: str = "default",
+        queue: str | None = None,
+        concurrency: int = 8,
+        heartbeat: float = 10.0,
+        call_timeout: float = 600.0,
+        policy: Policy = "pinned",
+        otel: bool = False,
+        sticky_timeout: float = 10.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if policy not in ("pinned", "compatible"):
+            raise ValueError(f"policy is 'pinned' or 'compatible', got {policy!r}")
+        self.address = address
+        self.namespace = namespace
+        self.queue = queue
+        self.concurrency = concurrency
+        self.heartbeat = heartbeat
+        self.call_timeout = call_timeout
+        self.policy: Policy = policy
+        self.otel = otel
+        self.sticky_timeout = sticky_timeout
+        self.executor_id: str | None = None
+        self._names: list[str] = []
+        self._loop: _Loop | None = None
+        self._client: Client | None = None
+        self._workers: list[Worker] = []
+        self._running: list[asyncio.Future[None]] = []
+
+    # ------------------------------------------------------------ plumbing
+
+    def _call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        if self._loop is None:
+            self._loop = _Loop()
+        return self._loop.call(coro, timeout)
+
+    async def _connect(self) -> Client:
+        if self._client is None:
+            interceptors: list[Any] = []
+            if self.otel:
+                from temporalio.contrib.opentelemetry import TracingInterceptor
+
+                interceptors.append(TracingInterceptor())
+            try:
+                self._client = await Client.connect(
+                    self.address,
+                    namespace=self.namespace,
+                    data_converter=data_converter,
+                    interceptors=interceptors,
+                )
+            except RuntimeError as exc:
+                raise StoreError(
+                    f"the Temporal server at {self.address} cannot be used: {exc}; is it up "
+                    "(temporal server start-dev), and the address right?"
+                ) from exc
+        return self._client
+
+    @property
+    def client(self) -> Client:
+        """Temporal's client (connected on first use)."""
+        return self._call(self._connect())
+
+    # ------------------------------------------------------------ worker
+
+    def register(self, name: str, agent: Agent) -> None:
+        """Run ``agent`` for submissions under ``name`` (before :meth:`launch`)."""
+        if self.executor_id is not None:
+            raise RuntimeError("Register agents before launch(): a launched worker takes runs.")
+        if not isinstance(agent, Agent):
+            raise TypeError(f"register takes an Agent, got {type(agent).__name__}")
+        AGENTS[name] = agent
+        if name not in self._names:
+            self._names.append(name)
+
+    @property
+    def queues(self) -> list[str]:
+        """The task queues this worker serves: its one queue, or one per registered agent."""
+        if self.queue is not None:
+            return [self.queue]
+        return [task_queue(name) for name in self._names]
+
+    def launch(self, *, executor_id: str | None = None) -> None:
+        """Start this process's worker: it polls :attr:`queues` for runs and their calls."""
+        if not self.queues:
+            raise RuntimeError("Register an agent (or give the engine a queue) before launch().")
+        if self.queue is not None and len(self._names) > 1:
+            raise DurableError(
+                f"queue {self.queue!r} would serve {len(self._names)} agents: a worker takes "
+                "any run of its queue, so give each agent its own queue"
+            )
+        self.executor_id = executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        SETTINGS["policy"] = self.policy
+        try:
+            self._call(self._start_workers(self.executor_id))
+        except BaseException:
+            self.executor_id = None
+            raise
+
+    async def _start_workers(self, identity: str) -> None:
+        client = await self._connect()
+        runner = SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("agentfsm")
+        )
+        for queue in self.queues:
+            worker = Worker(
+                client,
+                task_queue=queue,
+                workflows=[RunWorkflow, SubagentWorkflow],
+                activities=[call_model, call_tool],
+                workflow_runner=runner,
+                max_concurrent_activities=self.concurrency,
+                identity=identity,
+                sticky_queue_schedule_to_start_timeout=timedelta(seconds=self.sticky_timeout),
+            )
+            self._workers.append(worker)
+            self._running.append(asyncio.ensure_future(worker.run()))
+        await asyncio.sleep(0)
+
+    def drain(self, timeout: float = 30.0) -> list[str]:
+        """Stop this worker: its runs pause at their next state boundary (a segment that
+        ends ``paused: draining``, and the drain signal, in their history) and go on
+        with whichever worker takes their next task. Calls in flight get ``timeout``
+        seconds to finish; one cut off then runs again elsewhere. Returns the run ids
+        told to pause (a run waiting for decisions keeps waiting, unpaused)."""
+        if self.executor_id is None:
+            return []
+        identity = self.executor_id
+        handed = self._call(self._drain(identity, timeout))
+        self.executor_id = None
+        return handed
+
+    async def _drain(self, identity: str, timeout: float) -> list[str]:
+        client = await self._connect()
+        held = HELD.runs()
+        for run_id in held:
+            try:
+                await client.get_workflow_handle(run_id).signal(DRAIN_SIGNAL, identity)
+            except RPCError:
+                continue  # ended meanwhile
+        await self._shutdown(timeout)
+        return held
+
+    async def _shutdown(self, timeout: float) -> None:
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            worker._config["graceful_shutdown_timeout"] = timedelta(seconds=timeout)
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        running, self._running = self._running, []
+        await asyncio.gather(*running, return_exceptions=True)
+
+    def close(self) -> None:
+        """Stop the worker (if launched) without waiting for calls, and the client's loop."""
+        if self._loop is not None:
+            if self._workers:
+                self._call(self._shutdown(0.0))
+            self.executor_id = None
+            self._loop.stop()
+            self._loop = None
+            self._client = None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ any process
+
+    def submit(
+        self,
+        state: AgentState,
+        *,
+        agent: str,
+        run_id: str | None = None,
+        until_tool: str | Sequence[str] | None = None,
+        until_tool_success: str | Sequence[str] | None = None,
+        max_runs: int | None = None,
+        decision_timeout: float | None = None,
+    ) -> str:
+        """Start a run of the agent registered as ``agent`` over ``state``; its id.
+
+        Options are those of :meth:`Agent.start`, checked here when ``agent`` is
+        registered in this process. An interrupted run waits ``decision_timeout``
+        seconds (default: no limit) for :meth:`decide`, then ends ``interrupted``. An
+        id that exists is refused with :class:`RunExistsError`. The run goes to the
+        engine's queue, else the agent's own (:func:`task_queue`), and stays ``queued``
+        until a worker serving it is up.
+        """
+        if until_tool is not None and until_tool_success is not None:
+            raise ValueError(
+                "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
+            )
+        local = AGENTS.get(agent)
+        if local is not None:
+            local.options(
+                until_tool=until_tool, until_tool_success=until_tool_success, max_runs=max_runs
+            )
+        target = until_tool_success if until_tool_success is not None else until_tool
+        names = [target] if isinstance(target, str) else list(target or ())
+        submission = {
+            "format": FORMAT,
+            "agent": agent,
+            "state": converter.unstructure(state, AgentState),
+            "options": {
+                "until_tool": names,
+                "require_tool_success": until_tool_success is not None,
+                **({} if max_runs is None else {"max_runs": max_runs}),
+            },
+            "decision_timeout": decision_timeout,
+            "settings": {"call_timeout": self.call_timeout, "heartbeat": self.heartbeat},
+        }
+        run_id = run_id or f"run-{uuid.uuid4().hex[:12]}"
+        queue = self.queue or task_queue(agent)
+        return self._call(self._submit(submission, run_id, queue))
+
+    async def _submit(self, submission: Mapping[str, Any], run_id: str, queue: str) -> str:
+        client = await self._connect()
+        try:
+            await client.start_workflow(
+                WORKFLOW,
+                dict(submission),
+                id=run_id,
+                task_queue=queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                memo={_AGENT_MEMO: submission["agent"], MEMO: {"status": "queued"}},
+            )
+        except WorkflowAlreadyStartedError as exc:
+            raise RunExistsError(
+                f"A run {run_id!r} exists already; pick another id (runs are never overwritten)."
+            ) from exc
+        return run_id
+
+    async def _describe(self, run_id: str) -> WorkflowExecutionDescription:
+        client = await self._connect()
+        try:
+            return await client.get_workflow_handle(run_id).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise RunNotFoundError(f"No run {run_id!r} on {self.address}") from None
+            raise
+
+    async def _record(self, desc: WorkflowExecutionDescription) -> RunRecord:
+        memo = await desc.memo()
+        mine = memo.get(MEMO) if isinstance(memo.get(MEMO), Mapping) else {}
+        state: RunState
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            kind = str(mine.get("status", "queued"))
+            state = "waiting" if kind == "waiting" else "running" if kind != "queued" else "queued"
+            if state == "queued" and desc.raw_description.pending_workflow_task.attempt > 1:
+                state = "running"
+        elif desc.status == WorkflowExecutionStatus.COMPLETED:
+            kind = str(mine.get("status", "ok"))
+            state = kind if kind in ("ok", "paused", "interrupted", "error") else "ok"  # type: ignore[assignment]
+        elif desc.status in (WorkflowExecutionStatus.CANCELED, WorkflowExecutionStatus.TERMINATED):
+            state = "cancelled"
+        else:
+            state = "failed"
+        agent = memo.get(_AGENT_MEMO)
+        updated = desc.close_time or desc.execution_time or desc.start_time
+        return RunRecord(
+            run_id=desc.id,
+            status=state,
+            agent=str(agent) if agent is not None else None,
+            executor=None,
+            created=desc.start_time.timestamp() if desc.start_time else None,
+            updated=updated.timestamp() if updated else None,
+            queue=desc.task_queue,
+        )
+
+    def status(self, run_id: str) -> RunRecord:
+        """How the run stands now: one read of the server, never a wait for the run."""
+
+        async def go() -> RunRecord:
+            return await self._record(await self._describe(run_id))
+
+        return self._call(go())
+
+    def runs(self, *, limit: int = 100) -> list[RunRecord]:
+        """The newest runs first, each as it stands now."""
+
+        async def go() -> list[RunRecord]:
+            client = await self._connect()
+            out: list[RunRecord] = []
+            async for w in client.list_workflows(f"WorkflowType = '{WORKFLOW}'", limit=limit):
+                out.append(await self._record(await self._describe(w.id)))
+            return out
+
+        return self._call(go())
+
+    @overload
+    def result(
+        self, run_id: str, *, wait: Literal[True] = ..., timeout: float | None = None
+    ) -> RunResult: ...
+
+    @overload
+    def result(
+        self, run_id: str, *, wait: bool, timeout: float | None = None
+    ) -> RunResult | None: ...
+
+    def result(
+        self, run_id: str, *, wait: bool = True, timeout: float | None = None
+    ) -> RunResult | None:
+        """The run's result, waiting up to ``timeout`` seconds (None: until it ends,
+        through any wait for decisions). With ``wait=False``: the result if the run
+        ended, else None at once."""
+        return self._call(self._result(run_id, wait=wait, timeout=timeout))
+
+    async def _result(self, run_id: str, *, wait: bool, timeout: float | None) -> RunResult | None:
+        desc = await self._describe(run_id)
+        if desc.status == WorkflowExecutionStatus.RUNNING and not wait:
+            return None
+        client = await self._connect()
+        handle = client.get_workflow_handle(run_id)
+        try:
+            output = await asyncio.wait_for(_awaited(handle.result()), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"Run {run_id!r} is still running") from None
+        except WorkflowFailureError as exc:
+            raise DurableError(f"Run {run_id!r} ended {desc.status} in the engine: {exc}") from exc
+        return _result(run_id, output)
+
+    def waiting(self, run_id: str) -> Mapping[str, Any] | None:
+        """The approval request a run waits for decisions on, or None (read from the
+        server: no worker needs to be up)."""
+
+        async def go() -> Mapping[str, Any] | None:
+            desc = await self._describe(run_id)
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                return None
+            memo = (await desc.memo()).get(MEMO)
+            if isinstance(memo, Mapping) and memo.get("status") == "waiting":
+                interrupt = memo.get("interrupt")
+                return dict(interrupt) if isinstance(interrupt, Mapping) else None
+            return None
+
+        return self._call(go())
+
+    def decide(
+        self, run_id: str, decisions: Sequence[Mapping[str, Any]], *, unbound: bool = False
+    ) -> None:
+        """Answer the approval request a run waits on, from any process.
+
+        An update of the run's workflow, compare-and-set inside it: of two processes
+        deciding one wait at once, one is taken and the other raises
+        :class:`DecisionConflictError` naming the decisions that won. Decisions the run
+        took, sent again, change nothing and raise nothing. Decisions that do not answer
+        the request are a ValueError, a run not waiting a :class:`ResumeError`; refused
+        decisions leave nothing in the run's history.
+        """
+        self._call(self._decide(run_id, [dict(d) for d in decisions], unbound=unbound))
+
+    async def _decide(self, run_id: str, decisions: list[dict[str, Any]], *, unbound: bool) -> None:
+        desc = await self._describe(run_id)
+        client = await self._connect()
+        handle = client.get_workflow_handle(run_id)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return await self._decide_ended(run_id, desc, decisions, unbound=unbound)
+        try:
+            await handle.execute_update(
+                DECIDE_UPDATE, {"decisions": decisions, "unbound": unbound}, result_type=dict
+            )
+        except WorkflowUpdateFailedError as exc:
+            raise _refusal(run_id, exc.cause) from None
+        except RPCError as exc:
+            if "completed" not in str(exc).lower():
+                raise
+            await self._decide_ended(run_id, await self._describe(run_id), decisions, unbound=unbound)
+        return None
+
+    async def _decide_ended(
+        self,
+        run_id: str,
+        desc: WorkflowExecutionDescription,
+        decisions: list[dict[str, Any]],
+        *,
+        unbound: bool,
+    ) -> None:
+        """A run that ended: decisions it took are a repeat; any others are refused."""
+        client = await self._connect()
+        output = await client.get_workflow_handle(run_id).result() if (
+            desc.status == WorkflowExecutionStatus.COMPLETED
+        ) else {}
+        claims = output.get("decided") or [] if isinstance(output, Mapping) else []
+        bound = all(d.get("digest") is not None for d in decisions)
+        if any(
+            same_decisions(decisions, c, unbound=unbound) for c in claims[: None if bound else 1]
+        ):
+            return
+        state = output.get("state", {}).get("status") if isinstance(output, Mapping) else None
+        raise ResumeError(
+            f"Run {run_id!r} is not waiting for decisions (it ended {state or desc.status}); "
+            "a run whose wait timed out is resumed with agent.resume on its state"
+        )
+
+
+async def _awaited(awaitable: Awaitable[_T]) -> _T:
+    return await awaitable
+
+
+def _refusal(run_id: str, cause: BaseException | None) -> Exception:
+    """The agentfsm error an update's refusal names."""
+    if isinstance(cause, ApplicationError):
+        message = str(cause.message)
+        if cause.type == "DecisionConflictError":
+            won = cause.details[0] if cause.details else []
+            return DecisionConflictError(message, run_id=run_id, decisions=won)
+        if cause.type == "ResumeError":
+            return ResumeError(message)
+        if cause.type == "ValueError":
+            return ValueError(message)
+    return DurableError(f"Run {run_id!r} refused the decisions: {cause}")
+

@@ -1,0 +1,556 @@
+"""The workflow of one run: the machine steps in the workflow, its calls are activities.
+
+A run is the Temporal workflow ``agentfsm.run``. Its body drives the agent's
+machine one state at a time, as any host does, with the agent's model and tools
+wrapped so that each model call and each tool call is one activity (id
+``model:NAME@expanded>calling#1``, ``tool:NAME@clear>executing#2``: what it
+calls, the edge into the state making it, its index in the run). Every other
+state is pure: a worker that replays the history computes the same chains from
+the recorded replies and results, and goes on from the first call with none.
+
+Nothing here reads a clock, draws a random number or does I/O; agentfsm itself
+is passed through the sandbox (it is imported once, outside it), so its
+modules are the worker's own. The trace's step durations are the only values a
+replay computes afresh, and nothing decides on them.
+
+Decisions enter through the update ``agentfsm.decide``: compare-and-set inside
+the workflow, whose handlers run one at a time, so the first decisions that fit
+a wait are taken and any other is refused, and the same decisions sent again
+are known as a repeat. A drain is the signal ``agentfsm.drain``: the run pauses
+at its next state boundary with reason ``"draining"`` (a segment of its record)
+and goes on in a new segment, on whichever worker takes its next task.
+
+The machine the run was recorded on is a patch marker
+(``agentfsm.machine:NAME@FINGERPRINT``): a worker of another machine that is
+handed the history finds no marker of its own and, under the ``pinned`` policy,
+fails the workflow task instead of replaying it, so the run stays for a worker
+of its machine. Under ``compatible`` it goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Final
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    import attrs
+
+    from agentfsm import (
+        Agent,
+        AgentRun,
+        AgentState,
+        Approval,
+        ChainError,
+        Decision,
+        DecisionError,
+        LLMChain,
+        Message,
+        SubAgent,
+        Tool,
+        ToolCall,
+        ToolContext,
+        ToolResult,
+    )
+    from agentfsm.providers import WrapperModel
+    from agentfsm.serialization import FORMAT, check_format, converter, dump
+    from agentfsm.steps import get_run_count
+    from agentfsm.tools import WrapperTool
+
+    from ._activities import (
+        MODEL_ACTIVITY,
+        TOOL_ACTIVITY,
+        ModelCall,
+        ModelReply,
+        ToolJob,
+        find_agent,
+    )
+    from ._registry import AGENTS, HELD, SETTINGS
+
+__all__ = [
+    "CHILD_WORKFLOW",
+    "DECIDE_UPDATE",
+    "DRAIN_SIGNAL",
+    "MEMO",
+    "WAITING_QUERY",
+    "WORKFLOW",
+    "RunWorkflow",
+    "SubagentWorkflow",
+    "bound_decisions",
+    "machine_marker",
+    "same_decisions",
+    "waits_on",
+]
+
+WORKFLOW: Final = "agentfsm.run"
+CHILD_WORKFLOW: Final = "agentfsm.subagent"
+DECIDE_UPDATE: Final = "agentfsm.decide"
+DRAIN_SIGNAL: Final = "agentfsm.drain"
+WAITING_QUERY: Final = "agentfsm.waiting"
+#: The memo key a run keeps where it stands in (``running``/``waiting``, the request):
+#: a client reads it from the server, with no worker up.
+MEMO: Final = "agentfsm"
+#: The states before which a drained run pauses (each has a ``paused`` edge).
+_DRAIN_POINTS: Final = frozenset({"calling", "interrupt_check"})
+_FOREVER: Final = 365 * 24 * 3600.0
+
+
+def machine_marker(agent: Agent) -> str:
+    """The patch id that says a history was recorded on ``agent``'s machine."""
+    table = agent.mode.table
+    return f"agentfsm.machine:{table.name}@{table.fingerprint}"
+
+
+def waits_on(data: Mapping[str, Any] | None) -> bool:
+    """Whether a run interrupted with ``data`` waits for decisions (an approval request)."""
+    return bool(data) and "hitl_tool_call_ids" in (data or {})
+
+
+def bound_decisions(
+    request: Mapping[str, Any], decisions: Any, *, unbound: bool = False
+) -> list[dict[str, Any]]:
+    """``decisions`` checked against ``request`` and bound to it (ValueError if they do not
+    answer it): what the run takes."""
+    if not isinstance(decisions, list | tuple):
+        raise ValueError(f"decisions are a list, got {type(decisions).__name__}")
+    return _plain(Approval.of(request).check(decisions, unbound=unbound).to_data())
+
+
+def same_decisions(given: Sequence[Any], claimed: Sequence[Any], *, unbound: bool) -> bool:
+    """Whether ``given`` are the ``claimed`` (bound) decisions again: same type and edit,
+    and the call id and digest each gives (a decision without a digest: only ``unbound``)."""
+    if len(given) != len(claimed):
+        return False
+    for index, (data, theirs) in enumerate(zip(given, claimed, strict=True)):
+        try:
+            mine = _plain(Decision.of(data, index).to_data())
+        except DecisionError:
+            return False
+        if not isinstance(theirs, Mapping):
+            return False
+        if (mine["type"], mine.get("arguments")) != (theirs.get("type"), theirs.get("arguments")):
+            return False
+        for key in ("tool_call_id", "digest"):
+            if mine.get(key) is not None and mine[key] != theirs.get(key):
+                return False
+        if mine.get("digest") is None and not unbound:
+            return False
+    return True
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON reads it back (tuples as lists, keys as strings)."""
+    return json.loads(json.dumps(value, default=repr))
+
+
+def _options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A submission's options as :meth:`Agent.start` takes them."""
+    names = list(options.get("until_tool") or ())
+    key = "until_tool_success" if options.get("require_tool_success") else "until_tool"
+    out: dict[str, Any] = {key: names} if names else {}
+    if "max_runs" in options:
+        out["max_runs"] = options["max_runs"]
+    return out
+
+
+def _failed(state: AgentState, kind: str, message: str) -> AgentState:
+    return attrs.evolve(state, status="error", error=ChainError(kind, message, retryable=False))
+
+
+def _spent(chain: LLMChain, calls: int) -> LLMChain:
+    """The chain with ``calls`` model calls already counted against ``max_runs``."""
+    if not calls:
+        return chain
+    mode_state = dict(chain.custom_context.get("mode_state") or {})
+    return chain.update_custom_context({"mode_state": {**mode_state, "run_count": calls}})
+
+
+class _Execution:
+    """One execution of a run (or a subagent's run) in its workflow."""
+
+    def __init__(
+        self,
+        flow: _Flow,
+        agent: Agent,
+        *,
+        name: str,
+        path: Sequence[str],
+        settings: Mapping[str, Any],
+    ) -> None:
+        self.flow = flow
+        self.name = name
+        self.path = tuple(path)
+        self.run: AgentRun | None = None
+        self.calls = 0
+        self.stepped = False
+        self.options: dict[str, Any] = {
+            "start_to_close_timeout": timedelta(seconds=float(settings["call_timeout"])),
+            "heartbeat_timeout": timedelta(seconds=float(settings["heartbeat"])),
+            "retry_policy": RetryPolicy(
+                initial_interval=timedelta(seconds=0.2),
+                maximum_interval=timedelta(seconds=5),
+                non_retryable_error_types=["UnknownAgent", "UnknownTool"],
+            ),
+        }
+        self.agent = Agent(
+            _ActivityModel(agent.model, self),
+            [_ActivityTool.wrap(t, execution=self) for t in agent.tools],
+            middleware=agent.middleware,
+            system_prompt=agent.system_prompt,
+            max_runs=agent.max_runs,
+            callbacks=agent.callbacks,
+            token_budget=agent.token_budget,
+            machine=agent.mode.table,
+            name=agent.name,
+            max_retry_count=agent.max_retry_count,
+        )
+
+    def step_name(self, kind: str) -> str:
+        """The next call's activity id: what it calls, the edge into the state making it,
+        and its index in the run (``model:gpt@expanded>calling#1``)."""
+        self.calls += 1
+        run = self.run
+        if run is None:
+            where = "resume"
+        else:
+            moves = run.trace.transitions
+            where = f"{moves[-1].trigger if moves else 'entry'}>{run.state}"
+        return f"{kind}@{where}#{self.calls}"
+
+    def should_pause(self) -> bool | str:
+        """After a model reply: pause for a drain asked meanwhile."""
+        if self.flow.drain_asked:
+            self.flow.drain_asked = False
+            return "draining"
+        return False
+
+    async def drive(self, run: AgentRun, traces: list[dict[str, Any]]) -> AgentState:
+        """Step ``run`` to a terminal; its trace joins ``traces`` with how it ended."""
+        self.run = run
+        self.stepped = False
+        while not run.done:
+            if self.flow.drain_asked and self.stepped and run.state in _DRAIN_POINTS:
+                self.flow.drain_asked = False
+                run.request_pause("draining")
+            await run.step()
+        state = run.agent_state
+        trace = dump(run.trace)
+        trace["end"] = state.status if state.status != "paused" else f"paused: {state.pause_reason}"
+        traces.append(trace)
+        self.run = None
+        return state
+
+    async def segments(
+        self,
+        state: AgentState,
+        options: Mapping[str, Any],
+        traces: list[dict[str, Any]],
+        decisions: Sequence[Mapping[str, Any]] | None = None,
+    ) -> AgentState:
+        """Segments until the run ends or waits: a drain's pause starts the next one, with
+        the model calls made so far counted against ``max_runs``."""
+        spent = 0
+        while True:
+            if decisions is not None:
+                run = await self.agent.start_resume(
+                    state, decisions, should_pause=self.should_pause, **options
+                )
+                decisions = None
+            else:
+                run = self.agent.start(state, should_pause=self.should_pause, **options)
+            run.chain = _spent(run.chain, spent)
+            state = await self.drive(run, traces)
+            if state.status == "paused" and state.pause_reason == "draining":
+                spent = get_run_count(run.chain)
+                continue
+            return state
+
+    async def run_child(self, tool: SubAgent, call: ToolCall) -> ToolResult:
+        """A subagent's call as a child workflow; its final answer is the tool's result."""
+        step = self.step_name(f"tool:{tool.name}")
+        left = self.run.chain if self.run is not None else None
+        used = get_run_count(left) if left is not None else 0
+        child = {
+            "format": FORMAT,
+            "agent": self.name,
+            "path": [*self.path, tool.name],
+            "task": str(call.arguments.get("task", "")),
+            "max_runs": max(1, int(self.agent.max_runs or 50) - used),
+            "settings": dict(self.flow.settings),
+        }
+        output: dict[str, Any] = await workflow.execute_child_workflow(
+            CHILD_WORKFLOW, child, id=f"{workflow.info().workflow_id}/{step}", result_type=dict
+        )
+        self.stepped = True
+        if "error" in output:
+            error = converter.structure(output["error"], ChainError)
+            return ToolResult(call.call_id, tool.name, f"ERROR: {error.message}", is_error=True)
+        state = converter.structure(output["state"], AgentState)
+        if state.status != "ok":
+            text = f"ERROR: the subagent ended {state.status}"
+            if state.error is not None:
+                text += f": {state.error.message}"
+            return ToolResult(call.call_id, tool.name, text, is_error=True)
+        last = state.messages[-1] if state.messages else None
+        return ToolResult(call.call_id, tool.name, last.text if last is not None else "")
+
+
+class _ActivityModel(WrapperModel):
+    """A model whose every call is one activity: the reply (or error) is recorded."""
+
+    __slots__ = ("execution",)
+
+    def __init__(self, wrapped: Any, execution: _Execution) -> None:
+        super().__init__(wrapped)
+        self.execution = execution
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[Tool], *, on_delta: Any = None
+    ) -> Message:
+        ex = self.execution
+        job = ModelCall(ex.name, ex.path, tuple(messages), tuple(t.name for t in tools))
+        reply = await workflow.execute_activity(
+            MODEL_ACTIVITY,
+            job,
+            result_type=ModelReply,
+            activity_id=ex.step_name(f"model:{self.name}"),
+            **ex.options,
+        )
+        ex.stepped = True
+        if reply.error is not None:
+            raise reply.error
+        assert reply.message is not None, "a reply holds a message or an error"
+        return reply.message
+
+
+@attrs.frozen
+class _ActivityTool(WrapperTool):
+    """A tool whose every call is one activity (a subagent's, a child workflow)."""
+
+    execution: _Execution = attrs.field(kw_only=True, eq=False, repr=False)
+
+    async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
+        ex = self.execution
+        if isinstance(self.wrapped, SubAgent):
+            return await ex.run_child(self.wrapped, call)
+        job = ToolJob(
+            ex.name,
+            ex.path,
+            call,
+            _plain(dict(context.state)),
+            _plain(dict(context.custom_context)),
+        )
+        result: ToolResult = await workflow.execute_activity(
+            TOOL_ACTIVITY,
+            job,
+            result_type=ToolResult,
+            activity_id=ex.step_name(f"tool:{self.name}"),
+            **ex.options,
+        )
+        ex.stepped = True
+        return result
+
+
+class _Flow:
+    """What a workflow keeps between its handlers: the wait, the decisions, a drain."""
+
+    def __init__(self) -> None:
+        self.drain_asked = False
+        self.settings: dict[str, Any] = {"call_timeout": 600.0, "heartbeat": 10.0}
+
+
+class _OtherMachineError(RuntimeError):
+    """This worker's machine is not the one the history was recorded on."""
+
+
+def _result_doc(
+    state: AgentState, traces: Sequence[Any], claims: Sequence[Any] = ()
+) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "state": converter.unstructure(state, AgentState),
+        "traces": list(traces),
+        "decided": list(claims),
+    }
+
+
+def _refuse(kind: str, message: str, details: Any = None) -> ApplicationError:
+    extra = () if details is None else (details,)
+    return ApplicationError(message, *extra, type=kind, non_retryable=True)
+
+
+@workflow.defn(name=WORKFLOW)
+class RunWorkflow(_Flow):
+    """One run, from its submission to a terminal (waiting for decisions where asked)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._agent: Agent | None = None
+        #: The open wait: ``{"segment", "interrupt"}``, or None.
+        self._waiting: dict[str, Any] | None = None
+        #: Decisions taken for the open wait, not yet read by the run.
+        self._inbox: list[dict[str, Any]] | None = None
+        #: Every wait's decisions, newest first.
+        self._claims: list[list[dict[str, Any]]] = []
+
+    @workflow.run
+    async def run(self, submission: dict[str, Any]) -> dict[str, Any]:
+        run_id = workflow.info().workflow_id
+        HELD.enter(run_id)
+        try:
+            return await self._run(submission)
+        finally:
+            HELD.leave(run_id)
+
+    async def _run(self, submission: Mapping[str, Any]) -> dict[str, Any]:
+        check_format(submission)
+        self.settings.update(submission.get("settings") or {})
+        state = converter.structure(submission["state"], AgentState)
+        traces: list[dict[str, Any]] = []
+        name = str(submission["agent"])
+        agent = AGENTS.get(name)
+        if agent is None:
+            return _result_doc(
+                _failed(
+                    state,
+                    "unknown_agent",
+                    f"No agent is registered under {name!r} on this worker (registered: "
+                    f"{sorted(AGENTS)}); register it before starting the worker.",
+                ),
+                traces,
+            )
+        marker = machine_marker(agent)
+        if not workflow.patched(marker) and SETTINGS.get("policy", "pinned") == "pinned":
+            raise _OtherMachineError(
+                f"run {workflow.info().workflow_id!r} was recorded on another machine than "
+                f"{marker}: a worker of its machine finishes it (policy pinned)"
+            )
+        self._agent = agent
+        execution = _Execution(self, agent, name=name, path=(), settings=self.settings)
+        options = _options(submission.get("options") or {})
+        timeout = submission.get("decision_timeout")
+        wait = _FOREVER if timeout is None else float(timeout)
+        decisions: Sequence[Mapping[str, Any]] | None = submission.get("decisions")
+        if decisions is not None:
+            self._claims.insert(0, [dict(d) for d in decisions])
+        workflow.upsert_memo({MEMO: {"status": "running"}})
+        try:
+            while True:
+                state = await execution.segments(state, options, traces, decisions)
+                decisions = None
+                if state.status != "interrupted" or not waits_on(state.interrupt_data):
+                    break
+                decisions = await self._decisions(state, len(traces), wait)
+                if decisions is None:
+                    break
+        except ValueError as exc:  # options the agent refuses
+            state = _failed(state, "invalid_options", str(exc))
+        workflow.upsert_memo({MEMO: {"status": state.status}})
+        return _result_doc(state, traces, self._claims)
+
+    async def _decisions(
+        self, state: AgentState, segment: int, wait: float
+    ) -> list[dict[str, Any]] | None:
+        """Wait up to ``wait`` seconds for decisions; None when none came in time."""
+        interrupt = _plain(dict(state.interrupt_data or {}))
+        self._waiting = {"segment": segment, "interrupt": interrupt}
+        workflow.upsert_memo({MEMO: {"status": "waiting", **self._waiting}})
+        try:
+            await workflow.wait_condition(lambda: self._inbox is not None, timeout=wait)
+        except asyncio.TimeoutError:
+            self._waiting = None
+            return None
+        decisions, self._inbox, self._waiting = self._inbox, None, None
+        workflow.upsert_memo({MEMO: {"status": "running"}})
+        return decisions
+
+    @workflow.query(name=WAITING_QUERY)
+    def waiting(self) -> dict[str, Any] | None:
+        """The approval request the run waits on, or None."""
+        return None if self._waiting is None else dict(self._waiting["interrupt"])
+
+    @workflow.signal(name=DRAIN_SIGNAL)
+    def drain(self, worker: str) -> None:
+        """Pause at the next state boundary (a run waiting for decisions keeps waiting)."""
+        del worker  # in the history, beside the signal: who drained
+        if self._waiting is None:
+            self.drain_asked = True
+
+    def _judge(self, message: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        """The bound decisions the run takes from ``message``, None for a repeat of ones it
+        took; refused (an ApplicationError naming the agentfsm error) otherwise."""
+        decisions = message.get("decisions")
+        unbound = bool(message.get("unbound"))
+        waiting = self._waiting
+        if waiting is not None and self._inbox is None:
+            try:
+                return bound_decisions(waiting["interrupt"], decisions, unbound=unbound)
+            except ValueError as exc:
+                if self._repeated(decisions, unbound=False):
+                    return None
+                raise _refuse("ValueError", str(exc)) from None
+        if self._repeated(decisions, unbound=unbound):
+            return None
+        if self._claims:
+            won = self._claims[0]
+            raise _refuse(
+                "DecisionConflictError",
+                f"Run {workflow.info().workflow_id!r} took other decisions first: "
+                f"{json.dumps(won)[:300]}; these were not sent.",
+                won,
+            )
+        raise _refuse(
+            "ResumeError",
+            f"Run {workflow.info().workflow_id!r} is not waiting for decisions",
+        )
+
+    def _repeated(self, decisions: Any, *, unbound: bool) -> bool:
+        if not isinstance(decisions, list | tuple) or not decisions:
+            return False
+        bound = all(isinstance(d, Mapping) and d.get("digest") is not None for d in decisions)
+        claims = self._claims[: None if bound else 1]
+        return any(same_decisions(decisions, claim, unbound=unbound) for claim in claims)
+
+    @workflow.update(name=DECIDE_UPDATE)
+    def decide(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Take decisions for the open wait: the first that fit win (compare-and-set)."""
+        taken = self._judge(message)
+        if taken is None:
+            return {"taken": False, "decisions": self._claims[0] if self._claims else []}
+        self._inbox = taken
+        self._claims.insert(0, taken)
+        return {"taken": True, "decisions": taken}
+
+    @decide.validator
+    def _check_decide(self, message: dict[str, Any]) -> None:
+        """Refuse decisions before they reach the history: nothing is recorded for them."""
+        self._judge(message)
+
+
+@workflow.defn(name=CHILD_WORKFLOW)
+class SubagentWorkflow(_Flow):
+    """A subagent's run, to its end: its parent's tool call, as a child workflow."""
+
+    @workflow.run
+    async def run(self, child: dict[str, Any]) -> dict[str, Any]:
+        check_format(child)
+        self.settings.update(child.get("settings") or {})
+        name, path = str(child["agent"]), [str(p) for p in child["path"]]
+        agent = find_agent(name, path)
+        if agent is None:
+            error = ChainError(
+                "unknown_agent", f"No subagent {' -> '.join([name, *path])!r}", retryable=False
+            )
+            return {"error": converter.unstructure(error, ChainError)}
+        execution = _Execution(self, agent, name=name, path=path, settings=self.settings)
+        traces: list[dict[str, Any]] = []
+        state = await execution.segments(
+            AgentState.of(str(child["task"])), {"max_runs": int(child["max_runs"])}, traces
+        )
+        return {"format": FORMAT, "state": converter.unstructure(state, AgentState), "traces": traces}
