@@ -38,10 +38,22 @@ def dev_server() -> Iterator[str]:
         log = open(os.path.join(folder, "server.log"), "w")  # noqa: SIM115 - closed below
         proc = subprocess.Popen(
             [
-                cli, "server", "start-dev", "--headless", "--ip", "127.0.0.1",
-                "--port", str(port), "--http-port", str(_free_port()),
-                "--metrics-port", str(_free_port()),
-                "--db-filename", os.path.join(folder, "temporal.db"), "--log-level", "error",
+                cli,
+                "server",
+                "start-dev",
+                "--headless",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--http-port",
+                str(_free_port()),
+                "--metrics-port",
+                str(_free_port()),
+                "--db-filename",
+                os.path.join(folder, "temporal.db"),
+                "--log-level",
+                "error",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -50,8 +62,9 @@ def dev_server() -> Iterator[str]:
         try:
             deadline = time.monotonic() + 60
             while True:
-                with contextlib.suppress(OSError), socket.create_connection(
-                    ("127.0.0.1", port), timeout=0.5
+                with (
+                    contextlib.suppress(OSError),
+                    socket.create_connection(("127.0.0.1", port), timeout=0.5),
                 ):
                     break
                 if proc.poll() is not None or time.monotonic() > deadline:

@@ -397,7 +397,8 @@ class Engine:
 
     async def _record(self, desc: WorkflowExecutionDescription) -> RunRecord:
         memo = await desc.memo()
-        mine = memo.get(MEMO) if isinstance(memo.get(MEMO), Mapping) else {}
+        found = memo.get(MEMO)
+        mine: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         state: RunState
         if desc.status == WorkflowExecutionStatus.RUNNING:
             kind = str(mine.get("status", "queued"))
@@ -469,7 +470,7 @@ class Engine:
         handle = client.get_workflow_handle(run_id)
         try:
             output = await asyncio.wait_for(_awaited(handle.result()), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise TimeoutError(f"Run {run_id!r} is still running") from None
         except WorkflowFailureError as exc:
             raise DurableError(f"Run {run_id!r} ended {desc.status} in the engine: {exc}") from exc
@@ -503,7 +504,7 @@ class Engine:
         the request are a ValueError, a run not waiting a :class:`ResumeError`; refused
         decisions leave nothing in the run's history.
         """
-        self._call(self._decide(run_id, [dict(d) for d in decisions], unbound=unbound))
+        self._call(self._decide(run_id, _as_data(decisions), unbound=unbound))
 
     async def _decide(self, run_id: str, decisions: list[dict[str, Any]], *, unbound: bool) -> None:
         desc = await self._describe(run_id)
@@ -520,7 +521,9 @@ class Engine:
         except RPCError as exc:
             if "completed" not in str(exc).lower():
                 raise
-            await self._decide_ended(run_id, await self._describe(run_id), decisions, unbound=unbound)
+            await self._decide_ended(
+                run_id, await self._describe(run_id), decisions, unbound=unbound
+            )
         return None
 
     async def _decide_ended(
@@ -533,9 +536,11 @@ class Engine:
     ) -> None:
         """A run that ended: decisions it took are a repeat; any others are refused."""
         client = await self._connect()
-        output = await client.get_workflow_handle(run_id).result() if (
-            desc.status == WorkflowExecutionStatus.COMPLETED
-        ) else {}
+        output = (
+            await client.get_workflow_handle(run_id).result()
+            if (desc.status == WorkflowExecutionStatus.COMPLETED)
+            else {}
+        )
         claims = output.get("decided") or [] if isinstance(output, Mapping) else []
         bound = all(d.get("digest") is not None for d in decisions)
         if any(
@@ -547,6 +552,13 @@ class Engine:
             f"Run {run_id!r} is not waiting for decisions (it ended {state or desc.status}); "
             "a run whose wait timed out is resumed with agent.resume on its state"
         )
+
+
+def _as_data(decisions: Any) -> list[dict[str, Any]]:
+    """Decisions as JSON: typed ones (``Approval.approve_all()``) or mappings."""
+    if hasattr(decisions, "to_data"):
+        decisions = decisions.to_data()
+    return [d.to_data() if hasattr(d, "to_data") else dict(d) for d in decisions]
 
 
 async def _awaited(awaitable: Awaitable[_T]) -> _T:
@@ -565,4 +577,3 @@ def _refusal(run_id: str, cause: BaseException | None) -> Exception:
         if cause.type == "ValueError":
             return ValueError(message)
     return DurableError(f"Run {run_id!r} refused the decisions: {cause}")
-

