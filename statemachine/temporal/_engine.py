@@ -35,7 +35,7 @@ from agentfsm.errors import AgentfsmError, DecisionConflictError
 from agentfsm.serialization import FORMAT, FormatError, check_format, converter, load_trace
 from agentfsm.store import ResumeError, RunExistsError, RunNotFoundError, StoreError
 
-from ._activities import call_model, call_tool
+from ._activities import call_model, call_tool, machine_of
 from ._convert import data_converter
 from ._registry import AGENTS, HELD, SETTINGS
 from ._workflow import (
@@ -116,6 +116,9 @@ class _Loop:
         self.thread.start()
 
     def call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("a blocking Engine method was called from its own event loop")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self) -> None:
@@ -161,6 +164,7 @@ class Engine:
         policy: Policy = "pinned",
         otel: bool = False,
         sticky_timeout: float = 10.0,
+        drain_timeout: float = 30.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -175,6 +179,8 @@ class Engine:
         self.policy: Policy = policy
         self.otel = otel
         self.sticky_timeout = sticky_timeout
+        #: How long a drain lets the calls in flight finish (fixed when the worker starts).
+        self.drain_timeout = drain_timeout
         self.executor_id: str | None = None
         self._names: list[str] = []
         self._loop: _Loop | None = None
@@ -212,8 +218,15 @@ class Engine:
 
     @property
     def client(self) -> Client:
-        """Temporal's client (connected on first use)."""
+        """Temporal's client (connected on first use); its coroutines run on the engine's
+        loop (:meth:`run`)."""
+        if self._client is not None:
+            return self._client
         return self._call(self._connect())
+
+    def run(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        """Run a coroutine of :attr:`client`'s on the engine's loop, and wait for it."""
+        return self._call(coro, timeout)
 
     # ------------------------------------------------------------ worker
 
@@ -261,30 +274,32 @@ class Engine:
                 client,
                 task_queue=queue,
                 workflows=[RunWorkflow, SubagentWorkflow],
-                activities=[call_model, call_tool],
+                activities=[call_model, call_tool, machine_of],
                 workflow_runner=runner,
                 max_concurrent_activities=self.concurrency,
                 identity=identity,
                 sticky_queue_schedule_to_start_timeout=timedelta(seconds=self.sticky_timeout),
+                graceful_shutdown_timeout=timedelta(seconds=self.drain_timeout),
             )
             self._workers.append(worker)
             self._running.append(asyncio.ensure_future(worker.run()))
         await asyncio.sleep(0)
 
-    def drain(self, timeout: float = 30.0) -> list[str]:
+    def drain(self) -> list[str]:
         """Stop this worker: its runs pause at their next state boundary (a segment that
         ends ``paused: draining``, and the drain signal, in their history) and go on
-        with whichever worker takes their next task. Calls in flight get ``timeout``
-        seconds to finish; one cut off then runs again elsewhere. Returns the run ids
-        told to pause (a run waiting for decisions keeps waiting, unpaused)."""
+        with whichever worker takes their next task. Calls in flight get
+        :attr:`drain_timeout` seconds to finish; one cut off then runs again elsewhere.
+        Returns the run ids told to pause (a run waiting for decisions keeps waiting,
+        unpaused)."""
         if self.executor_id is None:
             return []
         identity = self.executor_id
-        handed = self._call(self._drain(identity, timeout))
+        handed = self._call(self._drain(identity))
         self.executor_id = None
         return handed
 
-    async def _drain(self, identity: str, timeout: float) -> list[str]:
+    async def _drain(self, identity: str) -> list[str]:
         client = await self._connect()
         held = HELD.runs()
         for run_id in held:
@@ -292,22 +307,20 @@ class Engine:
                 await client.get_workflow_handle(run_id).signal(DRAIN_SIGNAL, identity)
             except RPCError:
                 continue  # ended meanwhile
-        await self._shutdown(timeout)
+        await self._shutdown()
         return held
 
-    async def _shutdown(self, timeout: float) -> None:
+    async def _shutdown(self) -> None:
         workers, self._workers = self._workers, []
-        for worker in workers:
-            worker._config["graceful_shutdown_timeout"] = timedelta(seconds=timeout)
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         running, self._running = self._running, []
         await asyncio.gather(*running, return_exceptions=True)
 
     def close(self) -> None:
-        """Stop the worker (if launched) without waiting for calls, and the client's loop."""
+        """Stop the worker (if launched) and the client's loop."""
         if self._loop is not None:
             if self._workers:
-                self._call(self._shutdown(0.0))
+                self._call(self._shutdown())
             self.executor_id = None
             self._loop.stop()
             self._loop = None
@@ -534,7 +547,7 @@ class Engine:
         *,
         unbound: bool,
     ) -> None:
-        """A run that ended: decisions it took are a repeat; any others are refused."""
+        """A run that ended: bound decisions it took are a repeat; any others are refused."""
         client = await self._connect()
         output = (
             await client.get_workflow_handle(run_id).result()
@@ -542,10 +555,8 @@ class Engine:
             else {}
         )
         claims = output.get("decided") or [] if isinstance(output, Mapping) else []
-        bound = all(d.get("digest") is not None for d in decisions)
-        if any(
-            same_decisions(decisions, c, unbound=unbound) for c in claims[: None if bound else 1]
-        ):
+        # an ended run asks nothing more: only bound decisions are known as a repeat
+        if any(same_decisions(decisions, c, unbound=False) for c in claims):
             return
         state = output.get("state", {}).get("status") if isinstance(output, Mapping) else None
         raise ResumeError(

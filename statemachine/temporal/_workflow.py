@@ -20,11 +20,13 @@ are known as a repeat. A drain is the signal ``agentfsm.drain``: the run pauses
 at its next state boundary with reason ``"draining"`` (a segment of its record)
 and goes on in a new segment, on whichever worker takes its next task.
 
-The machine the run was recorded on is a patch marker
-(``agentfsm.machine:NAME@FINGERPRINT``): a worker of another machine that is
-handed the history finds no marker of its own and, under the ``pinned`` policy,
-fails the workflow task instead of replaying it, so the run stays for a worker
-of its machine. Under ``compatible`` it goes on.
+The machine the run started on is its first command, the local activity
+``agentfsm.machine`` (``NAME@FINGERPRINT``): recorded once, read back on every
+replay. A worker of another machine handed the history reads the recorded one
+and, under the ``pinned`` policy, fails the workflow task instead of replaying
+it, so the run waits for a worker of its machine. Under ``compatible`` it replays
+on its own machine, which Temporal holds to the recorded calls: one that calls
+otherwise fails its task as nondeterministic, and the run waits as well.
 """
 
 from __future__ import annotations
@@ -56,19 +58,23 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolContext,
         ToolResult,
+        Trace,
     )
+    from agentfsm._child_runs import children_run_by, nested
     from agentfsm.providers import WrapperModel
-    from agentfsm.serialization import FORMAT, check_format, converter, dump
+    from agentfsm.serialization import FORMAT, check_format, converter, dump, load_trace
     from agentfsm.steps import get_run_count
     from agentfsm.tools import WrapperTool
 
     from ._activities import (
+        MACHINE_ACTIVITY,
         MODEL_ACTIVITY,
         TOOL_ACTIVITY,
         ModelCall,
         ModelReply,
         ToolJob,
         find_agent,
+        machine_marker,
     )
     from ._registry import AGENTS, HELD, SETTINGS
 
@@ -82,7 +88,6 @@ __all__ = [
     "RunWorkflow",
     "SubagentWorkflow",
     "bound_decisions",
-    "machine_marker",
     "same_decisions",
     "waits_on",
 ]
@@ -98,12 +103,6 @@ MEMO: Final = "agentfsm"
 #: The states before which a drained run pauses (each has a ``paused`` edge).
 _DRAIN_POINTS: Final = frozenset({"calling", "interrupt_check"})
 _FOREVER: Final = 365 * 24 * 3600.0
-
-
-def machine_marker(agent: Agent) -> str:
-    """The patch id that says a history was recorded on ``agent``'s machine."""
-    table = agent.mode.table
-    return f"agentfsm.machine:{table.name}@{table.fingerprint}"
 
 
 def waits_on(data: Mapping[str, Any] | None) -> bool:
@@ -273,17 +272,22 @@ class _Execution:
                 continue
             return state
 
-    async def run_child(self, tool: SubAgent, call: ToolCall) -> ToolResult:
-        """A subagent's call as a child workflow; its final answer is the tool's result."""
-        step = self.step_name(f"tool:{tool.name}")
-        left = self.run.chain if self.run is not None else None
-        used = get_run_count(left) if left is not None else 0
+    async def run_child(
+        self, name: str, agent: Agent, task: str, max_runs: int, tokens: int | None, depth: int
+    ) -> tuple[AgentState, list[Trace]]:
+        """Run the subagent ``name`` as a child workflow (``RUN/tool:NAME@...#N``) and wait
+        for its end: its end state and traces are the child's recorded result, so a replay
+        waits on the same child and never runs it again."""
+        del agent  # the child finds it from the registered agent and the path
+        step = self.step_name(f"tool:{name}")
         child = {
             "format": FORMAT,
             "agent": self.name,
-            "path": [*self.path, tool.name],
-            "task": str(call.arguments.get("task", "")),
-            "max_runs": max(1, int(self.agent.max_runs or 50) - used),
+            "path": [*self.path, name],
+            "task": task,
+            "max_runs": max_runs,
+            "token_budget": tokens,
+            "depth": depth,
             "settings": dict(self.flow.settings),
         }
         output: dict[str, Any] = await workflow.execute_child_workflow(
@@ -291,16 +295,9 @@ class _Execution:
         )
         self.stepped = True
         if "error" in output:
-            error = converter.structure(output["error"], ChainError)
-            return ToolResult(call.call_id, tool.name, f"ERROR: {error.message}", is_error=True)
+            raise converter.structure(output["error"], ChainError)
         state = converter.structure(output["state"], AgentState)
-        if state.status != "ok":
-            text = f"ERROR: the subagent ended {state.status}"
-            if state.error is not None:
-                text += f": {state.error.message}"
-            return ToolResult(call.call_id, tool.name, text, is_error=True)
-        last = state.messages[-1] if state.messages else None
-        return ToolResult(call.call_id, tool.name, last.text if last is not None else "")
+        return state, [load_trace(doc, strict=False) for doc in output["traces"]]
 
 
 class _ActivityModel(WrapperModel):
@@ -340,8 +337,9 @@ class _ActivityTool(WrapperTool):
 
     async def invoke(self, call: ToolCall, context: ToolContext) -> ToolResult:
         ex = self.execution
-        if isinstance(self.wrapped, SubAgent):
-            return await ex.run_child(self.wrapped, call)
+        if isinstance(self.wrapped, SubAgent):  # a child workflow, not an activity
+            with children_run_by(ex.run_child):
+                return await self.wrapped.invoke(call, context)
         job = ToolJob(
             ex.name,
             ex.path,
@@ -428,11 +426,14 @@ class RunWorkflow(_Flow):
                 ),
                 traces,
             )
-        marker = machine_marker(agent)
-        if not workflow.patched(marker) and SETTINGS.get("policy", "pinned") == "pinned":
+        mine = machine_marker(agent)
+        recorded = await workflow.execute_local_activity(
+            MACHINE_ACTIVITY, name, result_type=str, start_to_close_timeout=timedelta(seconds=30)
+        )
+        if recorded != mine and SETTINGS.get("policy", "pinned") == "pinned":
             raise _OtherMachineError(
-                f"run {workflow.info().workflow_id!r} was recorded on another machine than "
-                f"{marker}: a worker of its machine finishes it (policy pinned)"
+                f"run {workflow.info().workflow_id!r} was recorded on the machine {recorded}, "
+                f"this worker runs {mine}: a worker of its machine finishes it (policy pinned)"
             )
         self._agent = agent
         execution = _Execution(self, agent, name=name, path=(), settings=self.settings)
@@ -542,6 +543,10 @@ class SubagentWorkflow(_Flow):
 
     @workflow.run
     async def run(self, child: dict[str, Any]) -> dict[str, Any]:
+        with children_run_by(None), nested(int(child["depth"])):
+            return await self._run(child)
+
+    async def _run(self, child: Mapping[str, Any]) -> dict[str, Any]:
         check_format(child)
         self.settings.update(child.get("settings") or {})
         name, path = str(child["agent"]), [str(p) for p in child["path"]]
@@ -552,10 +557,12 @@ class SubagentWorkflow(_Flow):
             )
             return {"error": converter.unstructure(error, ChainError)}
         execution = _Execution(self, agent, name=name, path=path, settings=self.settings)
+        options = {"max_runs": int(child["max_runs"]), "token_budget": child["token_budget"]}
         traces: list[dict[str, Any]] = []
-        state = await execution.segments(
-            AgentState.of(str(child["task"])), {"max_runs": int(child["max_runs"])}, traces
-        )
+        try:
+            state = await execution.segments(AgentState.of(str(child["task"])), options, traces)
+        except ChainError as error:
+            return {"error": converter.unstructure(error, ChainError)}
         return {
             "format": FORMAT,
             "state": converter.unstructure(state, AgentState),
