@@ -1,11 +1,13 @@
-"""One durable contract, parametrized over both engines: DBOS (on SQLite) and Temporal
-(on its dev server). Workers are real ``agentfsm worker`` processes, killed with SIGKILL;
-decisions are sent from the test's process, never the worker's.
+"""One durable contract, parametrized over both engines: DBOS (on SQLite and on
+PostgreSQL) and Temporal (on its dev server). Workers are real ``agentfsm worker``
+processes, killed with SIGKILL; decisions are sent from the test's process, never the
+worker's.
 
 What both promise: a worker killed mid-run loses nothing and runs again at most the call
 it had in flight; an approval decided from another process runs the tool once; the first
 decisions win and the same ones again change nothing; two agents of different machines
-on one server or database never take each other's runs.
+on one server or database never take each other's runs; a drained worker hands its run
+back, and the run's record has the drain as a segment that ends ``paused: draining``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,15 +126,29 @@ class Side:
             self.client.close()
 
 
-@pytest.fixture(params=["dbos-sqlite", "temporal"])
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    from tests._postgres import binaries, postgres
+
+    if binaries() is None:
+        pytest.skip("PostgreSQL is not installed here (.ci/run installs it)")
+    with postgres() as url:
+        yield url
+
+
+@pytest.fixture(params=["dbos-sqlite", "dbos-postgres", "temporal"])
 def side(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Side]:
     if request.param == "temporal":
         where = request.getfixturevalue("temporal_server")
         engine = "temporal"
     else:
         pytest.importorskip("dbos", reason="the DBOS engine needs the dbos extra")
-        where = f"sqlite:///{tmp_path / 'runs.db'}"
         engine = "dbos"
+        if request.param == "dbos-sqlite":
+            where = f"sqlite:///{tmp_path / 'runs.db'}"
+        else:
+            server: str = request.getfixturevalue("pg_server")
+            where = server.rsplit("/", 1)[0] + f"/t_{uuid.uuid4().hex[:10]}"
     group = Side(engine, where, tmp_path / f"calls-{tmp_path.name}.log")
     try:
         yield group
