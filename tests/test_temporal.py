@@ -164,24 +164,56 @@ def test_decisions_that_do_not_answer_are_refused_and_a_finished_run_takes_none(
         engine.decide(run_id, [{"type": "approve"}], unbound=True)
 
 
-def test_a_wait_that_times_out_ends_the_run_interrupted(engine: Engine) -> None:
-    name = _name("timeout")
-    engine.register(name, _recorder(gated=True))
-    engine.launch()
-    run_id = engine.submit(
-        AgentState.of("late"), agent=name, run_id=_name("late"), decision_timeout=0.5
-    )
-    result = engine.result(run_id, timeout=60)
-    assert result.ends == ("interrupted",)
-    assert [t.path for t in result.traces] == ["expanding calling interrupt_check interrupted"]
-    assert result.state.interrupt_data is not None
-    assert engine.status(run_id).status == "interrupted"
-
-
 @tool
 def publish(text: str) -> str:
     """Publish a text."""
     return f"published {text!r}"
+
+
+def test_a_wait_that_timed_out_is_resumed_by_a_later_decide_in_a_continuation(
+    engine: Engine,
+) -> None:
+    gated = Agent(
+        ScriptedModel([call_tool("publish", text="late", call_id="late-1"), say("Done.")]),
+        [publish],
+        middleware=[HumanInTheLoop({"publish": True})],
+    )
+    name = _name("timeout")
+    engine.register(name, gated)
+    engine.launch()
+    run_id = engine.submit(
+        AgentState.of("late"), agent=name, run_id=_name("late"), decision_timeout=0.5
+    )
+    ended = engine.result(run_id, timeout=60)
+    assert ended.ends == ("interrupted",)
+    assert [t.path for t in ended.traces] == ["expanding calling interrupt_check interrupted"]
+    assert engine.status(run_id).status == "interrupted"
+    assert engine.waiting(run_id) is None  # it waits no more: decide resumes it
+    with pytest.raises(ValueError, match="does not match"):
+        engine.decide(run_id, [])
+    approve = Approval.of(ended.state.interrupt_data).approve_all()
+    engine.decide(run_id, approve)
+    engine.decide(run_id, approve)  # the same again: a repeat, nothing more
+    result = engine.result(run_id, timeout=60)
+    assert result.ends == ("interrupted", "ok")
+    assert [t.path for t in result.traces] == [
+        "expanding calling interrupt_check interrupted",
+        f"{ANSWERED} {LOOP} ok",
+    ]
+    assert result.state.messages[-2].tool_results[0].text == "published 'late'"
+    assert engine.status(run_id).status == "ok"
+    assert [r.run_id for r in engine.runs() if r.run_id.startswith(run_id)] == [run_id]
+    [shown] = ended.state.interrupt_data["action_requests"]
+    with pytest.raises(ResumeError):  # other decisions, after the run took some
+        engine.decide(run_id, [{"type": "reject", "digest": _digest(shown)}])
+    with pytest.raises(ValueError, match="names a resumed run's continuation"):
+        engine.submit(AgentState.of("x"), agent=name, run_id=f"{run_id}/resume-1")
+
+
+def _digest(shown: Any) -> str:
+    from agentfsm.middleware import request_digest
+
+    return str(request_digest(shown))
 
 
 def test_a_subagent_runs_as_a_child_workflow_of_its_parents_run(engine: Engine) -> None:

@@ -8,9 +8,12 @@ code moves between the two engines by changing the constructor.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from datetime import timedelta
@@ -45,7 +48,9 @@ from ._workflow import (
     WORKFLOW,
     RunWorkflow,
     SubagentWorkflow,
+    bound_decisions,
     same_decisions,
+    waits_on,
 )
 
 __all__ = [
@@ -57,6 +62,10 @@ __all__ = [
 ]
 
 QUEUE_PREFIX: Final = "agentfsm:"
+#: A run resumed after its wait timed out goes on in the workflow ``RUN/resume-N``.
+_CONTINUATION: Final = "/resume-"
+_RESERVED: Final = re.compile(re.escape(_CONTINUATION) + r"[0-9]+\Z")
+_DECISIONS_MEMO: Final = "agentfsm.decisions"
 _AGENT_MEMO: Final = "agentfsm.agent"
 _T = TypeVar("_T")
 
@@ -354,6 +363,11 @@ class Engine:
         engine's queue, else the agent's own (:func:`task_queue`), and stays ``queued``
         until a worker serving it is up.
         """
+        if run_id is not None and _RESERVED.search(run_id):
+            raise ValueError(
+                f"Run id {run_id!r} ends in {_CONTINUATION}N, which names a resumed run's "
+                "continuation; pick another id."
+            )
         if until_tool is not None and until_tool_success is not None:
             raise ValueError(
                 "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
@@ -408,7 +422,18 @@ class Engine:
                 raise RunNotFoundError(f"No run {run_id!r} on {self.address}") from None
             raise
 
-    async def _record(self, desc: WorkflowExecutionDescription) -> RunRecord:
+    async def _tip(self, run_id: str) -> tuple[WorkflowExecutionDescription, int]:
+        """The workflow a run is at now: its newest continuation (``RUN/resume-N``) and N,
+        or the run itself and 0."""
+        desc, number = await self._describe(run_id), 0
+        while True:
+            try:
+                newer = await self._describe(f"{run_id}{_CONTINUATION}{number + 1}")
+            except RunNotFoundError:
+                return desc, number
+            desc, number = newer, number + 1
+
+    async def _record(self, desc: WorkflowExecutionDescription, run_id: str = "") -> RunRecord:
         memo = await desc.memo()
         found = memo.get(MEMO)
         mine: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
@@ -428,7 +453,7 @@ class Engine:
         agent = memo.get(_AGENT_MEMO)
         updated = desc.close_time or desc.execution_time or desc.start_time
         return RunRecord(
-            run_id=desc.id,
+            run_id=run_id or desc.id,
             status=state,
             agent=str(agent) if agent is not None else None,
             executor=None,
@@ -441,7 +466,8 @@ class Engine:
         """How the run stands now: one read of the server, never a wait for the run."""
 
         async def go() -> RunRecord:
-            return await self._record(await self._describe(run_id))
+            tip, _ = await self._tip(run_id)
+            return await self._record(tip, run_id)
 
         return self._call(go())
 
@@ -452,7 +478,10 @@ class Engine:
             client = await self._connect()
             out: list[RunRecord] = []
             async for w in client.list_workflows(f"WorkflowType = '{WORKFLOW}'", limit=limit):
-                out.append(await self._record(await self._describe(w.id)))
+                if _RESERVED.search(w.id):
+                    continue  # listed under the run it continues
+                tip, _ = await self._tip(w.id)
+                out.append(await self._record(tip, w.id))
             return out
 
         return self._call(go())
@@ -476,25 +505,32 @@ class Engine:
         return self._call(self._result(run_id, wait=wait, timeout=timeout))
 
     async def _result(self, run_id: str, *, wait: bool, timeout: float | None) -> RunResult | None:
-        desc = await self._describe(run_id)
-        if desc.status == WorkflowExecutionStatus.RUNNING and not wait:
-            return None
-        client = await self._connect()
-        handle = client.get_workflow_handle(run_id)
-        try:
-            output = await asyncio.wait_for(_awaited(handle.result()), timeout)
-        except TimeoutError:
-            raise TimeoutError(f"Run {run_id!r} is still running") from None
-        except WorkflowFailureError as exc:
-            raise DurableError(f"Run {run_id!r} ended {desc.status} in the engine: {exc}") from exc
-        return _result(run_id, output)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            desc, _ = await self._tip(run_id)
+            if desc.status == WorkflowExecutionStatus.RUNNING and not wait:
+                return None
+            client = await self._connect()
+            handle = client.get_workflow_handle(desc.id)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                output = await asyncio.wait_for(_awaited(handle.result()), left)
+            except TimeoutError:
+                raise TimeoutError(f"Run {run_id!r} is still running") from None
+            except WorkflowFailureError as exc:
+                raise DurableError(
+                    f"Run {run_id!r} ended {desc.status} in the engine: {exc}"
+                ) from exc
+            newer, _ = await self._tip(run_id)
+            if newer.id == desc.id:  # no decide resumed it meanwhile
+                return _result(run_id, output)
 
     def waiting(self, run_id: str) -> Mapping[str, Any] | None:
         """The approval request a run waits for decisions on, or None (read from the
         server: no worker needs to be up)."""
 
         async def go() -> Mapping[str, Any] | None:
-            desc = await self._describe(run_id)
+            desc, _ = await self._tip(run_id)
             if desc.status != WorkflowExecutionStatus.RUNNING:
                 return None
             memo = (await desc.memo()).get(MEMO)
@@ -516,15 +552,20 @@ class Engine:
         took, sent again, change nothing and raise nothing. Decisions that do not answer
         the request are a ValueError, a run not waiting a :class:`ResumeError`; refused
         decisions leave nothing in the run's history.
+
+        A run whose wait timed out (it ended ``interrupted``) goes on later: its
+        continuation, the workflow ``RUN/resume-N``, starts from the ended state with
+        these decisions, and :meth:`result`, :meth:`status`, :meth:`waiting` and
+        :meth:`runs` follow it under ``run_id``.
         """
         self._call(self._decide(run_id, _as_data(decisions), unbound=unbound))
 
     async def _decide(self, run_id: str, decisions: list[dict[str, Any]], *, unbound: bool) -> None:
-        desc = await self._describe(run_id)
+        desc, number = await self._tip(run_id)
         client = await self._connect()
-        handle = client.get_workflow_handle(run_id)
+        handle = client.get_workflow_handle(desc.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
-            return await self._decide_ended(run_id, desc, decisions, unbound=unbound)
+            return await self._decide_ended(run_id, desc, number, decisions, unbound=unbound)
         try:
             await handle.execute_update(
                 DECIDE_UPDATE, {"decisions": decisions, "unbound": unbound}, result_type=dict
@@ -534,35 +575,76 @@ class Engine:
         except RPCError as exc:
             if "completed" not in str(exc).lower():
                 raise
-            await self._decide_ended(
-                run_id, await self._describe(run_id), decisions, unbound=unbound
-            )
+            desc, number = await self._tip(run_id)
+            await self._decide_ended(run_id, desc, number, decisions, unbound=unbound)
         return None
 
     async def _decide_ended(
         self,
         run_id: str,
         desc: WorkflowExecutionDescription,
+        number: int,
         decisions: list[dict[str, Any]],
         *,
         unbound: bool,
     ) -> None:
-        """A run that ended: bound decisions it took are a repeat; any others are refused."""
+        """A run that ended: bound decisions it took are a repeat; a run whose wait for
+        decisions timed out goes on in its next continuation, ``RUN/resume-N``, which
+        takes them where the wait ended; anything else is refused."""
         client = await self._connect()
-        output = (
-            await client.get_workflow_handle(run_id).result()
-            if (desc.status == WorkflowExecutionStatus.COMPLETED)
-            else {}
-        )
-        claims = output.get("decided") or [] if isinstance(output, Mapping) else []
+        output: Any = {}
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            output = await client.get_workflow_handle(desc.id).result()
+        if not isinstance(output, Mapping):
+            output = {}
+        claims = output.get("decided") or []
         # an ended run asks nothing more: only bound decisions are known as a repeat
         if any(same_decisions(decisions, c, unbound=False) for c in claims):
             return
-        state = output.get("state", {}).get("status") if isinstance(output, Mapping) else None
-        raise ResumeError(
-            f"Run {run_id!r} is not waiting for decisions (it ended {state or desc.status}); "
-            "a run whose wait timed out is resumed with agent.resume on its state"
-        )
+        state = converter.structure(output["state"], AgentState) if "state" in output else None
+        if state is None or state.status != "interrupted" or not waits_on(state.interrupt_data):
+            ended = state.status if state is not None else desc.status
+            raise ResumeError(
+                f"Run {run_id!r} is not waiting for decisions and did not end waiting for "
+                f"them (it ended {ended})"
+            )
+        assert state.interrupt_data is not None
+        bound = bound_decisions(state.interrupt_data, decisions, unbound=unbound)
+        continuation = f"{run_id}{_CONTINUATION}{number + 1}"
+        origin = dict(output.get("submission") or {})
+        submission = {
+            **origin,
+            "format": FORMAT,
+            "state": output["state"],
+            "decisions": bound,
+            "earlier": list(output.get("traces") or []),
+            "claims": list(claims),
+        }
+        try:
+            await client.start_workflow(
+                WORKFLOW,
+                submission,
+                id=continuation,
+                task_queue=desc.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                memo={
+                    _AGENT_MEMO: origin.get("agent"),
+                    MEMO: {"status": "queued"},
+                    _DECISIONS_MEMO: bound,
+                },
+            )
+        except WorkflowAlreadyStartedError:
+            # another decide resumed it first: these are a repeat of its decisions, or refused
+            theirs = await (await self._describe(continuation)).memo()
+            won = theirs.get(_DECISIONS_MEMO) or []
+            if not same_decisions(bound, won, unbound=False):
+                raise DecisionConflictError(
+                    f"Run {run_id!r} took other decisions first: {json.dumps(won)[:300]}; "
+                    "these were not sent.",
+                    run_id=run_id,
+                    decisions=won,
+                ) from None
 
 
 def _as_data(decisions: Any) -> list[dict[str, Any]]:

@@ -371,13 +371,19 @@ class _OtherMachineError(RuntimeError):
 
 
 def _result_doc(
-    state: AgentState, traces: Sequence[Any], claims: Sequence[Any] = ()
+    state: AgentState,
+    traces: Sequence[Any],
+    claims: Sequence[Any] = (),
+    submission: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The run's result; with what a continuation needs to go on from it (its options)."""
+    kept = ("agent", "options", "decision_timeout", "settings")
     return {
         "format": FORMAT,
         "state": converter.unstructure(state, AgentState),
         "traces": list(traces),
         "decided": list(claims),
+        "submission": {k: v for k, v in (submission or {}).items() if k in kept},
     }
 
 
@@ -413,7 +419,9 @@ class RunWorkflow(_Flow):
         check_format(submission)
         self.settings.update(submission.get("settings") or {})
         state = converter.structure(submission["state"], AgentState)
-        traces: list[dict[str, Any]] = []
+        # a continuation (``RUN/resume-N``) carries the segments and decisions before it
+        traces: list[dict[str, Any]] = list(submission.get("earlier") or [])
+        self._claims = list(submission.get("claims") or [])
         name = str(submission["agent"])
         agent = AGENTS.get(name)
         if agent is None:
@@ -456,7 +464,7 @@ class RunWorkflow(_Flow):
         except ValueError as exc:  # options the agent refuses
             state = _failed(state, "invalid_options", str(exc))
         workflow.upsert_memo({MEMO: {"status": state.status}})
-        return _result_doc(state, traces, self._claims)
+        return _result_doc(state, traces, self._claims, submission)
 
     async def _decisions(
         self, state: AgentState, segment: int, wait: float
