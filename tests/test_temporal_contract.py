@@ -297,3 +297,28 @@ def test_a_drained_worker_hands_its_run_back_and_the_record_says_so(side: Side) 
     starts = Counter(line for line in side.lines() if line.startswith(f"start {prompt}"))
     assert starts == {f"start {prompt}-{n}": 1 for n in range(3)}  # the call in flight finished
     assert "executing" in result.traces[0].states  # the drained segment ran the first call
+
+
+def test_a_worker_of_another_machine_never_takes_a_run_recorded_on_the_old_one(
+    side: Side,
+) -> None:
+    v1 = side.start("w-versions", "tests._contract_agents:recorder", "ver")
+    prompt = _unique("ver")
+    engine = side.engine()
+    run_id = engine.submit(AgentState.of(prompt), agent="ver")
+    side.wait_for(f"start {prompt}-0")
+    v1.send_signal(signal.SIGKILL)
+    v1.wait(timeout=30)
+    # the next release, on a machine with a state more, under the same name and worker id
+    v2 = side.start("w-versions", "tests._contract_agents:tallier", "ver")
+    time.sleep(8)  # long enough for either engine to hand the run over, were it to
+    assert engine.result(run_id, wait=False) is None
+    assert not any(line.startswith(f"start {prompt}-1") for line in side.lines())
+    v2.send_signal(signal.SIGKILL)
+    v2.wait(timeout=30)
+    side.start("w-versions", "tests._contract_agents:recorder", "ver")  # the old machine again
+    result = engine.result(run_id, timeout=90)
+    assert result.status == "ok"
+    assert "tallying" not in [s for t in result.traces for s in t.states]
+    done = [line.split()[1] for line in side.lines() if line.startswith(f"done {prompt}")]
+    assert sorted(set(done)) == [f"{prompt}-{n}" for n in range(3)]
