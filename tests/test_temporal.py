@@ -249,6 +249,52 @@ def test_a_subagent_runs_as_a_child_workflow_of_its_parents_run(engine: Engine) 
     assert [t["end"] for t in child["traces"]] == ["ok"]
 
 
+def test_a_subagent_asking_for_approval_waits_in_its_child_workflow_for_decide(
+    engine: Engine,
+) -> None:
+    published: list[str] = []
+
+    @tool
+    def publish_once(text: str) -> str:
+        """Publish a text."""
+        published.append(text)
+        return f"published {text!r}"
+
+    writer = Agent(
+        ScriptedModel([call_tool("publish_once", text="Bees dance."), say("Published.")]),
+        [publish_once],
+        middleware=[HumanInTheLoop({"publish_once": True})],
+    )
+    lead = Agent(
+        ScriptedModel([call_tool("writer", task="Publish: Bees dance."), say("Out.")]),
+        [SubAgent("writer", "Publishes texts", writer)],
+    )
+    name = _name("lead")
+    engine.register(name, lead)
+    engine.launch()
+    run_id = engine.submit(AgentState.of("Bees"), agent=name, run_id=_name("bees"))
+    deadline = time.monotonic() + 30
+    while (request := engine.waiting(run_id)) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert request["child_path"] == ["writer"]
+    assert engine.status(run_id).status == "waiting"
+    [shown] = request["action_requests"]
+    assert (shown["tool_name"], published) == ("publish_once", [])
+    decisions = [{"type": "approve", "digest": _digest(shown)}]
+    engine.decide(run_id, decisions)
+    engine.decide(run_id, decisions)  # the same again: a repeat
+    result = engine.result(run_id, timeout=60)
+    assert result.state.messages[-2].tool_results[0].text == "Published."
+    assert published == ["Bees dance."]
+    assert [t.path for t in result.traces] == [f"{LOOP} {LOOP} ok"]
+    child = engine.run(
+        engine.client.get_workflow_handle(f"{run_id}/tool:writer@clear>executing#2").result()
+    )
+    assert [t["end"] for t in child["traces"]] == ["interrupted", "ok"]
+    engine.decide(run_id, decisions)  # after the end too
+
+
 def test_spans_come_through_temporals_tracing_interceptor(temporal_server: str) -> None:
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider

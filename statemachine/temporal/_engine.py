@@ -563,9 +563,12 @@ class Engine:
     async def _decide(self, run_id: str, decisions: list[dict[str, Any]], *, unbound: bool) -> None:
         desc, number = await self._tip(run_id)
         client = await self._connect()
-        handle = client.get_workflow_handle(desc.id)
         if desc.status != WorkflowExecutionStatus.RUNNING:
             return await self._decide_ended(run_id, desc, number, decisions, unbound=unbound)
+        memo = (await desc.memo()).get(MEMO)
+        # a subagent's request is answered where it waits: its own workflow takes them
+        child = memo.get("child") if isinstance(memo, Mapping) else None
+        handle = client.get_workflow_handle(str(child) if child else desc.id)
         try:
             await handle.execute_update(
                 DECIDE_UPDATE, {"decisions": decisions, "unbound": unbound}, result_type=dict

@@ -79,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
     from ._registry import AGENTS, HELD, SETTINGS
 
 __all__ = [
+    "CHILD_SIGNAL",
     "CHILD_WORKFLOW",
     "DECIDE_UPDATE",
     "DRAIN_SIGNAL",
@@ -97,6 +98,8 @@ CHILD_WORKFLOW: Final = "agentfsm.subagent"
 DECIDE_UPDATE: Final = "agentfsm.decide"
 DRAIN_SIGNAL: Final = "agentfsm.drain"
 WAITING_QUERY: Final = "agentfsm.waiting"
+#: A subagent's run tells its parent it waits for decisions, or goes on.
+CHILD_SIGNAL: Final = "agentfsm.child"
 #: The memo key a run keeps where it stands in (``running``/``waiting``, the request):
 #: a client reads it from the server, with no worker up.
 MEMO: Final = "agentfsm"
@@ -289,6 +292,7 @@ class _Execution:
             "token_budget": tokens,
             "depth": depth,
             "settings": dict(self.flow.settings),
+            "decision_timeout": self.flow.decision_timeout,
         }
         output: dict[str, Any] = await workflow.execute_child_workflow(
             CHILD_WORKFLOW, child, id=f"{workflow.info().workflow_id}/{step}", result_type=dict
@@ -359,46 +363,16 @@ class _ActivityTool(WrapperTool):
 
 
 class _Flow:
-    """What a workflow keeps between its handlers: the wait, the decisions, a drain."""
+    """What a run's workflow and a subagent's keep between their handlers: the wait for
+    decisions, the decisions taken (compare-and-set), a drain."""
 
     def __init__(self) -> None:
         self.drain_asked = False
         self.settings: dict[str, Any] = {"call_timeout": 600.0, "heartbeat": 10.0}
-
-
-class _OtherMachineError(RuntimeError):
-    """This worker's machine is not the one the history was recorded on."""
-
-
-def _result_doc(
-    state: AgentState,
-    traces: Sequence[Any],
-    claims: Sequence[Any] = (),
-    submission: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The run's result; with what a continuation needs to go on from it (its options)."""
-    kept = ("agent", "options", "decision_timeout", "settings")
-    return {
-        "format": FORMAT,
-        "state": converter.unstructure(state, AgentState),
-        "traces": list(traces),
-        "decided": list(claims),
-        "submission": {k: v for k, v in (submission or {}).items() if k in kept},
-    }
-
-
-def _refuse(kind: str, message: str, details: Any = None) -> ApplicationError:
-    extra = () if details is None else (details,)
-    return ApplicationError(message, *extra, type=kind, non_retryable=True)
-
-
-@workflow.defn(name=WORKFLOW)
-class RunWorkflow(_Flow):
-    """One run, from its submission to a terminal (waiting for decisions where asked)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._agent: Agent | None = None
+        #: Seconds a wait for decisions lasts (None: no limit), the run's and its subagents'.
+        self.decision_timeout: float | None = None
+        #: The subagents down to this run (empty for a run's own workflow).
+        self.path: list[str] = []
         #: The open wait: ``{"segment", "interrupt"}``, or None.
         self._waiting: dict[str, Any] | None = None
         #: Decisions taken for the open wait, not yet read by the run.
@@ -406,65 +380,24 @@ class RunWorkflow(_Flow):
         #: Every wait's decisions, newest first.
         self._claims: list[list[dict[str, Any]]] = []
 
-    @workflow.run
-    async def run(self, submission: dict[str, Any]) -> dict[str, Any]:
-        run_id = workflow.info().workflow_id
-        HELD.enter(run_id)
-        try:
-            return await self._run(submission)
-        finally:
-            HELD.leave(run_id)
-
-    async def _run(self, submission: Mapping[str, Any]) -> dict[str, Any]:
-        check_format(submission)
-        self.settings.update(submission.get("settings") or {})
-        state = converter.structure(submission["state"], AgentState)
-        # a continuation (``RUN/resume-N``) carries the segments and decisions before it
-        traces: list[dict[str, Any]] = list(submission.get("earlier") or [])
-        self._claims = list(submission.get("claims") or [])
-        name = str(submission["agent"])
-        agent = AGENTS.get(name)
-        if agent is None:
-            return _result_doc(
-                _failed(
-                    state,
-                    "unknown_agent",
-                    f"No agent is registered under {name!r} on this worker (registered: "
-                    f"{sorted(AGENTS)}); register it before starting the worker.",
-                ),
-                traces,
-            )
-        mine = machine_marker(agent)
-        recorded = await workflow.execute_local_activity(
-            MACHINE_ACTIVITY, name, result_type=str, start_to_close_timeout=timedelta(seconds=30)
-        )
-        if recorded != mine and SETTINGS.get("policy", "pinned") == "pinned":
-            raise _OtherMachineError(
-                f"run {workflow.info().workflow_id!r} was recorded on the machine {recorded}, "
-                f"this worker runs {mine}: a worker of its machine finishes it (policy pinned)"
-            )
-        self._agent = agent
-        execution = _Execution(self, agent, name=name, path=(), settings=self.settings)
-        options = _options(submission.get("options") or {})
-        timeout = submission.get("decision_timeout")
-        wait = _FOREVER if timeout is None else float(timeout)
-        decisions: Sequence[Mapping[str, Any]] | None = submission.get("decisions")
-        if decisions is not None:
-            self._claims.insert(0, [dict(d) for d in decisions])
-        workflow.upsert_memo({MEMO: {"status": "running"}})
-        try:
-            while True:
-                state = await execution.segments(state, options, traces, decisions)
-                decisions = None
-                if state.status != "interrupted" or not waits_on(state.interrupt_data):
-                    break
-                decisions = await self._decisions(state, len(traces), wait)
-                if decisions is None:
-                    break
-        except ValueError as exc:  # options the agent refuses
-            state = _failed(state, "invalid_options", str(exc))
-        workflow.upsert_memo({MEMO: {"status": state.status}})
-        return _result_doc(state, traces, self._claims, submission)
+    async def waits(
+        self,
+        execution: _Execution,
+        state: AgentState,
+        options: Mapping[str, Any],
+        traces: list[dict[str, Any]],
+        wait: float,
+        decisions: Sequence[Mapping[str, Any]] | None = None,
+    ) -> AgentState:
+        """Segments to the run's end, waiting for decisions wherever it asks for them
+        (up to ``wait`` seconds each time; then it ends ``interrupted``)."""
+        while True:
+            state = await execution.segments(state, options, traces, decisions)
+            if state.status != "interrupted" or not waits_on(state.interrupt_data):
+                return state
+            decisions = await self._decisions(state, len(traces), wait)
+            if decisions is None:
+                return state
 
     async def _decisions(
         self, state: AgentState, segment: int, wait: float
@@ -472,15 +405,51 @@ class RunWorkflow(_Flow):
         """Wait up to ``wait`` seconds for decisions; None when none came in time."""
         interrupt = _plain(dict(state.interrupt_data or {}))
         self._waiting = {"segment": segment, "interrupt": interrupt}
-        workflow.upsert_memo({MEMO: {"status": "waiting", **self._waiting}})
+        await self._tell({"status": "waiting", **self._waiting})
         try:
             await workflow.wait_condition(lambda: self._inbox is not None, timeout=wait)
         except TimeoutError:
             self._waiting = None
+            await self._tell({"status": "running"})
             return None
         decisions, self._inbox, self._waiting = self._inbox, None, None
-        workflow.upsert_memo({MEMO: {"status": "running"}})
+        await self._tell({"status": "running", "decided": decisions})
         return decisions
+
+    async def _tell(self, standing: dict[str, Any]) -> None:
+        """Say where the run stands: a run in its memo; a subagent's run to its parent,
+        which tells the run at the top (a reviewer answers the subagent that asks)."""
+        parent = workflow.info().parent
+        if parent is None:
+            standing.pop("decided", None)
+            workflow.upsert_memo({MEMO: standing})
+            return
+        message = {**standing, "workflow": workflow.info().workflow_id, "path": self.path}
+        await workflow.get_external_workflow_handle(parent.workflow_id).signal(
+            CHILD_SIGNAL, message
+        )
+
+    @workflow.signal(name=CHILD_SIGNAL)
+    async def child(self, message: dict[str, Any]) -> None:
+        """A subagent's run waits for decisions, or goes on: the run at the top shows its
+        request as its own (``child_path`` naming the subagents), and keeps the decisions
+        it took, so the same ones sent again are known as a repeat."""
+        parent = workflow.info().parent
+        if parent is not None:
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(
+                CHILD_SIGNAL, message
+            )
+            return
+        if message.get("decided"):
+            self._claims.insert(0, list(message["decided"]))
+        if message.get("status") == "waiting":
+            request = dict(message.get("interrupt") or {})
+            request["child_path"] = list(message.get("path") or [])
+            workflow.upsert_memo(
+                {MEMO: {"status": "waiting", "interrupt": request, "child": message["workflow"]}}
+            )
+        elif self._waiting is None:
+            workflow.upsert_memo({MEMO: {"status": "running"}})
 
     @workflow.query(name=WAITING_QUERY)
     def waiting(self) -> dict[str, Any] | None:
@@ -545,6 +514,90 @@ class RunWorkflow(_Flow):
         self._judge(message)
 
 
+class _OtherMachineError(RuntimeError):
+    """This worker's machine is not the one the history was recorded on."""
+
+
+def _result_doc(
+    state: AgentState,
+    traces: Sequence[Any],
+    claims: Sequence[Any] = (),
+    submission: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run's result; with what a continuation needs to go on from it (its options)."""
+    kept = ("agent", "options", "decision_timeout", "settings")
+    return {
+        "format": FORMAT,
+        "state": converter.unstructure(state, AgentState),
+        "traces": list(traces),
+        "decided": list(claims),
+        "submission": {k: v for k, v in (submission or {}).items() if k in kept},
+    }
+
+
+def _refuse(kind: str, message: str, details: Any = None) -> ApplicationError:
+    extra = () if details is None else (details,)
+    return ApplicationError(message, *extra, type=kind, non_retryable=True)
+
+
+@workflow.defn(name=WORKFLOW)
+class RunWorkflow(_Flow):
+    """One run, from its submission to a terminal (waiting for decisions where asked)."""
+
+    @workflow.run
+    async def run(self, submission: dict[str, Any]) -> dict[str, Any]:
+        run_id = workflow.info().workflow_id
+        HELD.enter(run_id)
+        try:
+            return await self._run(submission)
+        finally:
+            HELD.leave(run_id)
+
+    async def _run(self, submission: Mapping[str, Any]) -> dict[str, Any]:
+        check_format(submission)
+        self.settings.update(submission.get("settings") or {})
+        state = converter.structure(submission["state"], AgentState)
+        # a continuation (``RUN/resume-N``) carries the segments and decisions before it
+        traces: list[dict[str, Any]] = list(submission.get("earlier") or [])
+        self._claims = list(submission.get("claims") or [])
+        name = str(submission["agent"])
+        agent = AGENTS.get(name)
+        if agent is None:
+            return _result_doc(
+                _failed(
+                    state,
+                    "unknown_agent",
+                    f"No agent is registered under {name!r} on this worker (registered: "
+                    f"{sorted(AGENTS)}); register it before starting the worker.",
+                ),
+                traces,
+            )
+        mine = machine_marker(agent)
+        recorded = await workflow.execute_local_activity(
+            MACHINE_ACTIVITY, name, result_type=str, start_to_close_timeout=timedelta(seconds=30)
+        )
+        if recorded != mine and SETTINGS.get("policy", "pinned") == "pinned":
+            raise _OtherMachineError(
+                f"run {workflow.info().workflow_id!r} was recorded on the machine {recorded}, "
+                f"this worker runs {mine}: a worker of its machine finishes it (policy pinned)"
+            )
+        execution = _Execution(self, agent, name=name, path=(), settings=self.settings)
+        options = _options(submission.get("options") or {})
+        timeout = submission.get("decision_timeout")
+        self.decision_timeout = None if timeout is None else float(timeout)
+        wait = _FOREVER if timeout is None else float(timeout)
+        decisions: Sequence[Mapping[str, Any]] | None = submission.get("decisions")
+        if decisions is not None:
+            self._claims.insert(0, [dict(d) for d in decisions])
+        workflow.upsert_memo({MEMO: {"status": "running"}})
+        try:
+            state = await self.waits(execution, state, options, traces, wait, decisions)
+        except ValueError as exc:  # options the agent refuses
+            state = _failed(state, "invalid_options", str(exc))
+        workflow.upsert_memo({MEMO: {"status": state.status}})
+        return _result_doc(state, traces, self._claims, submission)
+
+
 @workflow.defn(name=CHILD_WORKFLOW)
 class SubagentWorkflow(_Flow):
     """A subagent's run, to its end: its parent's tool call, as a child workflow."""
@@ -558,6 +611,7 @@ class SubagentWorkflow(_Flow):
         check_format(child)
         self.settings.update(child.get("settings") or {})
         name, path = str(child["agent"]), [str(p) for p in child["path"]]
+        self.path = path
         agent = find_agent(name, path)
         if agent is None:
             error = ChainError(
@@ -567,8 +621,13 @@ class SubagentWorkflow(_Flow):
         execution = _Execution(self, agent, name=name, path=path, settings=self.settings)
         options = {"max_runs": int(child["max_runs"]), "token_budget": child["token_budget"]}
         traces: list[dict[str, Any]] = []
+        timeout = child.get("decision_timeout")
+        self.decision_timeout = None if timeout is None else float(timeout)
+        wait = _FOREVER if timeout is None else float(timeout)
         try:
-            state = await execution.segments(AgentState.of(str(child["task"])), options, traces)
+            state = await self.waits(
+                execution, AgentState.of(str(child["task"])), options, traces, wait
+            )
         except ChainError as error:
             return {"error": converter.unstructure(error, ChainError)}
         return {
