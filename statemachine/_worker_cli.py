@@ -122,7 +122,11 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if args.engine == "temporal":
         from .temporal._cli import handle as temporal
 
-        return temporal(args, out)
+        try:
+            return temporal(args, load_agent(args.agent), out)
+        except UsageError as exc:
+            print(f"agentfsm worker: {exc}", file=sys.stderr)
+            return 2
     if args.db is None:
         print("agentfsm worker: the following arguments are required: --db", file=sys.stderr)
         return 2

@@ -17,23 +17,19 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
+from agentfsm import Agent
+
 __all__ = ["handle"]
 
 
-def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run the Temporal worker of ``args.agent`` until SIGTERM or SIGINT; the exit status."""
-    from agentfsm._runs_cli import UsageError, load_agent
-
+def handle(args: argparse.Namespace, agent: Agent, out: TextIO | None = None) -> int:
+    """Run the Temporal worker of ``agent`` (loaded from ``args.agent`` by the command)
+    until SIGTERM or SIGINT; the exit status."""
     from ._engine import Engine
 
     out = out or sys.stdout
     if not args.address:
         print("agentfsm worker: --engine temporal needs --address HOST:PORT", file=sys.stderr)
-        return 2
-    try:
-        agent = load_agent(args.agent)
-    except UsageError as exc:
-        print(f"agentfsm worker: {exc}", file=sys.stderr)
         return 2
     if args.concurrency < 1:
         print("agentfsm worker: --concurrency must be at least 1", file=sys.stderr)
