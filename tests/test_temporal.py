@@ -95,6 +95,7 @@ def test_a_run_is_a_workflow_and_each_call_an_activity_named_for_its_edge(
     assert (document["format"], document["value"]["call"]["name"]) == ("agentfsm/1", "record")
     assert engine.status(run_id).status == "ok"
     assert engine.status(run_id).queue == task_queue(name)
+    _replays(engine, run_id)
 
 
 def test_the_data_converter_writes_agentfsm_documents_and_reads_them_back() -> None:
@@ -293,6 +294,27 @@ def test_a_subagent_asking_for_approval_waits_in_its_child_workflow_for_decide(
     )
     assert [t["end"] for t in child["traces"]] == ["interrupted", "ok"]
     engine.decide(run_id, decisions)  # after the end too
+    _replays(engine, run_id, f"{run_id}/tool:writer@clear>executing#2")
+
+
+def _replays(engine: Engine, *run_ids: str) -> None:
+    """Each run's history replays through the workflow code in Temporal's Replayer (its
+    sandbox on): the workflow makes the same calls from the recorded results, with no
+    nondeterminism, decisions, signals and child workflows included."""
+    from temporalio.worker import Replayer
+
+    from agentfsm.temporal._engine import WORKFLOWS, workflow_runner
+
+    replayer = Replayer(
+        workflows=list(WORKFLOWS), data_converter=data_converter, workflow_runner=workflow_runner()
+    )
+
+    async def replay() -> None:
+        for run_id in run_ids:
+            history = await engine.client.get_workflow_handle(run_id).fetch_history()
+            await replayer.replay_workflow(history)
+
+    engine.run(replay())
 
 
 def test_spans_come_through_temporals_tracing_interceptor(temporal_server: str) -> None:

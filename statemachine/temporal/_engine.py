@@ -54,11 +54,13 @@ from ._workflow import (
 )
 
 __all__ = [
+    "WORKFLOWS",
     "DurableError",
     "Engine",
     "RunRecord",
     "RunResult",
     "task_queue",
+    "workflow_runner",
 ]
 
 QUEUE_PREFIX: Final = "agentfsm:"
@@ -112,6 +114,18 @@ class RunRecord:
     updated: float | None
     queue: str | None = None
     reason: str | None = None
+
+
+#: The workflows every agentfsm worker runs (a replayer of their histories too).
+WORKFLOWS: Final = (RunWorkflow, SubagentWorkflow)
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """Temporal's sandbox, with agentfsm passed through: its modules are imported once,
+    outside it, so the registered agents and the engine's own objects are the worker's."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("agentfsm")
+    )
 
 
 class _Loop:
@@ -275,14 +289,12 @@ class Engine:
 
     async def _start_workers(self, identity: str) -> None:
         client = await self._connect()
-        runner = SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("agentfsm")
-        )
+        runner = workflow_runner()
         for queue in self.queues:
             worker = Worker(
                 client,
                 task_queue=queue,
-                workflows=[RunWorkflow, SubagentWorkflow],
+                workflows=list(WORKFLOWS),
                 activities=[call_model, call_tool, machine_of],
                 workflow_runner=runner,
                 max_concurrent_activities=self.concurrency,
