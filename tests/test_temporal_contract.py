@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -322,3 +323,45 @@ def test_a_worker_of_another_machine_never_takes_a_run_recorded_on_the_old_one(
     assert "tallying" not in [s for t in result.traces for s in t.states]
     done = [line.split()[1] for line in side.lines() if line.startswith(f"done {prompt}")]
     assert sorted(set(done)) == [f"{prompt}-{n}" for n in range(3)]
+
+
+def test_of_two_processes_deciding_at_once_one_wins_and_the_other_is_told_which(
+    side: Side,
+) -> None:
+    side.start("w-race2", "tests._contract_agents:gated", "gated")
+    prompt = _unique("race2")
+    run_id = side.engine().submit(AgentState.of(prompt), agent="gated")
+    request = side.waiting(run_id)
+    [shown] = request["action_requests"]
+    digest = _digest(request)
+    outcomes: dict[str, Any] = {}
+    barrier = threading.Barrier(2)
+
+    def decide(kind: str) -> None:
+        client = Side(side.kind, side.where, side.log).engine()  # a process's own client
+        try:
+            barrier.wait()
+            client.decide(run_id, [{"type": kind, "digest": digest}])
+            outcomes[kind] = "taken"
+        except DecisionConflictError as exc:
+            outcomes[kind] = exc
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=decide, args=(k,)) for k in ("approve", "reject")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    [won] = [kind for kind, outcome in outcomes.items() if outcome == "taken"]
+    [lost] = [o for o in outcomes.values() if isinstance(o, DecisionConflictError)]
+    assert [d["type"] for d in lost.decisions or []] == [won]
+    assert shown["tool_call_id"] == f"{prompt}-0"
+    for turn in (1, 2):  # the rest of the run, approved
+        request = _answered(side, run_id, turn)
+        assert request is not None
+        side.engine().decide(run_id, Approval.of(request).approve_all())
+    result = side.engine().result(run_id, timeout=60)
+    starts = [line for line in side.lines() if line.startswith(f"start {prompt}-0")]
+    assert len(starts) == (1 if won == "approve" else 0)
+    assert result.ends == ("interrupted", "interrupted", "interrupted", "ok")
