@@ -170,9 +170,13 @@ class Engine:
     runs go to its own task queue (:func:`task_queue`), so workers of different agents
     on one server never take each other's runs. ``concurrency`` bounds the model and
     tool calls one worker makes at once; ``heartbeat`` is how soon a call on a lost
-    worker is made again elsewhere; ``policy`` is what a worker does with a run recorded
-    on another machine: ``pinned`` leaves it for a worker of its machine,
-    ``compatible`` replays it (declare it only for machines that replay alike).
+    worker is made again elsewhere (``call_timeout`` bounds one call); ``policy`` is what
+    a worker does with a run recorded on another machine: ``pinned`` leaves it for a
+    worker of its machine, ``compatible`` replays it (Temporal holds the replay to the
+    recorded calls). ``sticky_timeout`` is how long a run's next task waits for the
+    worker that ran its last before any worker takes it (Temporal's sticky queue);
+    ``drain_timeout`` how long a drain lets calls in flight finish; ``otel`` adds
+    Temporal's OpenTelemetry tracing interceptor to the client and its workers.
     """
 
     def __init__(
