@@ -423,3 +423,29 @@ def test_the_engine_is_one_face_with_the_dbos_engines() -> None:
         assert callable(getattr(face.Engine, method)), method
     assert face.DecisionConflictError is durable.DecisionConflictError
     assert asyncio.iscoroutinefunction(face.Engine.submit) is False
+
+
+def test_the_worker_logs_each_runs_start_and_end_and_drains_on_sigterm(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    name = _name("logged")
+    proc = _worker(
+        temporal_server, "tests._contract_agents:recorder", name, tmp_path / "calls.log",
+        "--log-format", "json",
+    )  # fmt: skip
+    client = Engine(temporal_server)
+    try:
+        run_id = client.submit(AgentState.of(_name("log")), agent=name, run_id=_name("log"))
+        assert client.result(run_id, timeout=60).status == "ok"
+    finally:
+        client.close()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    assert "drained, 0 run(s)" in out
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    assert [(e["event"], e["run"], e.get("status")) for e in lines] == [
+        ("run start", run_id, None),
+        ("run end", run_id, "ok"),
+    ]
+    assert lines[1]["seconds"] >= 0

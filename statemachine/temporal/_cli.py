@@ -1,5 +1,6 @@
 """``agentfsm worker --engine temporal``: serve one agent's task queue until SIGTERM.
 
+Each run's start and end is a line on stderr (``--log-format json``: JSON lines).
 SIGTERM (or SIGINT) drains the worker: each run it holds is told to pause at its
 next state boundary (a ``paused: draining`` segment), calls in flight get
 ``--drain-timeout`` seconds to finish, and the process exits; any other worker of
@@ -14,10 +15,14 @@ import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from agentfsm import Agent
+
+from ._registry import LISTENERS
 
 __all__ = ["handle"]
 
@@ -60,6 +65,25 @@ def handle(args: argparse.Namespace, agent: Agent, out: TextIO | None = None) ->
         print(f"agentfsm worker: cannot start on {args.address}: {text}", file=sys.stderr)
         return 2
     name = engine.executor_id
+    started: dict[str, float] = {}
+
+    def logged(event: str, run_id: str, detail: Mapping[str, Any]) -> None:
+        """Each run's start and end on stderr: for people, or as JSON lines."""
+        now = time.monotonic()
+        fields: dict[str, Any] = {"run": run_id, "agent": detail.get("agent")}
+        if event == "start":
+            started[run_id] = now
+        else:
+            fields["status"] = detail.get("status")
+            if run_id in started:
+                fields["seconds"] = round(now - started.pop(run_id), 3)
+        if args.log_format == "json":
+            print(json.dumps({"event": f"run {event}", **fields}), file=sys.stderr, flush=True)
+        else:
+            said = " ".join(f"{k}={v}" for k, v in fields.items() if k != "run")
+            print(f"run {event} {run_id} {said}", file=sys.stderr, flush=True)
+
+    LISTENERS.append(logged)
     ready = Path(args.ready_file) if args.ready_file else None
     try:
         if ready is not None:
@@ -79,6 +103,7 @@ def handle(args: argparse.Namespace, agent: Agent, out: TextIO | None = None) ->
             ready.unlink(missing_ok=True)
         handed = engine.drain()
     finally:
+        LISTENERS.remove(logged)
         if ready is not None:
             ready.unlink(missing_ok=True)
         engine.close()

@@ -8,11 +8,12 @@ sandbox, so the worker and its workflows share these objects.
 from __future__ import annotations
 
 import threading
-from typing import Final
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from agentfsm import Agent
 
-__all__ = ["AGENTS", "HELD", "SETTINGS", "Held"]
+__all__ = ["AGENTS", "HELD", "LISTENERS", "SETTINGS", "Held", "Listener", "tell"]
 
 #: Agents by the stable name runs are submitted under.
 AGENTS: dict[str, Agent] = {}
@@ -46,3 +47,17 @@ HELD: Final = Held()
 
 #: Worker settings the workflows read: ``policy`` (``pinned`` or ``compatible``).
 SETTINGS: dict[str, str] = {"policy": "pinned"}
+
+#: A listener of a worker's runs: ``(event, run_id, detail)``, event ``start`` (a run's
+#: first execution began here) or ``end`` (it ended here, ``detail["status"]``).
+Listener = Callable[[str, str, Mapping[str, Any]], None]
+LISTENERS: list[Listener] = []
+
+
+def tell(event: str, run_id: str, detail: Mapping[str, Any]) -> None:
+    """Tell the listeners; one that fails never fails the run."""
+    for listener in list(LISTENERS):
+        try:
+            listener(event, run_id, detail)
+        except Exception:  # a log line is not worth a run
+            continue

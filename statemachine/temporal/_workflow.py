@@ -76,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
         find_agent,
         machine_marker,
     )
-    from ._registry import AGENTS, HELD, SETTINGS
+    from ._registry import AGENTS, HELD, SETTINGS, tell
 
 __all__ = [
     "CHILD_SIGNAL",
@@ -547,11 +547,17 @@ class RunWorkflow(_Flow):
     @workflow.run
     async def run(self, submission: dict[str, Any]) -> dict[str, Any]:
         run_id = workflow.info().workflow_id
+        agent = str(submission.get("agent"))
         HELD.enter(run_id)
+        if not workflow.unsafe.is_replaying():  # a log line, never part of the run
+            tell("start", run_id, {"agent": agent})
         try:
-            return await self._run(submission)
+            out = await self._run(submission)
         finally:
             HELD.leave(run_id)
+        if not workflow.unsafe.is_replaying():
+            tell("end", run_id, {"agent": agent, "status": out["state"].get("status")})
+        return out
 
     async def _run(self, submission: Mapping[str, Any]) -> dict[str, Any]:
         check_format(submission)
