@@ -23,6 +23,7 @@ pytest.importorskip("temporalio", reason="agentfsm.temporal needs the temporal e
 from agentfsm import Agent, AgentState, Approval, HumanInTheLoop, SubAgent, tool
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.temporal import (
+    DecisionConflictError,
     Engine,
     ResumeError,
     RunExistsError,
@@ -169,6 +170,32 @@ def test_decisions_that_do_not_answer_are_refused_and_a_finished_run_takes_none(
 def publish(text: str) -> str:
     """Publish a text."""
     return f"published {text!r}"
+
+
+def test_decisions_for_a_wait_answered_otherwise_conflict_even_once_the_run_asks_again(
+    engine: Engine,
+) -> None:
+    name = _name("stale")
+    engine.register(name, _recorder(gated=True))
+    engine.launch()
+    run_id = engine.submit(AgentState.of("stale"), agent=name, run_id=_name("stale"))
+    deadline = time.monotonic() + 30
+    while (first := engine.waiting(run_id)) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    [shown] = first["action_requests"]
+    rejected = [{"type": "reject", "digest": _digest(shown)}]
+    engine.decide(run_id, rejected)
+    while (second := engine.waiting(run_id)) is None or second == first:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert second["action_requests"][0]["tool_call_id"] == "stale-1"
+    with pytest.raises(DecisionConflictError) as refused:  # the first wait's, answered
+        engine.decide(run_id, Approval.of(first).approve_all())
+    assert refused.value.decisions == [
+        {"type": "reject", "tool_call_id": "stale-0", "digest": _digest(shown)}
+    ]
+    engine.decide(run_id, rejected)  # the first wait's own decisions again: a repeat
 
 
 def test_a_wait_that_timed_out_is_resumed_by_a_later_decide_in_a_continuation(

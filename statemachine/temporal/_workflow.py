@@ -475,20 +475,41 @@ class _Flow:
             except ValueError as exc:
                 if self._repeated(decisions, unbound=False):
                     return None
-                raise _refuse("ValueError", str(exc)) from None
+                won = self._claim_of(decisions)
+                if won is None:  # they answer no wait of this run
+                    raise _refuse("ValueError", str(exc)) from None
+                raise self._conflict(won) from None  # an earlier wait's, answered otherwise
         if self._repeated(decisions, unbound=unbound):
             return None
         if self._claims:
-            won = self._claims[0]
-            raise _refuse(
-                "DecisionConflictError",
-                f"Run {workflow.info().workflow_id!r} took other decisions first: "
-                f"{json.dumps(won)[:300]}; these were not sent.",
-                won,
-            )
+            raise self._conflict(self._claim_of(decisions) or self._claims[0])
         raise _refuse(
             "ResumeError",
             f"Run {workflow.info().workflow_id!r} is not waiting for decisions",
+        )
+
+    def _claim_of(self, decisions: Any) -> list[dict[str, Any]] | None:
+        """The decisions taken for the wait ``decisions`` name (by call id or digest)."""
+        if not isinstance(decisions, list | tuple):
+            return None
+        named = {
+            d.get(key)
+            for d in decisions
+            if isinstance(d, Mapping)
+            for key in ("tool_call_id", "digest")
+            if d.get(key) is not None
+        }
+        for claim in self._claims:
+            if named & {c.get(k) for c in claim for k in ("tool_call_id", "digest")}:
+                return claim
+        return None
+
+    def _conflict(self, won: list[dict[str, Any]]) -> ApplicationError:
+        return _refuse(
+            "DecisionConflictError",
+            f"Run {workflow.info().workflow_id!r} took other decisions first: "
+            f"{json.dumps(won)[:300]}; these were not sent.",
+            won,
         )
 
     def _repeated(self, decisions: Any, *, unbound: bool) -> bool:
