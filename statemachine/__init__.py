@@ -23,6 +23,7 @@ from ._errors import (
     AgentfsmError,
     ChainError,
     DecisionConflictError,
+    DurableError,
     FormatError,
     IllegalTransitionError,
     InvariantError,
@@ -62,7 +63,7 @@ from ._modes.langchain import (
 from ._modes.standard import STANDARD
 from ._options import LangChainOptions, Options, StandardOptions
 from ._output import OutputError
-from ._results import Failed, Interrupted, Ok, Paused, Terminal
+from ._results import Failed, Interrupted, Ok, Paused
 from ._run import Run
 from ._tools import Tool, ToolContext, ToolOutput, tool
 from ._trace import Trace, Transition
@@ -85,6 +86,7 @@ __all__ = [
     "Decision",
     "DecisionConflictError",
     "DecisionError",
+    "DurableError",
     "Decisions",
     "Edge",
     "Failed",
@@ -119,7 +121,6 @@ __all__ = [
     "StandardOptions",
     "StoreError",
     "SubAgent",
-    "Terminal",
     "Thinking",
     "Tool",
     "ToolCall",
@@ -161,8 +162,8 @@ _LAZY = {
     "start_run": "._resume",
 }
 #: The last release's names this face no longer exports, kept one more release.
-_OLD = frozenset({"Continue", "PipelineResult", "Step"})
-_old = _moved.forward(__name__, ("agentfsm.steps",), _OLD)
+_OLD = frozenset({"Continue", "PipelineResult", "Step", "Terminal"})
+_old = _moved.forward(__name__, ("agentfsm.steps", "agentfsm._results"), _OLD)
 
 
 def __getattr__(name: str) -> Any:

@@ -31,7 +31,7 @@ group; each also keeps the standard base it had (in brackets), so an
     │   ├── DecisionError                (ValueError) decisions that do not answer the
     │   │                                approval as it stands (count, type, digest, ...)
     │   └── InvariantError               (ValueError) decisions that contradict the run
-    ├── DurableError                     (RuntimeError) agentfsm.durable: the engine failed
+    ├── DurableError                     (RuntimeError) a durable engine (DBOS, Temporal) failed
     └── internal, never seen by a caller
         ├── SSELimitError                (ValueError) an event stream's line or event too
         │                                long: the transport makes it a ProviderError
@@ -40,8 +40,7 @@ group; each also keeps the standard base it had (in brackets), so an
                                          raises a TypeError naming the parameter
 
 ``DecisionError`` lives with the approval, ``OutputError`` with typed output,
-``CassetteMismatchError`` in ``agentfsm.testing`` and ``DurableError`` in
-``agentfsm.durable``; the rest here.
+and ``CassetteMismatchError`` in ``agentfsm.testing``; the rest here.
 """
 
 from __future__ import annotations
@@ -54,6 +53,7 @@ __all__ = [
     "AgentfsmError",
     "ChainError",
     "DecisionConflictError",
+    "DurableError",
     "FormatError",
     "IllegalTransitionError",
     "InvariantError",
@@ -207,6 +207,10 @@ class RunInUseError(StoreError, RuntimeError):
 class RunFinishedError(RunInUseError):
     """The run ended (ok or in error) and a finished run is never written again: a
     resumer that loaded it before another process finished it is refused."""
+
+
+class DurableError(AgentfsmError, RuntimeError):
+    """A durable engine could not run a run as asked (its workflow failed or was cancelled)."""
 
 
 # ------------------------------------------------------------------ approvals

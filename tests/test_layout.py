@@ -309,4 +309,3 @@ def test_the_wheel_holds_only_agentfsm(tmp_path: pathlib.Path) -> None:
         "agentfsm/providers/_openai.py",
         "agentfsm/_view/page.js",
     } <= names
-

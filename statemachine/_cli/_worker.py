@@ -35,10 +35,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "to the queue for another worker. Submit runs with agentfsm.durable.Engine.submit(..., "
         "agent=NAME).",
     )
-    worker.add_argument("--engine", choices=["dbos"], default="dbos", help="the engine (dbos)")
+    worker.add_argument(
+        "--engine",
+        choices=["dbos", "temporal"],
+        default="dbos",
+        help="the engine (dbos; temporal: --address)",
+    )
     worker.add_argument(
         "--db",
-        required=True,
         metavar="DB",
         help="a file path (SQLite, one machine) or a URL: postgresql://... (many machines), "
         "sqlite:///FILE",
@@ -90,6 +94,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="S",
         help="on SIGTERM, how long a model or tool call may take to finish (default 30)",
     )
+    # --engine temporal (agentfsm.temporal._cli): the server, and how a run is recovered
+    worker.add_argument("--address", metavar="HOST:PORT", help="temporal: the server")
+    worker.add_argument("--namespace", default="default", help="temporal: the namespace")
+    worker.add_argument(
+        "--heartbeat",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="temporal: how soon a call on a lost worker runs again elsewhere (default 10)",
+    )
+    worker.add_argument(
+        "--policy",
+        choices=["pinned", "compatible"],
+        default="pinned",
+        help="temporal: a run recorded on another machine waits for its own (pinned) or replays",
+    )
     worker.set_defaults(handler=handle)
     return worker
 
@@ -100,6 +120,17 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from ._runs import UsageError, load_agent
 
     out = out or sys.stdout
+    if args.engine == "temporal":
+        from ._temporal import handle as temporal  # the temporal extra, only for it
+
+        try:
+            return temporal(args, load_agent(args.agent), out)
+        except UsageError as exc:
+            print(f"agentfsm worker: {exc}", file=sys.stderr)
+            return 2
+    if args.db is None:
+        print("agentfsm worker: the following arguments are required: --db", file=sys.stderr)
+        return 2
     try:
         check_db(args.db, flag="--db")
     except ValueError as exc:

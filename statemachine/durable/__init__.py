@@ -33,7 +33,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from .._moved import forward, show_at
 from ._engine import (
-    DurableError,
     Engine,
     RunRecord,
     RunResult,
@@ -44,7 +43,6 @@ from ._engine import (
 )
 
 __all__ = [
-    "DurableError",
     "Engine",
     "RunRecord",
     "RunResult",
@@ -59,7 +57,14 @@ __getattr__ = forward(
     __name__,
     ("agentfsm",),
     frozenset(
-        {"DecisionConflictError", "ResumeError", "RunExistsError", "RunNotFoundError", "StoreError"}
+        {
+            "DecisionConflictError",
+            "DurableError",
+            "ResumeError",
+            "RunExistsError",
+            "RunNotFoundError",
+            "StoreError",
+        }
     ),
 )
 show_at(__name__, globals())

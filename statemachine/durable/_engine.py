@@ -29,8 +29,8 @@ from .._answers import check_approval
 from .._approval import Approval, Decision, DecisionError
 from .._db_url import check_db, shown
 from .._errors import (
-    AgentfsmError,
     DecisionConflictError,
+    DurableError,
     ResumeError,
     RunExistsError,
     RunNotFoundError,
@@ -93,10 +93,6 @@ _CONTINUATION: Final = "/resume-"
 _RESERVED: Final = re.compile(re.escape(_CONTINUATION) + r"[0-9]+\Z")
 #: Queues of agentfsm runs start so; the rest of a default queue's name is the agent's.
 QUEUE_PREFIX: Final = "agentfsm:"
-
-
-class DurableError(AgentfsmError, RuntimeError):
-    """The engine could not run a run as asked (its workflow failed or was cancelled)."""
 
 
 _P = ParamSpec("_P")
