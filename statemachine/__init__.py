@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from . import _modes as _modes  # registers the built-in modes by name
 from . import _moved
 from ._approval import ActionRequest, Approval, Decision, DecisionError, Decisions
-from ._callbacks import off_loop
 from ._chain import LLMChain
 from ._effects import effects
 from ._errors import (
@@ -144,6 +143,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from ._agent import Agent, AgentRun
+    from ._callbacks import off_loop
     from ._middleware import HumanInTheLoop, Middleware
     from ._resume import restore_run, start_run
     from ._state import AgentState
@@ -157,6 +157,7 @@ _LAZY = {
     "HumanInTheLoop": "._middleware",
     "Middleware": "._middleware",
     "SubAgent": "._subagents",
+    "off_loop": "._callbacks",
     "run_machine": "._subagents",
     "restore_run": "._resume",
     "start_run": "._resume",

@@ -10,17 +10,13 @@ nowhere public when it became an internal.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import inspect
 import sys
 import types
-import typing
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Final
-
-import attrs
 
 #: The faces, in the order a name's new home is looked for.
 FACES: Final = (
@@ -84,21 +80,31 @@ OLD_MODULES: Final = {
 def show_at(face: str, namespace: dict[str, Any]) -> None:
     """Set ``__module__`` of the face's classes and functions to the face, so reprs, docs
     and pickles show the public path rather than the private room that holds them."""
+    compiled: dict[str, types.CodeType] = {}  # a face's classes share most of their hints
     for name in namespace["__all__"]:
-        show(face, namespace[name], namespace)
+        show(face, namespace[name], namespace, compiled)
 
 
-def show(face: str, value: object, namespace: dict[str, Any]) -> None:
+def show(
+    face: str,
+    value: object,
+    namespace: dict[str, Any],
+    compiled: dict[str, types.CodeType] | None = None,
+) -> None:
     """:func:`show_at` for one value (a class or function from a private room)."""
     if not isinstance(value, (type, types.FunctionType)):
         return
     if any(part.startswith("_") for part in value.__module__.split(".")):
-        if isinstance(value, type) and not _annotations_resolved(value, namespace):
+        if isinstance(value, type) and not _annotations_resolved(
+            value, namespace, {} if compiled is None else compiled
+        ):
             return  # its hints name what only its own module can see
         value.__module__ = face
 
 
-def _annotations_resolved(cls: type, face: dict[str, Any]) -> bool:
+def _annotations_resolved(
+    cls: type, face: dict[str, Any], compiled: dict[str, types.CodeType]
+) -> bool:
     """Resolve the class's own string annotations where they were written.
 
     ``typing.get_type_hints`` (and so cattrs, attrs and hypothesis) reads a class's
@@ -110,13 +116,19 @@ def _annotations_resolved(cls: type, face: dict[str, Any]) -> bool:
     own = inspect.get_annotations(cls)
     if not own or not any(isinstance(hint, str) for hint in own.values()):
         return True
-    try:
-        hints = typing.get_type_hints(cls, localns=face, include_extras=True)
+    room = vars(sys.modules[cls.__module__])
+    hints = {}
+    try:  # what get_type_hints does for the class's own hints, at a fraction of its cost
+        for name, hint in own.items():
+            if isinstance(hint, str):
+                code = compiled.get(hint)
+                if code is None:
+                    code = compiled[hint] = compile(hint, "<annotation>", "eval")
+                hint = eval(code, room, face)
+            hints[name] = hint
     except Exception:
         return False
-    cls.__annotations__ = {name: hints[name] for name in own}
-    if attrs.has(cls):
-        attrs.resolve_types(cls)
+    cls.__annotations__ = hints
     return True
 
 
@@ -162,8 +174,12 @@ def forward(old: str, holders: Sequence[str], names: frozenset[str]) -> Callable
     return __getattr__
 
 
-class _OldModule(importlib.abc.Loader):
-    """Makes an old module path a module whose every name warns, then answers."""
+class _OldModule:
+    """Makes an old module path a module whose every name warns, then answers (a loader;
+    not an ``importlib.abc`` subclass: that module costs ``import agentfsm`` a tenth)."""
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None  # the default module
 
     def exec_module(self, module: types.ModuleType) -> None:
         holders = [importlib.import_module(h) for h in OLD_MODULES[module.__name__].split()]
@@ -185,7 +201,7 @@ def _forward_all(old: str, holders: Sequence[types.ModuleType]) -> Callable[[str
     return __getattr__
 
 
-class _OldPaths(importlib.abc.MetaPathFinder):
+class _OldPaths:
     """Finds the old module paths (and only them)."""
 
     def find_spec(
