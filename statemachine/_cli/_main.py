@@ -39,6 +39,7 @@ from rich.text import Text
 
 from .. import diagrams
 from .._agent import Agent, AgentRun
+from .._agent_spec import UsageError
 from .._approval import request_digest
 from .._errors import AgentfsmError, ChainError, MachineChangedError, RunNotFoundError, StoreError
 from .._machine import UnknownMachineError, machine_named
@@ -56,7 +57,6 @@ from . import _runs as _runs_cli
 from . import _versions as _versions_cli
 from . import _worker as _worker_cli
 from ._machines_option import add_machines_option, import_machines
-from ._runs import UsageError
 
 __all__ = ["main"]
 
