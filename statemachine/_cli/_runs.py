@@ -345,8 +345,10 @@ def _is_durable(db: str) -> bool:
     path = _sqlite_path(db)
     if not os.path.isfile(path):
         return False
+    if SQLiteStore.holds_runs(path):
+        return False
     names = SQLiteStore.tables_in(path)
-    return names is not None and "workflow_status" in names and "runs" not in names
+    return names is not None and "workflow_status" in names
 
 
 def _durable_runs(args: argparse.Namespace, db: str, out: TextIO) -> int:
