@@ -128,6 +128,41 @@ def check_tool_names(value: Any) -> tuple[str, ...] | None:
     raise ValueError(f"Invalid until_tool option: expected string or list, got: {value!r}")
 
 
+def collapse_until_tool(
+    until_tool: str | Sequence[str] | None, until_tool_success: str | Sequence[str] | None
+) -> tuple[str | Sequence[str] | None, bool]:
+    """The mode's ``(until_tool, require_tool_success)`` from execute's two options."""
+    if until_tool_success is not None:
+        return until_tool_success, True
+    if until_tool is not None:
+        return until_tool, False
+    return None, False
+
+
+def until_targets(
+    until_tool: Any, until_tool_success: Any, tools: Sequence[str] | None = None
+) -> tuple[tuple[str, ...], bool]:
+    """The until-tool contract from :meth:`Agent.start <agentfsm.Agent.start>`'s two
+    spellings, checked: the target names (empty: none) and whether only a successful
+    result counts. The one place the spellings meet, so every entry refuses alike.
+
+    At most one of the two is given, each a name or a list; with ``tools`` (the
+    agent's tool names) every target is one of them.
+    """
+    if until_tool is not None and until_tool_success is not None:
+        raise ValueError(
+            "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
+        )
+    target, success = collapse_until_tool(until_tool, until_tool_success)
+    names = check_tool_names(target) or ()
+    if tools is not None:
+        missing = [n for n in names if n not in tools]
+        if missing:
+            key = "until_tool_success" if success else "until_tool"
+            raise ValueError(f"{key}: tool(s) {missing} not found. Available: {list(tools)}")
+    return names, success
+
+
 def check_optional(option: str, value: _T, kind: Any) -> _T:
     """``value`` is None or of ``kind`` (``Callable`` checks callability)."""
     if value is None:
