@@ -335,3 +335,15 @@ def test_the_store_sql_rule_sees_a_query_and_sqlite3() -> None:
     source = 'import sqlite3\nQ = "SELECT updated FROM log WHERE run_id = ?"\n'
     assert _store_sql(source, tables) == ["sqlite3", "SELECT updated FROM log WHERE run_id = ?"]
     assert _store_sql('"""Update the page from runs we read."""', tables) == []
+
+
+def test_the_studio_never_imports_the_command_line() -> None:
+    """What the studio shares with the CLI (loading an agent, refusing a resume) lives in
+    root modules both import; the CLI is one view, the studio another."""
+    graph = _graph()
+    offenders = {
+        m: sorted(t for t in targets if t.startswith("agentfsm._cli"))
+        for m, targets in graph.items()
+        if m.startswith("agentfsm.studio")
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}
