@@ -248,8 +248,8 @@ class Options(Mapping[str, Any]):
         Options of this class without changes are returned as they are: a run
         given its table's options checks nothing twice.
         """
-        if isinstance(value, cls) and not changes:
-            return value
+        if not changes and cls in type(value).__mro__:  # isinstance, without an ABC's check
+            return value  # type: ignore[return-value]
         given = {**(value or {}), **changes}
         for alias, name in cls.aliases.items():
             if alias in given:
@@ -353,7 +353,6 @@ _DEFAULTS: Final = Options()
 
 
 def options_of(opts: Mapping[str, Any] | None) -> Options:
-    """The options a step reads: a run's own, or a plain mapping given to a step alone."""
-    if Options in type(opts).__mro__:  # isinstance, without the Python code of an ABC's check
-        return opts  # type: ignore[return-value]
+    """The options a step reads: a run's own, or a plain mapping given to a step alone
+    (converted by :meth:`Options.of`, the one place a mapping becomes options)."""
     return _DEFAULTS if opts is None else Options.of(opts)

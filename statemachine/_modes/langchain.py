@@ -390,7 +390,7 @@ class _MachineMode:
 
     def start(self, chain: LLMChain, opts: Opts = None) -> Run:
         """A run over ``chain``, at its entry state, not yet stepped."""
-        return Run(self.table, chain, self.table.entries[_FRESH], dict(opts or {}))
+        return Run(self.table, chain, self.table.entries[_FRESH], opts)
 
     async def run(self, chain: LLMChain, opts: Opts = None) -> Terminal:
         """Run to the end; a step-level pause reason is folded into ``custom_context``."""
@@ -436,8 +436,7 @@ class UntilSuccess(_MachineMode):
 
     def start(self, chain: LLMChain, opts: Opts = None) -> Run:
         """A run at ``checking``, or at ``calling`` with ``force_recurse``."""
-        opts = dict(opts or {})
-        entry = "forced" if opts.get("force_recurse") else _FRESH
+        entry = "forced" if (opts or {}).get("force_recurse") else _FRESH
         return Run(self.table, chain, self.table.entries[entry], opts)
 
 
