@@ -26,6 +26,8 @@ from ._options import (
     check_sequence,
     check_token_budget,
     check_tools,
+    collapse_until_tool,
+    until_targets,
 )
 from ._output import FINAL_RESULT, OutputTool, output_tool_of
 from ._registry import fire_on_error
@@ -47,17 +49,6 @@ NO_MESSAGES_MESSAGE = (
     "The agent state has no messages and the agent no system prompt: there is nothing "
     "to send. Start from AgentState.of(prompt) or add a user message first."
 )
-
-
-def collapse_until_tool(
-    until_tool: str | Sequence[str] | None, until_tool_success: str | Sequence[str] | None
-) -> tuple[str | Sequence[str] | None, bool]:
-    """The mode's ``(until_tool, require_tool_success)`` from execute's two options."""
-    if until_tool_success is not None:
-        return until_tool_success, True
-    if until_tool is not None:
-        return until_tool, False
-    return None, False
 
 
 class AgentRun(Run):
@@ -284,19 +275,9 @@ class Agent:
     ) -> StandardOptions:
         """The options of a run of this agent, checked: :meth:`start`'s arguments with
         the agent's own (``max_runs``, ``token_budget``, middleware) where they are None."""
-        if until_tool is not None and until_tool_success is not None:
-            raise ValueError(
-                "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
-            )
-        key = "until_tool_success" if until_tool_success is not None else "until_tool"
-        target, require_success = collapse_until_tool(until_tool, until_tool_success)
-        if target is not None and not isinstance(target, str | list | tuple):
-            raise ValueError(f"Invalid until_tool option: expected string or list, got: {target!r}")
-        names = [target] if isinstance(target, str) else list(target or ())
-        available = [t.name for t in self.tools]
-        missing = [n for n in names if n not in available]
-        if missing:
-            raise ValueError(f"{key}: tool(s) {missing} not found. Available: {available}")
+        names, require_success = until_targets(
+            until_tool, until_tool_success, [t.name for t in self.tools]
+        )
         check_optional("should_pause", should_pause, Callable)
         chosen: dict[str, Any] = {}
         runs = max_runs if max_runs is not None else self.max_runs

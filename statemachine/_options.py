@@ -128,6 +128,41 @@ def check_tool_names(value: Any) -> tuple[str, ...] | None:
     raise ValueError(f"Invalid until_tool option: expected string or list, got: {value!r}")
 
 
+def collapse_until_tool(
+    until_tool: str | Sequence[str] | None, until_tool_success: str | Sequence[str] | None
+) -> tuple[str | Sequence[str] | None, bool]:
+    """The mode's ``(until_tool, require_tool_success)`` from execute's two options."""
+    if until_tool_success is not None:
+        return until_tool_success, True
+    if until_tool is not None:
+        return until_tool, False
+    return None, False
+
+
+def until_targets(
+    until_tool: Any, until_tool_success: Any, tools: Sequence[str] | None = None
+) -> tuple[tuple[str, ...], bool]:
+    """The until-tool contract from :meth:`Agent.start <agentfsm.Agent.start>`'s two
+    spellings, checked: the target names (empty: none) and whether only a successful
+    result counts. The one place the spellings meet, so every entry refuses alike.
+
+    At most one of the two is given, each a name or a list; with ``tools`` (the
+    agent's tool names) every target is one of them.
+    """
+    if until_tool is not None and until_tool_success is not None:
+        raise ValueError(
+            "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
+        )
+    target, success = collapse_until_tool(until_tool, until_tool_success)
+    names = check_tool_names(target) or ()
+    if tools is not None:
+        missing = [n for n in names if n not in tools]
+        if missing:
+            key = "until_tool_success" if success else "until_tool"
+            raise ValueError(f"{key}: tool(s) {missing} not found. Available: {list(tools)}")
+    return names, success
+
+
 def check_optional(option: str, value: _T, kind: Any) -> _T:
     """``value`` is None or of ``kind`` (``Callable`` checks callability)."""
     if value is None:
@@ -213,8 +248,8 @@ class Options(Mapping[str, Any]):
         Options of this class without changes are returned as they are: a run
         given its table's options checks nothing twice.
         """
-        if isinstance(value, cls) and not changes:
-            return value
+        if not changes and cls in type(value).__mro__:  # isinstance, without an ABC's check
+            return value  # type: ignore[return-value]
         given = {**(value or {}), **changes}
         for alias, name in cls.aliases.items():
             if alias in given:
@@ -318,7 +353,6 @@ _DEFAULTS: Final = Options()
 
 
 def options_of(opts: Mapping[str, Any] | None) -> Options:
-    """The options a step reads: a run's own, or a plain mapping given to a step alone."""
-    if Options in type(opts).__mro__:  # isinstance, without the Python code of an ABC's check
-        return opts  # type: ignore[return-value]
+    """The options a step reads: a run's own, or a plain mapping given to a step alone
+    (converted by :meth:`Options.of`, the one place a mapping becomes options)."""
     return _DEFAULTS if opts is None else Options.of(opts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import zipfile
@@ -309,3 +310,68 @@ def test_the_wheel_holds_only_agentfsm(tmp_path: pathlib.Path) -> None:
         "agentfsm/providers/_openai.py",
         "agentfsm/_view/page.js",
     } <= names
+
+
+#: Folders whose modules may speak SQL: the store's own, and the durable engine's database.
+SQL_HOMES = ("agentfsm.store", "agentfsm.durable")
+#: A statement's first word, as SQL is written here (upper case: prose is not SQL).
+_SQL_START = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|WITH|PRAGMA)\b")
+
+
+def _store_tables() -> frozenset[str]:
+    from agentfsm.store import _sqlite
+
+    return frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", _sqlite._SCHEMA))
+
+
+def _store_sql(source: str, tables: frozenset[str]) -> list[str]:
+    """What in ``source`` reads the store's tables itself: an import of sqlite3, or a
+    string that is SQL naming one of the tables."""
+    names = "|".join(sorted(tables))
+    naming = re.compile(rf"\b(FROM|INTO|UPDATE|TABLE|JOIN)\s+[\"`\[]?({names})\b")
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "sqlite3"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlite3":
+            found.append(node.module or "")
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _SQL_START.search(node.value)
+            and naming.search(node.value)
+        ):
+            found.append(" ".join(node.value.split())[:60])
+    return found
+
+
+def test_only_the_store_reads_its_tables() -> None:
+    """The store's SQL is the store's: anything else asks it through a method, so its
+    tables can change with it alone."""
+    tables = _store_tables()
+    offenders = {
+        module: _store_sql(path.read_text(), tables)
+        for module, path in _modules().items()
+        if not module.startswith(SQL_HOMES)
+    }
+    assert {m: found for m, found in offenders.items() if found} == {}
+
+
+def test_the_store_sql_rule_sees_a_query_and_sqlite3() -> None:
+    tables = _store_tables()
+    assert {"runs", "log", "meta"} <= tables
+    source = 'import sqlite3\nQ = "SELECT updated FROM log WHERE run_id = ?"\n'
+    assert _store_sql(source, tables) == ["sqlite3", "SELECT updated FROM log WHERE run_id = ?"]
+    assert _store_sql('"""Update the page from runs we read."""', tables) == []
+
+
+def test_the_studio_never_imports_the_command_line() -> None:
+    """What the studio shares with the CLI (loading an agent, refusing a resume) lives in
+    root modules both import; the CLI is one view, the studio another."""
+    graph = _graph()
+    offenders = {
+        m: sorted(t for t in targets if t.startswith("agentfsm._cli"))
+        for m, targets in graph.items()
+        if m.startswith("agentfsm.studio")
+    }
+    assert {m: t for m, t in offenders.items() if t} == {}

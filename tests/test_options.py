@@ -203,3 +203,27 @@ def test_an_option_a_letter_off_a_declared_one_is_refused_even_by_an_open_class(
         Options.of(max_run=3)
     assert str(info.value).endswith("(did you mean 'max_runs' for 'max_run'?)")
     assert Options.of(drafts=3).extra == {"drafts": 3}  # a name of its own is kept
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"until_tool": "add", "until_tool_success": "add"}, "Cannot pass both until_tool"),
+        ({"until_tool": 3}, "Invalid until_tool option: expected string or list, got: 3"),
+        ({"until_tool_success": ["nope"]}, re.escape("until_tool_success: tool(s) ['nope']")),
+    ],
+)
+def test_every_spelling_of_the_until_tool_target_is_refused_alike(
+    given: dict[str, Any], said: str
+) -> None:
+    """Agent.start and the mode's own tool_names share one check of the target."""
+    from agentfsm._modes.langchain import UntilToolUsed
+
+    agent = Agent(ScriptedModel([]), tools=[add])
+    with pytest.raises(ValueError, match=said):
+        agent.start("hi", **given)
+    if "until_tool" in given and "until_tool_success" not in given:
+        with pytest.raises(ValueError, match="Invalid until_tool option"):
+            UntilToolUsed(given["until_tool"]).start(LLMChain(ScriptedModel([])))
+    assert agent.options(until_tool_success="add").require_tool_success
+    assert agent.options(until_tool=("add",)).until_tool == ("add",)

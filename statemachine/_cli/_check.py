@@ -6,11 +6,11 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
+from .._agent_spec import UsageError
 from .._checks import check_machine
 from .._effects import effects_of, lent_effects, state_effects
 from .._machine import MachineTable
 from .._spec import import_attribute
-from ._runs import UsageError
 
 __all__ = ["add_parser", "handle", "load_tables"]
 

@@ -42,6 +42,7 @@ from rich.text import Text
 
 from .. import diagrams
 from .._agent import Agent, AgentRun
+from .._agent_spec import DEFAULT_AGENT, UsageError
 from .._approval import request_digest
 from .._errors import AgentfsmError, ChainError, MachineChangedError, RunNotFoundError, StoreError
 from .._machine import UnknownMachineError, machine_named
@@ -49,6 +50,7 @@ from .._modes.langchain import LANGCHAIN_MACHINES
 from .._modes.standard import STANDARD, STANDARD_OUTPUT
 from .._printable import printable, shown
 from .._results import Failed
+from .._resumable import db_flag, default_db, resume_hint
 from .._resume import restore_run, start_run
 from .._serialization import FormatError, UnknownToolError
 from .._state import AgentState
@@ -59,7 +61,6 @@ from . import _runs as _runs_cli
 from . import _versions as _versions_cli
 from . import _worker as _worker_cli
 from ._machines_option import add_machines_option, import_machines
-from ._runs import UsageError
 
 __all__ = ["main"]
 
@@ -253,7 +254,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             "the demo asks for approval at the terminal, and stdin is not one; "
             "pass --approve, --reject or --later"
         )
-    db = args.db or _runs_cli.default_db()
+    db = args.db or default_db()
     store = _store(db, create=True)
     out.mkdir(parents=True, exist_ok=True)
     taken = {r.run_id for r in store.runs()}
@@ -273,11 +274,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     trace_json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"diagram: {markdown}")
     print(f"trace: {trace_json}")
-    flag = _runs_cli.db_flag(db)
+    flag = db_flag(db)
     print(f"saved: run {base.name} in {db}; see it with: agentfsm runs show {base.name}{flag}")
     print(f"view: agentfsm view {base.name}{flag} (one HTML page)")
     if state.status == "interrupted":
-        print(printable(_runs_cli.resume_hint(base.name, state.interrupt_data, db)))
+        print(printable(resume_hint(base.name, state.interrupt_data, db)))
         return 0
     return 0 if state.status == "ok" else 1
 
@@ -292,11 +293,11 @@ def _say_how_to_go_on(store: SQLiteStore, run_id: str, db: str) -> None:
     where = os.path.abspath(db)
     state = saved.agent_state
     if saved.status == "interrupted" and state is not None:
-        line = f"run {run_id} " + _runs_cli.resume_hint(run_id, state.interrupt_data, where)
+        line = f"run {run_id} " + resume_hint(run_id, state.interrupt_data, where)
     elif saved.status in ("running", "paused"):
         line = (
             f"run {run_id} is saved at {saved.state}; go on with: agentfsm runs resume "
-            f"{shlex.quote(run_id)}{_runs_cli.db_flag(where)}"
+            f"{shlex.quote(run_id)}{db_flag(where)}"
         )
     else:
         return
@@ -356,7 +357,7 @@ def _cmd_studio(args: argparse.Namespace) -> int:
             f"the studio needs its extra: pip install 'agentfsm[studio]' ({exc})"
         ) from None
     _import_machines(args.machines)
-    db = args.db or _runs_cli.default_db()
+    db = args.db or default_db()
     _store(db).close()  # refuse a missing file, or one that is not a store, now
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a port")
@@ -568,7 +569,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(printable(f"agentfsm run: error: {_error_text(exc)}"), file=sys.stderr)
         return 1
     console = Console()
-    db = args.db or _runs_cli.default_db()
+    db = args.db or default_db()
     with _store(db, create=True) as store:
         taken = {r.run_id for r in store.runs()}
         base = pathlib.Path(f"agentfsm-run-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -591,7 +592,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     failed = isinstance(result, Failed)
     # A failure is said once, on stderr, not in the summary too.
     console.print(summary(run.trace, None if failed else result, table=run.table))
-    flag = _runs_cli.db_flag(db)
+    flag = db_flag(db)
     saved = f"saved: run {run_id} in {db}; see it with: agentfsm view {run_id}{flag}"
     if isinstance(result, Failed):
         print(printable(f"agentfsm run: error: {_error_text(result.error)}"), file=sys.stderr)
@@ -717,7 +718,7 @@ def _parser() -> _Parser:
         "--agent",
         metavar="MODULE:ATTR",
         help="the agent decisions resume runs with, as 'agentfsm runs resume --agent' "
-        f"(default: the demo agent, {_runs_cli.DEFAULT_AGENT})",
+        f"(default: the demo agent, {DEFAULT_AGENT})",
     )
     studio.set_defaults(handler=_cmd_studio)
 

@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from .._agent import Agent
+from .._agent_spec import DEFAULT_AGENT, UsageError, load_agent
 from .._db_url import check_db
 from .._errors import (
     AgentfsmError,
@@ -47,8 +47,8 @@ from .._errors import (
 from .._machine import UnknownMachineError
 from .._middleware.human_in_the_loop import request_digest
 from .._printable import message_line, printable, short
+from .._resumable import DEFAULT_DB, check_resumable, db_flag, default_db, resume_hint
 from .._serialization import FormatError, UnknownToolError, dump_trace
-from .._spec import import_attribute
 from .._trace import Transition
 from ..store import SavedRun, SQLiteStore, fork_run, load_run
 from . import _versions as _versions_cli
@@ -68,20 +68,6 @@ __all__ = [
     "resume_hint",
 ]
 
-#: The store used when ``--db`` is not given (the environment's AGENTFSM_DB wins).
-DEFAULT_DB = "agentfsm.db"
-#: The agent ``resume`` uses when ``--agent`` is not given.
-DEFAULT_AGENT = "agentfsm._demo:demo_agent"
-
-
-class UsageError(AgentfsmError):
-    """A mistake on the command line: said on stderr, exit status 2."""
-
-
-def default_db() -> str:
-    """The store used when ``--db`` is not given: ``$AGENTFSM_DB``, else ``agentfsm.db``."""
-    return os.environ.get("AGENTFSM_DB") or DEFAULT_DB
-
 
 def given_db(db: str | None) -> str:
     """The database ``--db`` names (None: the default store); UsageError, naming the flag,
@@ -92,11 +78,6 @@ def given_db(db: str | None) -> str:
         return check_db(db, flag="--db")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-
-
-def db_flag(db: str) -> str:
-    """`` --db PATH`` for a command line to print, or nothing for the default store."""
-    return "" if db == default_db() else f" --db {shlex.quote(db)}"
 
 
 def add_db_option(parser: argparse.ArgumentParser) -> None:
@@ -367,8 +348,10 @@ def _is_durable(db: str) -> bool:
     path = _sqlite_path(db)
     if not os.path.isfile(path):
         return False
+    if SQLiteStore.holds_runs(path):
+        return False
     names = SQLiteStore.tables_in(path)
-    return names is not None and "workflow_status" in names and "runs" not in names
+    return names is not None and "workflow_status" in names
 
 
 def _durable_runs(args: argparse.Namespace, db: str, out: TextIO) -> int:
@@ -412,25 +395,6 @@ def open_store(path: str, *, read_only: bool = True) -> SQLiteStore:
         return store
     store.close()
     return SQLiteStore(path)
-
-
-def load_agent(spec: str, *, from_cwd: bool = True) -> Agent:
-    """The agent named by ``module:attribute``: an Agent, or a function returning one.
-
-    With ``from_cwd`` a module in the current folder is importable: the folder goes
-    on ``sys.path`` after the installed packages (never in front of them)."""
-    value = import_attribute(spec, "--agent", UsageError, from_cwd=from_cwd)
-    if not isinstance(value, Agent) and callable(value):
-        try:
-            value = value()
-        except Exception as exc:
-            called = spec.partition(":")[2]
-            raise UsageError(
-                f"--agent {spec}: calling {called}() failed: {type(exc).__name__}: {exc}"
-            ) from exc
-    if not isinstance(value, Agent):
-        raise UsageError(f"--agent {spec} is a {type(value).__name__}, not an Agent")
-    return value
 
 
 # ---------------------------------------------------------------- views
@@ -563,70 +527,6 @@ def _decisions(text: str | None) -> Sequence[Mapping[str, Any]] | None:
     return value
 
 
-def resume_hint(run_id: str, interrupt_data: Mapping[str, Any] | None, db: str) -> str:
-    """The command that answers an interrupted run's approval requests."""
-    data = interrupt_data or {}
-    requests = [r for r in data.get("action_requests") or () if isinstance(r, Mapping)]
-    names = ", ".join(str(r.get("tool_name")) for r in requests) or "its interrupt"
-    configs = data.get("review_configs")
-    allowed: set[str] = set()
-    for request in requests:
-        config = configs.get(request.get("tool_name")) if isinstance(configs, Mapping) else None
-        if isinstance(config, Mapping) and isinstance(config.get("allowed_decisions"), list):
-            allowed.update(str(d) for d in config["allowed_decisions"])
-    # Bound to what is shown: each decision carries its request's digest.
-    example = json.dumps(
-        [{"type": "approve", "digest": request_digest(r)} for r in requests]
-        or [{"type": "approve"}]
-    )
-    return (
-        f"waiting for a decision on {names}; answer with: agentfsm runs resume "
-        f"{shlex.quote(run_id)}{db_flag(db)} --decisions {shlex.quote(example)}"
-        + (f" (one per request, type {' or '.join(sorted(allowed))})" if allowed else "")
-    )
-
-
-def _check_resumable(saved: SavedRun, decisions: object, agent: Agent, spec: str, db: str) -> None:
-    """Refuse, in the command line's own words, what the store would refuse in Python's."""
-    run_id = saved.run_id
-    if saved.status in ("ok", "error"):
-        raise UsageError(f"run {run_id} ended {saved.status}: there is nothing to resume")
-    if saved.status == "interrupted" and decisions is None:
-        state = saved.agent_state
-        data = state.interrupt_data if state is not None else None
-        raise UsageError(f"run {run_id} is interrupted, {resume_hint(run_id, data, db)}")
-    if saved.status != "interrupted" and decisions is not None:
-        raise UsageError(
-            f"--decisions answers an interrupted run; run {run_id} is {saved.status}: "
-            "resume it without --decisions"
-        )
-    if isinstance(decisions, list):
-        _check_bound(saved, decisions, db)
-    have = {t.name for t in agent.tools}
-    missing = sorted({n for n in saved.chain.tool_names if n not in have})
-    if missing:
-        raise UsageError(
-            f"the agent of --agent {spec} lacks tools run {run_id} used: {', '.join(missing)}; "
-            "pass the --agent the run was made with"
-        )
-
-
-def _check_bound(saved: SavedRun, decisions: Sequence[object], db: str) -> None:
-    """Refuse a decision that carries no digest: the command line is the wire, and a
-    decision on it approves only the request it was made on (the Python API's
-    ``unbound=True`` has no flag here)."""
-    for index, decision in enumerate(decisions):
-        if isinstance(decision, Mapping) and decision.get("digest") is None:
-            run_id = saved.run_id
-            state = saved.agent_state
-            data = state.interrupt_data if state is not None else None
-            raise UsageError(
-                f"decision {index} carries no digest of the request it decides; "
-                f"agentfsm runs show {shlex.quote(run_id)}{db_flag(db)} lists each request "
-                f"with its digest. Run {run_id} is {resume_hint(run_id, data, db)}"
-            )
-
-
 def _resume(
     db: str,
     run_id: str,
@@ -640,7 +540,7 @@ def _resume(
     agent_spec = agent_spec or DEFAULT_AGENT
     store = open_store(db, read_only=False)
     before = load_run(store, run_id, strict=False)
-    _check_resumable(before, decisions, agent, agent_spec, db)
+    check_resumable(before, decisions, agent, agent_spec, db)
     _say(out, f"resuming run {run_id} ({before.status} at {before.state})")
     from .._versions import compatible, pinned, resuming
 

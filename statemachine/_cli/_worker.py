@@ -116,8 +116,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run the worker until SIGTERM or SIGINT; the exit status."""
+    from .._agent_spec import UsageError, load_agent
     from .._db_url import check_db
-    from ._runs import UsageError, load_agent
 
     out = out or sys.stdout
     if args.engine == "temporal":

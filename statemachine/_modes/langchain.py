@@ -25,6 +25,7 @@ from .._effects import effects
 from .._errors import ChainError
 from .._machine import Edge, MachineTable
 from .._options import LangChainOptions, options_of
+from .._options import check_tool_names as _tool_names
 from .._results import Continue, Failed, Ok, PipelineResult, Terminal
 from .._run import Run
 from .._steps import (
@@ -389,7 +390,7 @@ class _MachineMode:
 
     def start(self, chain: LLMChain, opts: Opts = None) -> Run:
         """A run over ``chain``, at its entry state, not yet stepped."""
-        return Run(self.table, chain, self.table.entries[_FRESH], dict(opts or {}))
+        return Run(self.table, chain, self.table.entries[_FRESH], opts)
 
     async def run(self, chain: LLMChain, opts: Opts = None) -> Terminal:
         """Run to the end; a step-level pause reason is folded into ``custom_context``."""
@@ -435,8 +436,7 @@ class UntilSuccess(_MachineMode):
 
     def start(self, chain: LLMChain, opts: Opts = None) -> Run:
         """A run at ``checking``, or at ``calling`` with ``force_recurse``."""
-        opts = dict(opts or {})
-        entry = "forced" if opts.get("force_recurse") else _FRESH
+        entry = "forced" if (opts or {}).get("force_recurse") else _FRESH
         return Run(self.table, chain, self.table.entries[entry], opts)
 
 
@@ -455,9 +455,9 @@ class UntilToolUsed(_MachineMode):
     def start(self, chain: LLMChain, opts: Opts = None) -> Run:
         """A run over ``chain``; without any tool name, a ``ValueError`` before it starts."""
         given = dict(opts or {})
-        names = self.tool_names if self.tool_names is not None else given.get("tool_names")
-        if isinstance(names, str):
-            names = [names]
+        names = _tool_names(
+            self.tool_names if self.tool_names is not None else given.get("tool_names")
+        )
         if not names:
             raise ValueError("until_tool_used needs tool_names: one tool name or a list")
         return super().start(chain, {**given, "tool_names": list(names)})

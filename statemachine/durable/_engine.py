@@ -37,6 +37,7 @@ from .._errors import (
     StoreError,
 )
 from .._machine import fingerprint_of
+from .._options import until_targets
 from .._serialization import FORMAT, FormatError, check_format, converter, load_trace
 from .._state import AgentState
 from .._trace import Trace
@@ -542,24 +543,19 @@ class Engine:
                 f"Run id {run_id!r} ends in {_CONTINUATION}N, which names a resumed run's "
                 "continuation; pick another id."
             )
-        if until_tool is not None and until_tool_success is not None:
-            raise ValueError(
-                "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
-            )
+        names, require_success = until_targets(until_tool, until_tool_success)
         local = AGENTS.get(agent)
         if local is not None:
             local.options(
                 until_tool=until_tool, until_tool_success=until_tool_success, max_runs=max_runs
             )
-        target = until_tool_success if until_tool_success is not None else until_tool
-        names = [target] if isinstance(target, str) else list(target or ())
         submission = {
             "format": FORMAT,
             "agent": agent,
             "state": converter.unstructure(state, AgentState),
             "options": {
-                "until_tool": names,
-                "require_tool_success": until_tool_success is not None,
+                "until_tool": list(names),
+                "require_tool_success": require_success,
                 **({} if max_runs is None else {"max_runs": max_runs}),
             },
             "decision_timeout": decision_timeout,

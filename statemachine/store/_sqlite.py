@@ -556,6 +556,13 @@ class SQLiteStore:
         except sqlite3.Error:
             return None
 
+    @staticmethod
+    def holds_runs(path: str | os.PathLike[str]) -> bool:
+        """Whether the SQLite file at ``path`` has a store's table of runs, read without
+        writing (False for no SQLite file): the store's tables are its own to name."""
+        names = SQLiteStore.tables_in(path)
+        return names is not None and "runs" in names
+
     def delete(self, run_id: str) -> None:
         """Forget a run and everything saved of it."""
         with self._lock, _guard(self.path):

@@ -17,7 +17,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from importlib.resources import files
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -34,7 +34,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from .._agent import Agent
-from .._cli._runs import DEFAULT_AGENT, UsageError, _check_resumable, load_agent
+from .._agent_spec import DEFAULT_AGENT, UsageError, load_agent
 from .._compare import compare_runs
 from .._errors import (
     AgentfsmError,
@@ -45,6 +45,7 @@ from .._errors import (
     StoreError,
 )
 from .._machine import MachineTable, UnknownMachineError, machine_named
+from .._resumable import check_resumable
 from .._resume import restore_run
 from .._serialization import FormatError, UnknownToolError
 from .._view import page_data, render_page
@@ -144,6 +145,10 @@ class _Studio:
             self._agent = load_agent(spec, from_cwd=self.agent_spec is not None)
         return self._agent
 
+    def agent_named(self) -> str:
+        """The agent as a refusal names it."""
+        return self.agent_spec or ("the given agent" if self._agent else DEFAULT_AGENT)
+
     def writer(self) -> SQLiteStore:
         if self._writer is None:
             self._writer = SQLiteStore(self.db)
@@ -156,6 +161,11 @@ class _Studio:
 
     def load(self, run_id: str) -> SavedRun:
         return load_run(self.catalog.store, run_id, strict=False)
+
+
+def _studio(request: Request) -> _Studio:
+    studio: _Studio = request.app.state.studio
+    return studio
 
 
 def _requests(saved: SavedRun) -> list[dict[str, Any]]:
@@ -180,6 +190,285 @@ def _page_number(request: Request) -> int:
         return 1
 
 
+def _pair(request: Request) -> tuple[str, str, list[str]]:
+    """The two runs the compare page names (``a``/``b`` or two ``run``), and the picks."""
+    picked = [r for r in request.query_params.getlist("run") if r]
+    a = request.query_params.get("a") or (picked[0] if picked else "")
+    b = request.query_params.get("b") or (picked[1] if len(picked) > 1 else "")
+    return a, b, picked
+
+
+# ---------------------------------------------------------------- refusals
+
+#: What a failure of one kind answers: the first row whose types it is, its status.
+_Table = tuple[tuple[tuple[type[BaseException], ...], int], ...]
+_Render = Callable[[Request, int, str], Response]
+
+
+class _Refused(Exception):
+    """An action the studio refuses before doing anything: its status and why."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _text(_: Request, status: int, reason: str) -> Response:
+    return PlainTextResponse(reason, status)
+
+
+def _json(_: Request, status: int, reason: str) -> Response:
+    return JSONResponse({"error": reason}, status)
+
+
+def _compare_problem(request: Request, status: int, reason: str) -> Response:
+    a, b, _ = _pair(request)
+    return HTMLResponse(compare_form([], {"a": a, "b": b}, reason), status)
+
+
+_READING: Final[_Table] = (
+    ((RunNotFoundError,), 404),
+    ((*_UNREADABLE, RecursionError), 422),
+)
+_DECIDING: Final[_Table] = (
+    ((RunNotFoundError,), 404),
+    ((RunInUseError, ResumeError), 409),
+    ((UsageError, ValueError, AgentfsmError), 400),
+)
+_FORKING: Final[_Table] = (
+    ((RunNotFoundError,), 404),
+    ((RunExistsError,), 409),
+    ((*_UNREADABLE, RecursionError), 422),
+    ((ValueError, AgentfsmError), 400),
+)
+
+#: Each endpoint's answer to a failure: how it is shown, and its status by kind.
+_REFUSALS: dict[Callable[..., Any], tuple[_Render, _Table]] = {}
+
+_Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
+
+
+def _refusing(render: _Render, table: _Table) -> Callable[[_Endpoint], _Endpoint]:
+    """Declare how ``endpoint``'s failures are answered (the app's exception handlers
+    read it), so each handler says only what it does when it succeeds."""
+
+    def mark(endpoint: _Endpoint) -> _Endpoint:
+        _REFUSALS[endpoint] = (render, table)
+        return endpoint
+
+    return mark
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    """The response to a failure the endpoint declared; any other is the server's error."""
+    if isinstance(exc, _Refused):
+        return _json(request, exc.status, exc.reason)
+    endpoint = request.scope.get("endpoint")
+    render, table = _REFUSALS.get(endpoint, (_json, ())) if callable(endpoint) else (_json, ())
+    for kinds, status in table:
+        if isinstance(exc, kinds):
+            return render(request, status, _one_line(exc))
+    raise exc
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+def _listing(studio: _Studio, request: Request) -> dict[str, Any]:
+    filters = _filters(request)
+    return studio.catalog.page(
+        status=filters["status"],
+        machine=filters["machine"],
+        tool=filters["tool"],
+        query=filters["q"],
+        page=_page_number(request),
+    )
+
+
+async def _index(request: Request) -> Response:
+    studio = _studio(request)
+    data = await asyncio.to_thread(_listing, studio, request)
+    return HTMLResponse(index_page(data, _filters(request), store=studio.db))
+
+
+async def _runs_json(request: Request) -> Response:
+    return JSONResponse(await asyncio.to_thread(_listing, _studio(request), request))
+
+
+def _run_page_text(studio: _Studio, run_id: str) -> str:
+    saved = studio.load(run_id)
+    table = machine_named(saved.trace.machine)
+    clock = studio.catalog.clock(run_id, saved.steps)
+    data = page_data(
+        saved.traces,
+        table,
+        title=f"run {run_id}",
+        run_id=run_id,
+        result=saved.result,
+        clock=clock,
+    )
+    extra = {
+        "run_id": run_id,
+        "status": saved.status,
+        "head": studio.catalog.head(run_id),
+        "live": saved.status in ("running", "interrupted", "paused"),
+        "events": f"/api/runs/{_quote(run_id)}/events",
+        "decide": f"/api/runs/{_quote(run_id)}/decide",
+        "csrf": studio.csrf,
+        "requests": _requests(saved),
+        "fork": f"/api/runs/{_quote(run_id)}/fork",
+        "forkable": _forkable(saved, table),
+        "forked_from": _parent(saved),
+        "compare": "/compare?a=" + _quote(run_id),
+    }
+    return render_page(
+        data,
+        saved.traces,
+        table=table,
+        addon=_asset("studio.js"),
+        addon_data=extra,
+        connect=True,
+    )
+
+
+@_refusing(_text, _READING)
+async def _run_page(request: Request) -> Response:
+    run_id = request.path_params["run_id"]
+    return HTMLResponse(await asyncio.to_thread(_run_page_text, _studio(request), run_id))
+
+
+@_refusing(_json, _READING)
+async def _run_json(request: Request) -> Response:
+    studio = _studio(request)
+    run_id = request.path_params["run_id"]
+    saved = await asyncio.to_thread(studio.load, run_id)
+    data = page_data(
+        saved.traces,
+        machine_named(saved.trace.machine),
+        title=f"run {run_id}",
+        run_id=run_id,
+        result=saved.result,
+        clock=studio.catalog.clock(run_id, saved.steps),
+    )
+    return JSONResponse(
+        {
+            "run_id": run_id,
+            "status": saved.status,
+            "state": saved.state,
+            "head": studio.catalog.head(run_id),
+            "requests": _requests(saved),
+            "page": data,
+        }
+    )
+
+
+async def _events(request: Request) -> Response:
+    studio = _studio(request)
+    run_id = request.path_params["run_id"]
+    seen = request.query_params.get("head")
+
+    async def stream() -> AsyncIterator[str]:
+        nonlocal seen
+        quiet = 0.0
+        yield "retry: 1000\n\n"
+        while not await request.is_disconnected():
+            head = await asyncio.to_thread(studio.catalog.head, run_id)
+            if head != seen:
+                seen = head
+                yield f"event: change\ndata: {json.dumps({'head': head})}\n\n"
+                quiet = 0.0
+            elif quiet >= 10:
+                yield ": still here\n\n"
+                quiet = 0.0
+            await asyncio.sleep(POLL)
+            quiet += POLL
+
+    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+
+
+@_refusing(_json, _DECIDING)
+async def _decide(request: Request) -> Response:
+    studio = _studio(request)
+    run_id = request.path_params["run_id"]
+    body = await _action(request, studio.csrf, "a decision")
+    decisions = body.get("decisions")
+    if not isinstance(decisions, list) or not all(isinstance(d, Mapping) for d in decisions):
+        raise _Refused(400, "send {'decisions': [one object per request]}")
+    if not all(isinstance(d.get("digest"), str) for d in decisions):
+        raise _Refused(400, "every decision carries the digest of the request it answers")
+    run = await _resume(studio, run_id, decisions)
+    task = asyncio.create_task(run.run())
+    studio.tasks.add(task)
+    task.add_done_callback(functools.partial(_finished, studio, run_id))
+    return JSONResponse({"run_id": run_id, "resumed": True}, 202)
+
+
+@_refusing(_json, _FORKING)
+async def _fork(request: Request) -> Response:
+    studio = _studio(request)
+    run_id = request.path_params["run_id"]
+    body = await _action(request, studio.csrf, "a fork")
+    step = body.get("step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise _Refused(400, "send {'step': the step's number on the page}")
+    fork_id = await asyncio.to_thread(fork_run, studio.writer(), run_id, step)
+    return JSONResponse({"run_id": fork_id, "url": "/runs/" + _quote(fork_id)}, 201)
+
+
+def _comparison(studio: _Studio, a: str, b: str) -> str:
+    sides = (studio.load(a), studio.load(b))
+    tables = (machine_named(sides[0].trace.machine), machine_named(sides[1].trace.machine))
+    return compare_page(compare_runs(*sides), sides, tables)
+
+
+@_refusing(_compare_problem, _READING)
+async def _compare(request: Request) -> Response:
+    studio = _studio(request)
+    a, b, picked = _pair(request)
+    if not a or not b or len(picked) > 2:
+        rows = await asyncio.to_thread(studio.catalog.rows, detailed=False)
+        problem = "pick two runs to compare" if picked or len(request.query_params) else ""
+        chosen = {"a": a, "b": b}
+        return HTMLResponse(compare_form([r.run_id for r in rows], chosen, problem))
+    return HTMLResponse(await asyncio.to_thread(_comparison, studio, a, b))
+
+
+@_refusing(_json, _READING)
+async def _compare_json(request: Request) -> Response:
+    studio = _studio(request)
+    a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
+    if not a or not b:
+        raise _Refused(400, "name the two runs: ?a=RUN&b=RUN")
+    sides = await asyncio.to_thread(lambda: (studio.load(a), studio.load(b)))
+    return JSONResponse(compare_runs(*sides).as_json())
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        studio: _Studio = app.state.studio
+        for task in list(studio.tasks):
+            task.cancel()
+        studio.close()
+
+
+_ROUTES: Final = [
+    Route("/", _index),
+    Route("/compare", _compare),
+    Route("/api/compare", _compare_json),
+    Route("/api/runs", _runs_json),
+    Route("/runs/{run_id:path}", _run_page),
+    Route("/api/runs/{run_id:path}/events", _events),
+    Route("/api/runs/{run_id:path}/decide", _decide, methods=["POST"]),
+    Route("/api/runs/{run_id:path}/fork", _fork, methods=["POST"]),
+    Route("/api/runs/{run_id:path}", _run_json),
+]
+
+
 def create_app(db: str, *, agent: str | Agent | None = None, token: str | None = None) -> Starlette:
     """The studio over the SQLite store at ``db``.
 
@@ -189,246 +478,34 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
     request (as ``?token=``, then a cookie, or ``Authorization: Bearer``), and without
     it only requests addressed to a loopback host are answered.
     """
-    studio = _Studio(db, agent)
-
-    def listing(request: Request) -> dict[str, Any]:
-        filters = _filters(request)
-        return studio.catalog.page(
-            status=filters["status"],
-            machine=filters["machine"],
-            tool=filters["tool"],
-            query=filters["q"],
-            page=_page_number(request),
-        )
-
-    async def index(request: Request) -> Response:
-        data = await asyncio.to_thread(listing, request)
-        return HTMLResponse(index_page(data, _filters(request), store=db))
-
-    async def runs_json(request: Request) -> Response:
-        return JSONResponse(await asyncio.to_thread(listing, request))
-
-    def _run_page(run_id: str) -> tuple[int, str]:
-        try:
-            saved = studio.load(run_id)
-            table = machine_named(saved.trace.machine)
-            clock = studio.catalog.clock(run_id, saved.steps)
-            data = page_data(
-                saved.traces,
-                table,
-                title=f"run {run_id}",
-                run_id=run_id,
-                result=saved.result,
-                clock=clock,
-            )
-        except RunNotFoundError as exc:
-            return 404, _one_line(exc)
-        except (*_UNREADABLE, RecursionError) as exc:
-            return 422, _one_line(exc)
-        extra = {
-            "run_id": run_id,
-            "status": saved.status,
-            "head": studio.catalog.head(run_id),
-            "live": saved.status in ("running", "interrupted", "paused"),
-            "events": f"/api/runs/{_quote(run_id)}/events",
-            "decide": f"/api/runs/{_quote(run_id)}/decide",
-            "csrf": studio.csrf,
-            "requests": _requests(saved),
-            "fork": f"/api/runs/{_quote(run_id)}/fork",
-            "forkable": _forkable(saved, table),
-            "forked_from": _parent(saved),
-            "compare": "/compare?a=" + _quote(run_id),
-        }
-        page = render_page(
-            data,
-            saved.traces,
-            table=table,
-            addon=_asset("studio.js"),
-            addon_data=extra,
-            connect=True,
-        )
-        return 200, page
-
-    async def run_page(request: Request) -> Response:
-        status, text = await asyncio.to_thread(_run_page, request.path_params["run_id"])
-        if status != 200:
-            return PlainTextResponse(text, status)
-        return HTMLResponse(text)
-
-    async def run_json(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        try:
-            saved = await asyncio.to_thread(studio.load, run_id)
-        except RunNotFoundError as exc:
-            return JSONResponse({"error": _one_line(exc)}, 404)
-        except (*_UNREADABLE, RecursionError) as exc:
-            return JSONResponse({"error": _one_line(exc)}, 422)
-        data = page_data(
-            saved.traces,
-            machine_named(saved.trace.machine),
-            title=f"run {run_id}",
-            run_id=run_id,
-            result=saved.result,
-            clock=studio.catalog.clock(run_id, saved.steps),
-        )
-        return JSONResponse(
-            {
-                "run_id": run_id,
-                "status": saved.status,
-                "state": saved.state,
-                "head": studio.catalog.head(run_id),
-                "requests": _requests(saved),
-                "page": data,
-            }
-        )
-
-    async def events(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        seen = request.query_params.get("head")
-
-        async def stream() -> AsyncIterator[str]:
-            nonlocal seen
-            quiet = 0.0
-            yield "retry: 1000\n\n"
-            while not await request.is_disconnected():
-                head = await asyncio.to_thread(studio.catalog.head, run_id)
-                if head != seen:
-                    seen = head
-                    yield f"event: change\ndata: {json.dumps({'head': head})}\n\n"
-                    quiet = 0.0
-                elif quiet >= 10:
-                    yield ": still here\n\n"
-                    quiet = 0.0
-                await asyncio.sleep(POLL)
-                quiet += POLL
-
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
-
-    async def decide(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        body = await _action(request, studio.csrf, "a decision")
-        if isinstance(body, Response):
-            return body
-        decisions = body.get("decisions")
-        if not isinstance(decisions, list) or not all(isinstance(d, Mapping) for d in decisions):
-            return JSONResponse({"error": "send {'decisions': [one object per request]}"}, 400)
-        if not all(isinstance(d.get("digest"), str) for d in decisions):
-            return JSONResponse(
-                {"error": "every decision carries the digest of the request it answers"}, 400
-            )
-        try:
-            run = await _resume(studio, run_id, decisions)
-        except RunNotFoundError as exc:
-            return JSONResponse({"error": _one_line(exc)}, 404)
-        except (RunInUseError, ResumeError) as exc:
-            return JSONResponse({"error": _one_line(exc)}, 409)
-        except (UsageError, ValueError, AgentfsmError) as exc:
-            return JSONResponse({"error": _one_line(exc)}, 400)
-        task = asyncio.create_task(run.run())
-        studio.tasks.add(task)
-        task.add_done_callback(functools.partial(_finished, studio, run_id))
-        return JSONResponse({"run_id": run_id, "resumed": True}, 202)
-
-    async def fork(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        body = await _action(request, studio.csrf, "a fork")
-        if isinstance(body, Response):
-            return body
-        step = body.get("step")
-        if isinstance(step, bool) or not isinstance(step, int):
-            return JSONResponse({"error": "send {'step': the step's number on the page}"}, 400)
-        try:
-            fork_id = await asyncio.to_thread(fork_run, studio.writer(), run_id, step)
-        except RunNotFoundError as exc:
-            return JSONResponse({"error": _one_line(exc)}, 404)
-        except RunExistsError as exc:
-            return JSONResponse({"error": _one_line(exc)}, 409)
-        except (*_UNREADABLE, RecursionError) as exc:
-            return JSONResponse({"error": _one_line(exc)}, 422)
-        except (ValueError, AgentfsmError) as exc:
-            return JSONResponse({"error": _one_line(exc)}, 400)
-        return JSONResponse({"run_id": fork_id, "url": "/runs/" + _quote(fork_id)}, 201)
-
-    def _comparison(a: str, b: str) -> tuple[int, str]:
-        try:
-            sides = (studio.load(a), studio.load(b))
-            tables = (machine_named(sides[0].trace.machine), machine_named(sides[1].trace.machine))
-        except RunNotFoundError as exc:
-            return 404, _one_line(exc)
-        except (*_UNREADABLE, RecursionError) as exc:
-            return 422, _one_line(exc)
-        return 200, compare_page(compare_runs(*sides), sides, tables)
-
-    async def compare(request: Request) -> Response:
-        picked = [r for r in request.query_params.getlist("run") if r]
-        a = request.query_params.get("a") or (picked[0] if picked else "")
-        b = request.query_params.get("b") or (picked[1] if len(picked) > 1 else "")
-        if not a or not b or len(picked) > 2:
-            rows = await asyncio.to_thread(studio.catalog.rows, detailed=False)
-            problem = "pick two runs to compare" if picked or len(request.query_params) else ""
-            chosen = {"a": a, "b": b}
-            return HTMLResponse(compare_form([r.run_id for r in rows], chosen, problem))
-        status, text = await asyncio.to_thread(_comparison, a, b)
-        if status != 200:
-            page = compare_form([], {"a": a, "b": b}, text)
-            return HTMLResponse(page, status)
-        return HTMLResponse(text)
-
-    async def compare_json(request: Request) -> Response:
-        a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
-        if not a or not b:
-            return JSONResponse({"error": "name the two runs: ?a=RUN&b=RUN"}, 400)
-        try:
-            sides = await asyncio.to_thread(lambda: (studio.load(a), studio.load(b)))
-        except RunNotFoundError as exc:
-            return JSONResponse({"error": _one_line(exc)}, 404)
-        except (*_UNREADABLE, RecursionError) as exc:
-            return JSONResponse({"error": _one_line(exc)}, 422)
-        return JSONResponse(compare_runs(*sides).as_json())
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            for task in list(studio.tasks):
-                task.cancel()
-            studio.close()
-
-    routes = [
-        Route("/", index),
-        Route("/compare", compare),
-        Route("/api/compare", compare_json),
-        Route("/api/runs", runs_json),
-        Route("/runs/{run_id:path}", run_page),
-        Route("/api/runs/{run_id:path}/events", events),
-        Route("/api/runs/{run_id:path}/decide", decide, methods=["POST"]),
-        Route("/api/runs/{run_id:path}/fork", fork, methods=["POST"]),
-        Route("/api/runs/{run_id:path}", run_json),
-    ]
     app = Starlette(
-        routes=routes,
+        routes=_ROUTES,
         middleware=[Middleware(_Guard, token=token)],
-        lifespan=lifespan,
+        exception_handlers={
+            _Refused: _refused,
+            AgentfsmError: _refused,
+            ValueError: _refused,
+            RecursionError: _refused,
+        },
+        lifespan=_lifespan,
     )
-    app.state.studio = studio
+    app.state.studio = _Studio(db, agent)
     return app
 
 
-async def _action(request: Request, csrf: str, what: str) -> Mapping[str, Any] | Response:
-    """An action's JSON object, or why it is refused: no CSRF token, another site's page
-    sent it, or its body is not a JSON object."""
+async def _action(request: Request, csrf: str, what: str) -> Mapping[str, Any]:
+    """An action's JSON object; refused (:class:`_Refused`) without the CSRF token, from
+    another site's page, or with a body that is not a JSON object."""
     sent = request.headers.get(CSRF_HEADER, "")
     if not hmac.compare_digest(sent, csrf):
-        return JSONResponse({"error": "missing or wrong CSRF token"}, 403)
+        raise _Refused(403, "missing or wrong CSRF token")
     origin = request.headers.get("origin")
     if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-        return JSONResponse({"error": f"{what} comes from the studio's own page"}, 403)
+        raise _Refused(403, f"{what} comes from the studio's own page")
     try:
         body = await request.json()
     except ValueError:
-        return JSONResponse({"error": "the body is not JSON"}, 400)
+        raise _Refused(400, "the body is not JSON") from None
     return body if isinstance(body, Mapping) else {}
 
 
@@ -451,8 +528,7 @@ async def _resume(studio: _Studio, run_id: str, decisions: Sequence[Mapping[str,
     agent = studio.agent()
     store = studio.writer()
     before = load_run(store, run_id, strict=False)
-    spec = studio.agent_spec or ("the given agent" if studio._agent else DEFAULT_AGENT)
-    _check_resumable(before, decisions, agent, spec, studio.db)
+    check_resumable(before, decisions, agent, studio.agent_named(), studio.db)
     return await restore_run(agent, run_id, store, list(decisions))
 
 
