@@ -83,7 +83,7 @@ class ServedMachine:
         return Run(self.table, self.chain(messages), entry, self.options)
 
 
-class InputError(ValueError):
+class _InputError(ValueError):
     """A request the app refuses as sent (400)."""
 
 
@@ -132,7 +132,7 @@ class Served:
 
     def _room(self) -> None:
         if self.counted() >= self.going:
-            raise Busy(f"{self.counted()} runs are going, the most this app runs at once")
+            raise _Busy(f"{self.counted()} runs are going, the most this app runs at once")
 
     def start(self, given: RunAgentInput) -> Feed:
         """A new run of the agent over the conversation sent, saved, going."""
@@ -146,7 +146,7 @@ class Served:
                 state = AgentState(messages=messages)
                 run = start_run(self.target, state, self.store, run_id=given.run_id)
         except RunExistsError as exc:
-            raise Conflict(str(exc)) from exc
+            raise _Conflict(str(exc)) from exc
         feed = Feed(given.thread_id, given.run_id, given.run_id)
         self.threads[given.thread_id] = given.run_id
         self._go(run, feed)
@@ -157,7 +157,7 @@ class Served:
         assert given.resume is not None
         self._room()
         if not isinstance(self.target, Agent):
-            raise Conflict("this app serves a machine, not an agent: answer its runs in Python")
+            raise _Conflict("this app serves a machine, not an agent: answer its runs in Python")
         saved = None
         for store_run in self._answered_runs(given):
             try:
@@ -166,16 +166,16 @@ class Served:
             except RunNotFoundError:
                 continue
         if saved is None:
-            raise InputError("a resume names the run it answers (parentRunId): no such run")
+            raise _InputError("a resume names the run it answers (parentRunId): no such run")
         store_run = saved.run_id
         state = saved.agent_state
         if saved.status != "interrupted" or state is None or not state.interrupt_data:
-            raise Conflict(f"run {store_run!r} is {saved.status}: it waits for no answer")
+            raise _Conflict(f"run {store_run!r} is {saved.status}: it waits for no answer")
         answer = answer_of(store_run, state.interrupt_data, given.resume)
         try:
             run = await restore_run(self.target, store_run, self.store, answer)
         except (RunInUseError, ResumeError) as exc:
-            raise Conflict(str(exc)) from exc
+            raise _Conflict(str(exc)) from exc
         feed = Feed(given.thread_id, given.run_id, store_run)
         self.threads[given.thread_id] = store_run
         self._go(run, feed)
@@ -220,11 +220,11 @@ class Served:
             _log.error("%s stopped: %r", task.get_name(), task.exception())
 
 
-class Busy(RuntimeError):
+class _Busy(RuntimeError):
     """As many runs are going as the app runs at once (429): try again later."""
 
 
-class Conflict(ValueError):
+class _Conflict(ValueError):
     """The run is not where the request needs it (409): taken, answered, or over."""
 
 
@@ -267,15 +267,15 @@ def conversation(messages: Sequence[Any]) -> tuple[Message, ...]:
                 try:
                     arguments = json.loads(call.function.arguments or "{}")
                 except ValueError as exc:
-                    raise InputError(f"tool call {call.id!r}: arguments are not JSON") from exc
+                    raise _InputError(f"tool call {call.id!r}: arguments are not JSON") from exc
                 if not isinstance(arguments, dict):
-                    raise InputError(f"tool call {call.id!r}: arguments are not a JSON object")
+                    raise _InputError(f"tool call {call.id!r}: arguments are not a JSON object")
                 calls.append(ToolCall(call.id, call.function.name, arguments))
                 names[call.id] = call.function.name
             out.append(Message.assistant(message.content or "", tool_calls=calls))
         elif isinstance(message, ToolMessage):
             if message.tool_call_id not in names:
-                raise InputError(f"tool message answers no call: {message.tool_call_id!r}")
+                raise _InputError(f"tool message answers no call: {message.tool_call_id!r}")
             result = ToolResult(
                 message.tool_call_id,
                 names[message.tool_call_id],
@@ -287,9 +287,9 @@ def conversation(messages: Sequence[Any]) -> tuple[Message, ...]:
             else:
                 out.append(Message.tool([result]))
         elif getattr(message, "role", None) in ("system", "developer"):
-            raise InputError("system and developer messages are the server's own")
+            raise _InputError("system and developer messages are the server's own")
     if not out or out[-1].role != "user":
-        raise InputError("a new run's conversation ends with the user's message")
+        raise _InputError("a new run's conversation ends with the user's message")
     return tuple(out)
 
 
@@ -298,7 +298,7 @@ def _text(content: Any) -> str:
         return content
     if all(isinstance(part, TextPart) for part in content):
         return "".join(part.text for part in content)
-    raise InputError("this agent takes text; send text parts only")
+    raise _InputError("this agent takes text; send text parts only")
 
 
 def answer_of(
@@ -317,10 +317,10 @@ def answer_of(
     asked = interrupts_of(store_run, data)
     unknown = sorted(set(by_id) - {i.id for i in asked})
     if unknown:
-        raise Conflict(f"the run does not ask {unknown[:3]}: its requests changed since")
+        raise _Conflict(f"the run does not ask {unknown[:3]}: its requests changed since")
     missing = [i.id for i in asked if i.id not in by_id]
     if missing:
-        raise InputError(f"answer every interrupt the run asks; missing {missing[:3]}")
+        raise _InputError(f"answer every interrupt the run asks; missing {missing[:3]}")
     asking = approval_in(data)
     if asking is None:
         texts = []
@@ -331,7 +331,7 @@ def answer_of(
             elif isinstance(entry.payload, str):
                 texts.append(entry.payload)
             else:
-                raise InputError("a question's answer is text: send a string payload")
+                raise _InputError("a question's answer is text: send a string payload")
         return texts[0] if len(texts) == 1 else texts
     decisions = []
     for request in asking[0].requests:
@@ -344,7 +344,7 @@ def answer_of(
             "edit",
             "reject",
         ):
-            raise InputError("a decision's payload is {'type': 'approve' | 'edit' | 'reject'}")
+            raise _InputError("a decision's payload is {'type': 'approve' | 'edit' | 'reject'}")
         decision = {
             "type": payload["type"],
             "digest": request.digest,
@@ -401,15 +401,15 @@ def agui_routes(served: Served) -> list[Route]:
                 return _stream(again, _after(request))
         try:
             feed = await served.resume(given) if given.resume else served.start(given)
-        except InputError as exc:
+        except _InputError as exc:
             return _error(400, str(exc))
-        except Busy as exc:
+        except _Busy as exc:
             return JSONResponse({"error": str(exc)}, 429, headers={"Retry-After": "1"})
         except DecisionError as exc:
             return _error(400, str(exc))
         except RunNotFoundError as exc:
             return _error(404, str(exc))
-        except Conflict as exc:
+        except _Conflict as exc:
             return _error(409, str(exc))
         except ValueError as exc:
             return _error(400, str(exc))

@@ -15,7 +15,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Final
 
-__all__ = ["COOKIE", "Guard", "TooLargeError", "read_body"]
+__all__ = ["COOKIE", "Guard", "_TooLargeError", "read_body"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -29,7 +29,7 @@ COOKIE: Final = "agentfsm_serve"
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 
-class TooLargeError(ValueError):
+class _TooLargeError(ValueError):
     """A request body past the app's bound."""
 
 
@@ -62,7 +62,7 @@ def _query_token(scope: Scope) -> str | None:
 async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes:
     """The request's body, refused past ``limit`` bytes before more is read."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise TooLargeError(f"the body is {declared} bytes; this app takes at most {limit}")
+        raise _TooLargeError(f"the body is {declared} bytes; this app takes at most {limit}")
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -72,7 +72,7 @@ async def read_body(receive: Receive, limit: int, declared: str | None) -> bytes
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise TooLargeError(f"the body is over {limit} bytes, the most this app takes")
+            raise _TooLargeError(f"the body is over {limit} bytes, the most this app takes")
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
@@ -127,7 +127,7 @@ class Guard:
         if scope["method"] in ("POST", "PUT", "PATCH"):
             try:
                 body = await read_body(receive, self.max_body, headers.get("content-length"))
-            except TooLargeError as exc:
+            except _TooLargeError as exc:
                 await _plain(send, 413, str(exc), self._cors(origin))
                 return
         sent_body = False
