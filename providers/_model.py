@@ -339,7 +339,10 @@ def refuse_unknown(model_class: type, unknown: Mapping[str, Any]) -> None:
     call's settings go (``settings=ModelSettings(...)``) or which option was meant."""
     if not unknown:
         return
+    # import time: only a mistake needs it
     import difflib
+
+    # import time: only a mistake needs it
     import inspect
 
     settings = [f.name for f in attrs.fields(ModelSettings)]

@@ -11,6 +11,7 @@ The agent (``Agent``, ``AgentRun``, ``AgentState``), the middleware and the chil
 runs are imported when first named, so a chain run by its modes does not pay for them.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import _modes as _modes  # registers the built-in modes by name
@@ -171,8 +172,6 @@ def __getattr__(name: str) -> Any:
     """The agent's and the middleware's names, imported when first asked for."""
     if name not in _LAZY:
         return _old(name)
-    import importlib
-
     value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     _moved.show(__name__, value, globals())
     globals()[name] = value  # asked once

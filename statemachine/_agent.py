@@ -166,6 +166,7 @@ class Agent:
         """Checked when given: a subagent that runs this agent again is refused."""
         checked = check_tools(tools)
         if any(getattr(t, "agent", None) is not None for t in checked):
+            # import time: only an agent with subagents loads them
             from ._subagents import check_subagents
 
             check_subagents(self, checked)
@@ -418,6 +419,7 @@ class Agent:
             answered = Answer(state=state.interrupted_at, value=decisions.to_data())
             return self._start_answered(state, answered, options)
         if any(getattr(t, "agent", None) is not None for t in self.tools):
+            # import time: only an agent with subagents loads them
             from ._waiting_children import SUBAGENT_ANSWERS, answer_subagents
 
             waiting = answer_subagents(self, state, answer, unbound=unbound)

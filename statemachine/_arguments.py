@@ -327,6 +327,7 @@ def _typeddict(cls: type) -> Any:
     hints, required = _typeddict_keys(cls)
 
     def structure(value: Any, _: Any) -> Any:
+        # import time: cattrs loads with the first tool call
         from cattrs.errors import (
             AttributeValidationNote,
             ClassValidationError,
@@ -360,6 +361,7 @@ def _typeddict(cls: type) -> Any:
 def _converter() -> cattrs.Converter:
     """The one strict converter of tool arguments, built on first use: cattrs is imported
     then, so importing agentfsm stays cheap."""
+    # import time: cattrs loads with the first tool call
     import cattrs
 
     conv = cattrs.Converter(detailed_validation=True, forbid_extra_keys=True)
@@ -387,6 +389,7 @@ def _converter() -> cattrs.Converter:
 
 
 def _format_error(exc: BaseException, _: Any) -> str:
+    # import time: cattrs loads with the first tool call
     from cattrs.errors import ForbiddenExtraKeysError
 
     if isinstance(exc, _Mismatch):
@@ -407,6 +410,7 @@ def structure(name: str, value: Any, hint: Any) -> tuple[Any, list[str]]:
     except RecursionError:
         return None, [f"parameter {name!r} is nested too deeply"]
     except Exception as exc:
+        # import time: cattrs loads with the first tool call
         from cattrs import transform_error
 
         lines = transform_error(exc, path=name, format_exception=_format_error)

@@ -53,6 +53,7 @@ class MachineProblem:
 
     def mermaid(self, table: MachineTable) -> str:
         """The machine as a Mermaid state diagram, the counterexample's edges numbered."""
+        # import time: only a drawing needs it
         from ._paths import state_label
 
         steps: dict[tuple[str, str], list[int]] = {}

@@ -52,6 +52,7 @@ def _checked(kinds: Iterable[str], what: str = "effect") -> frozenset[str]:
     found = frozenset(kinds)
     unknown = sorted(found - EFFECTS)
     if unknown:
+        # import time: only a mistake needs it
         import difflib
 
         hints = [

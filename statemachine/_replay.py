@@ -150,8 +150,13 @@ def replay(
     ``saved`` is a saved run), pausing, interrupting and stopping where the
     recording did (see the module); the report compares the states visited.
     """
+    # a cycle: the machine and the store load the versions, which load this
     from ._modes.standard import StandardMode
+
+    # a cycle: the machine and the store load the versions, which load this
     from ._run import Run
+
+    # a cycle: the machine and the store load the versions, which load this
     from .providers import ScriptedModel
 
     traces = _traces(saved)
@@ -264,6 +269,7 @@ def _tools(
     results: Mapping[str, ToolResult], traces: Sequence[Trace], unrecorded: list[str]
 ) -> tuple[Tool, ...]:
     """A tool for every name the recording called, answering with the recorded results."""
+    # a cycle: the machine and the store load the versions, which load this
     from ._tools import Tool, ToolContext, ToolOutput
 
     def tool_for(name: str) -> Tool:

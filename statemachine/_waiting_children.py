@@ -87,6 +87,7 @@ def _save_child(child: Run, parent: Run | None, context: ToolContext | None) -> 
     where = _parent_store(parent)
     if where is None or context is None:
         return
+    # a cycle: the store and the resume side import the agent's modules
     from .store import checkpoint
 
     store, run_id = where
@@ -98,7 +99,10 @@ def _saved_child(parent: Run | None, context: ToolContext | None) -> Any:
     where = _parent_store(parent)
     if where is None or context is None:
         return None
+    # a cycle: the store and the resume side import the agent's modules
     from ._errors import RunNotFoundError
+
+    # a cycle: the store and the resume side import the agent's modules
     from .store import load_run
 
     store, run_id = where
@@ -141,6 +145,7 @@ async def _resume_child(
             state = saved.agent_state
             assert state is not None, "an ended saved run keeps its agent state"
             return _outcome(name, state)
+        # a cycle: the store and the resume side import the agent's modules
         from ._resume import restore_run
 
         where = _parent_store(parent)
@@ -182,12 +187,14 @@ def _outcome(name: str, state: AgentState) -> str | ToolOutput:
 
 
 def _packed(state: AgentState) -> Any:
+    # a cycle: the store and the resume side import the agent's modules
     from ._serialization import converter
 
     return converter.unstructure(state, AgentState)
 
 
 def _unpacked(value: Any, name: str) -> AgentState:
+    # a cycle: the store and the resume side import the agent's modules
     from ._serialization import FormatError, converter
 
     try:

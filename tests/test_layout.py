@@ -375,3 +375,26 @@ def test_the_studio_never_imports_the_command_line() -> None:
         if m.startswith("agentfsm.studio")
     }
     assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def _function_imports() -> list[tuple[str, int, bool]]:
+    """(file, line, has a reason) for every import inside a function of the package."""
+    found = []
+    for path in _modules().values():
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines), str(path))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import | ast.ImportFrom):
+                    here = lines[inner.lineno - 1]
+                    before = lines[inner.lineno - 2].strip()
+                    reason = "#" in here or before.startswith("#")
+                    found.append((str(path.relative_to(ROOT)), inner.lineno, reason))
+    return found
+
+
+def test_every_import_inside_a_function_says_why() -> None:
+    """An import inside a function is for an optional extra, for import time, or to break a
+    cycle; a comment on its line (or the line above) says which."""
+    assert [(f, n) for f, n, reason in _function_imports() if not reason] == []

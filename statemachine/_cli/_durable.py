@@ -47,6 +47,7 @@ def view_page(db: str | os.PathLike[str], run_id: str) -> str:
     """The run page (:mod:`agentfsm.view`) of a durable run that ended, as ``agentfsm view``
     writes a saved run's; ValueError for one still queued, running or waiting, and for one
     that ended before its first step (it has no path to draw)."""
+    # the command starts fast: only this subcommand loads it
     from .. import _view as view
 
     with quiet_engine():

@@ -28,7 +28,10 @@ def log_line(out: TextIO, fmt: LogFormat, event: str, **fields: Any) -> None:
         record = {"time": round(time.time(), 3), "event": event, **fields}
         print(json.dumps(record, default=str), file=out, flush=True)
         return
+    # import time: only a rich log line needs it
     from rich.console import Console
+
+    # import time: only a rich log line needs it
     from rich.markup import escape
 
     words = " ".join(f"{k}={printable(str(v))}" for k, v in fields.items() if v is not None)

@@ -125,6 +125,7 @@ def dump_runs(traces: Sequence[Trace], **about: Any) -> dict[str, Any]:
     Each element of ``runs`` is a :func:`agentfsm.serialization.dump_trace`
     document; ``about`` adds context (the prompt, the decision).
     """
+    # the command starts fast: only this subcommand loads it
     from .._serialization import dump_trace
 
     return {**about, "runs": [dump_trace(t) for t in traces]}
@@ -135,6 +136,7 @@ def load_runs(data: Any) -> list[Trace]:
 
     Tools and models are not at hand, so they load as stand-ins: enough to draw.
     """
+    # the command starts fast: only this subcommand loads it
     from .._serialization import load_trace
 
     if isinstance(data, Mapping) and "runs" in data:
@@ -212,6 +214,7 @@ async def _resumed(
 ) -> AgentRun:
     """The rest of the run, checkpointed in a new segment that enters at the approval
     state: the approved calls run there, as transitions of its trace."""
+    # the command starts fast: only this subcommand loads it
     from ..diagrams import watch
 
     run = await restore_run(agent, run_id, store, decisions)
@@ -222,7 +225,10 @@ async def _resumed(
 def _demo_runs(
     agent: Agent, store: SQLiteStore, run_id: str, decision: str | None, console: Console
 ) -> tuple[list[Trace], AgentState]:
+    # the command starts fast: only this subcommand loads it
     from .._demo import DEMO_PROMPT
+
+    # the command starts fast: only this subcommand loads it
     from ..diagrams import watch
 
     console.rule(Text.assemble(("agentfsm demo", "bold"), f": {DEMO_PROMPT}"))
@@ -241,6 +247,7 @@ def _demo_runs(
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    # the command starts fast: only this subcommand loads it
     from .._demo import DEMO_PROMPT, demo_agent
 
     out = pathlib.Path(args.out)
@@ -318,6 +325,7 @@ def _store(db: str, *, create: bool = False) -> SQLiteStore:
 
 
 def _read_traces(path: pathlib.Path) -> list[Trace]:
+    # the command starts fast: only this subcommand loads it
     from .._serialization import parse_json
 
     try:
@@ -329,6 +337,7 @@ def _read_traces(path: pathlib.Path) -> list[Trace]:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    # the command starts fast: only this subcommand loads it
     from ..diagrams import summary, trace_table
 
     traces = _read_traces(pathlib.Path(args.trace))
@@ -351,6 +360,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_studio(args: argparse.Namespace) -> int:
     try:
+        # the studio extra: only this subcommand needs it
         from .. import studio
     except ImportError as exc:
         raise UsageError(
@@ -407,7 +417,10 @@ def _view_page(args: argparse.Namespace, run: str) -> tuple[str, str]:
 
     A trace file's page is ``NAME.trace.html``, so it never overwrites the page of the
     saved run of the same name."""
+    # the command starts fast: only this subcommand loads it
     from .. import _view as view
+
+    # the command starts fast: only this subcommand loads it
     from .._view import wall_clock
 
     source = pathlib.Path(run)
@@ -453,8 +466,10 @@ def _durable_page(db: str, run_id: str) -> str:
     """The page of a run of a durable engine's (DBOS) database, read as ``runs show``
     reads it; any failure, the database's own included, as one line."""
     try:
+        # the dbos extra: only a durable database needs it
         from sqlalchemy.exc import SQLAlchemyError
 
+        # the command starts fast: only this subcommand loads it
         from ._durable import view_page
     except ImportError as exc:
         raise UsageError(f"{db} is a durable database: {exc}") from None
@@ -556,8 +571,13 @@ def _cmd_diagrams(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    # the command starts fast: only this subcommand loads it
     from .._demo import calculator_agent
+
+    # the command starts fast: only this subcommand loads it
     from ..diagrams import summary, watch
+
+    # the command starts fast: only this subcommand loads it
     from ..providers import create_model
 
     name = args.model or ("echo" if args.provider == "scripted" else None)

@@ -131,6 +131,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     show.add_argument("run_id", metavar="RUN_ID", help="the run's id (agentfsm runs list)")
     show.add_argument("--json", action="store_true", help="the run and its traces as JSON")
+    # the command starts fast: only this subcommand loads it
     from ._machines_option import add_machines_option
 
     add_machines_option(show)
@@ -238,16 +239,19 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if args.runs_command == "list":
             return _list(open_store(db), out, as_json=args.json)
         if args.runs_command == "show":
+            # the command starts fast: only this subcommand loads it
             from ._machines_option import import_machines
 
             import_machines(args.machines)
             return _show(db, args.run_id, args.json, out)
         if args.runs_command == "export":
+            # the command starts fast: only this subcommand loads it
             from ._machines_option import import_machines
 
             import_machines(args.machines)
             return _export(db, args.run_id, args.cassette, args.test, args.agent, out)
         if args.runs_command in ("fork", "compare"):
+            # the command starts fast: only this subcommand loads it
             from ._machines_option import import_machines
 
             import_machines(args.machines)
@@ -282,10 +286,12 @@ def _export(
     db: str, run_id: str, cassette: str, test: str | None, agent: str | None, out: TextIO
 ) -> int:
     """Write a saved run's model calls as a cassette, and a test that replays it."""
+    # the command starts fast: only this subcommand loads it
     from ..testing import cassette_from_traces, regression_test
 
     if test is not None and agent is None:
         raise UsageError("--test needs --agent MODULE:ATTR, the agent to replay through")
+    # the command starts fast: only this subcommand loads it
     from .._resume import execute_options
 
     saved = load_run(open_store(db), run_id, strict=False)
@@ -319,6 +325,7 @@ def _fork(db: str, run_id: str, step: int, new_id: str | None, out: TextIO) -> i
 
 def _compare(db: str, run_a: str, run_b: str, out: TextIO) -> int:
     """Both runs' paths, step by step, and the first step where they part."""
+    # the command starts fast: only this subcommand loads it
     from .._compare import compare_runs
 
     store = open_store(db)
@@ -358,8 +365,10 @@ def _durable_runs(args: argparse.Namespace, db: str, out: TextIO) -> int:
     """``runs`` over a durable database (agentfsm.durable reads it): one line and exit 2
     for any failure, the database's own included."""
     try:
+        # the dbos extra: only a durable database needs it
         from sqlalchemy.exc import SQLAlchemyError
 
+        # the command starts fast: only this subcommand loads it
         from ._durable import handle as durable_handle
     except ImportError as exc:
         _say(sys.stderr, f"agentfsm runs: {db} is a durable database: {exc}")
@@ -542,6 +551,7 @@ def _resume(
     before = load_run(store, run_id, strict=False)
     check_resumable(before, decisions, agent, agent_spec, db)
     _say(out, f"resuming run {run_id} ({before.status} at {before.state})")
+    # the command starts fast: only this subcommand loads it
     from .._versions import compatible, pinned, resuming
 
     try:

@@ -116,7 +116,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run the worker until SIGTERM or SIGINT; the exit status."""
+    # the command starts fast: only a worker loads it
     from .._agent_spec import UsageError, load_agent
+
+    # the command starts fast: only a worker loads it
     from .._db_url import check_db
 
     out = out or sys.stdout
@@ -137,6 +140,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"agentfsm worker: {exc}", file=sys.stderr)
         return 2
     try:
+        # the dbos extra: only a DBOS worker needs it
         from ..durable import Engine
     except ImportError as exc:
         print(f"agentfsm worker: {exc}", file=sys.stderr)
@@ -156,6 +160,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # the command starts fast: only a worker loads it
     from ._durable_log import log_line, quiet_engine, run_logger
 
     engine = Engine(args.db, queue=args.queue, concurrency=args.concurrency)

@@ -38,6 +38,7 @@ if not TYPE_CHECKING:
     def __getattr__(name: str) -> Any:
         """``RemoteAgent``, imported when first asked for (it needs the A2A client)."""
         if name == "RemoteAgent":
+            # an extra's part: loaded only when asked for
             from ._remote import RemoteAgent
 
             return RemoteAgent
@@ -100,6 +101,7 @@ def create_app(
     guard = Middleware(Guard, token=token, origins=tuple(origins), max_body=max_body)
     routes: list[Any] = list(agui_routes(served))
     if a2a_url is not None:
+        # an extra's part: loaded only when asked for
         from ._a2a import a2a_routes
 
         if isinstance(agent, ServedMachine):
@@ -123,6 +125,7 @@ def serve(
     app made with a ``token``: anyone on the network could run the agent otherwise.
     Port 0 takes a free port.
     """
+    # an extra's part: loaded only when asked for
     import uvicorn
 
     out = out or sys.stdout

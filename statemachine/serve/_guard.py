@@ -52,6 +52,7 @@ def _cookie(header: str, name: str) -> str | None:
 
 
 def _query_token(scope: Scope) -> str | None:
+    # import time: only a token link needs it
     from urllib.parse import parse_qs
 
     query = scope.get("query_string", b"").decode("latin-1")

@@ -40,6 +40,7 @@ def serve(
     ``host`` every request needs ``token`` (one is made and printed if not given).
     Port 0 takes a free port.
     """
+    # import time: only serving needs the server
     import uvicorn
 
     out = out or sys.stdout

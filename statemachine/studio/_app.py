@@ -540,6 +540,7 @@ def _finished(studio: _Studio, run_id: str, task: asyncio.Task[Any]) -> None:
 
 
 def _quote(run_id: str) -> str:
+    # import time: only a link needs it
     from urllib.parse import quote
 
     return quote(run_id, safe="")

@@ -230,6 +230,7 @@ class Engine:
         if self._client is None:
             interceptors: list[Any] = []
             if self.otel:
+                # the otel extra: only Engine(otel=True) needs it
                 from temporalio.contrib.opentelemetry import TracingInterceptor
 
                 interceptors.append(TracingInterceptor())

@@ -178,6 +178,7 @@ class Scenario:
 
     def model(self) -> Any:
         """A scripted model that gives :attr:`replies` in order."""
+        # import time: the plugin loads with pytest, this on use
         from agentfsm.providers import ScriptedModel
 
         return ScriptedModel(list(self.replies), model_name=f"{self.table.name}-scenario")
@@ -456,6 +457,7 @@ class PathCase:
     @property
     def param(self) -> ParameterSet:
         """The case for ``pytest.mark.parametrize``; an unforceable one is a strict xfail."""
+        # pytest is the test extra's: only a parametrized case needs it
         import pytest
 
         marks: tuple[Any, ...] = ()

@@ -293,7 +293,10 @@ def _names_only(request: Mapping[str, Any]) -> bool:
 
 
 def _calls_model(trace: Trace, state: str) -> bool:
+    # a cycle: the machine's module is below the cassette's faces
     from .._effects import effects_of
+
+    # a cycle: the machine's module is below the cassette's faces
     from .._machine import machine_named
 
     table = machine_named(trace.machine, version=trace.machine_version)

@@ -96,6 +96,7 @@ class _Taken:
         self.ignored: weakref.WeakSet[Run] = weakref.WeakSet()
 
     def run_started(self, run: Run) -> None:
+        # import time: pytest loads the plugin in every session
         from agentfsm.testing._cases import PLANNING
 
         if PLANNING.get():
@@ -129,6 +130,7 @@ class CoverageReport:
         self.ratio: float | None = None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # import time: pytest loads the plugin in every session
         from agentfsm._hooks import add_global_hook
 
         self._remove = add_global_hook(self.taken)
@@ -204,6 +206,7 @@ def machine_report(
 
     An untaken path that no run can take (:attr:`PathCase.unforceable`) says so.
     """
+    # import time: pytest loads the plugin in every session
     from agentfsm._paths import paths
 
     untaken = [e for e in table.edges if not edges[(e.source, e.trigger)]]
@@ -234,6 +237,7 @@ def machine_report(
 
 def _impossible(table: MachineTable) -> dict[tuple[Any, ...], str]:
     """The paths of ``table`` that :func:`path_cases` finds no run can take, with why."""
+    # import time: pytest loads the plugin in every session
     from agentfsm.testing import path_cases
 
     return {
@@ -249,7 +253,10 @@ def _n_runs(runs: Counter[Any]) -> int:
 
 def coverage_mermaid(table: MachineTable, edges: Counter[tuple[str, str]]) -> str:
     """The machine as a Mermaid state diagram, each edge labelled with its count."""
+    # import time: pytest loads the plugin in every session
     from agentfsm._mermaid import Drawing, mermaid
+
+    # import time: pytest loads the plugin in every session
     from agentfsm._paths import state_label
 
     def edge_label(e: Edge) -> str:
@@ -273,6 +280,7 @@ def coverage_mermaid(table: MachineTable, edges: Counter[tuple[str, str]]) -> st
 @pytest.fixture
 def scripted_model() -> Callable[..., Any]:
     """Make a scripted model: ``scripted_model(call_tool("add", a=1, b=2), say("3"))``."""
+    # import time: pytest loads the plugin in every session
     from agentfsm.providers import ScriptedModel
 
     def make(*replies: Any, name: str = "scripted") -> ScriptedModel:
@@ -286,6 +294,7 @@ def scripted_model() -> Callable[..., Any]:
 @pytest.fixture
 def agentfsm_store(tmp_path: Path) -> Iterator[SQLiteStore]:
     """A run store in a file of the test's temporary folder, closed after the test."""
+    # import time: pytest loads the plugin in every session
     from agentfsm.store import SQLiteStore
 
     store = SQLiteStore(tmp_path / "runs.db")
@@ -312,6 +321,7 @@ def cassette(request: pytest.FixtureRequest) -> Iterator[Callable[..., ChatModel
     model fails). ``--agentfsm-cassettes`` picks the mode; ``rewrite`` records anew.
     A request that differs from the recorded one fails the test with a diff.
     """
+    # import time: pytest loads the plugin in every session
     from agentfsm.testing import Cassette, record
 
     mode = request.config.getoption("agentfsm_cassettes")
