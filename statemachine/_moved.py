@@ -16,7 +16,10 @@ import sys
 import types
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
 #: The faces, in the order a name's new home is looked for.
 FACES: Final = (
@@ -209,7 +212,7 @@ class _OldPaths:
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in OLD_MODULES:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _OldModule())
+        return importlib.machinery.ModuleSpec(fullname, cast("Loader", _OldModule()))
 
 
 class _Face(types.ModuleType):
