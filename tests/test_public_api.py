@@ -64,6 +64,18 @@ def test_the_public_surface_is_the_pinned_one() -> None:
     )
 
 
+def test_the_api_pages_document_the_faces_and_nothing_else() -> None:
+    """docs/api/ has one page per public module, each rendering that module (its __all__)."""
+    pages = sorted((ROOT / "docs" / "api").glob("*.md"))
+    rendered = sorted(
+        line.removeprefix("::: ").strip()
+        for page in pages
+        for line in page.read_text().splitlines()
+        if line.startswith(":::")
+    )
+    assert rendered == public_modules()
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
         GOLDEN.write_text(surface())

@@ -23,7 +23,6 @@ from agentfsm import (
     MessageExpansion,
     Ok,
     Paused,
-    Terminal,
     ToolCall,
     ToolResult,
     Trace,
@@ -32,6 +31,7 @@ from agentfsm import (
 )
 from agentfsm._errors import RETRYABLE_TYPES
 from agentfsm._messages import DEFAULT_RESULT_CONTENT
+from agentfsm._results import Terminal
 from agentfsm._serialization import (
     FORMAT,
     Binder,
