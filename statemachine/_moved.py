@@ -9,6 +9,7 @@ nowhere public when it became an internal.
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import importlib.machinery
 import inspect
@@ -123,7 +124,10 @@ def _annotations_resolved(
     hints = {}
     try:  # what get_type_hints does for the class's own hints, at a fraction of its cost
         for name, hint in own.items():
-            if isinstance(hint, str):
+            if isinstance(hint, str) and hint.isidentifier():  # most are: no compiling
+                found = face.get(hint, room.get(hint, _MISSING))
+                hint = getattr(builtins, hint) if found is _MISSING else found
+            elif isinstance(hint, str):
                 code = compiled.get(hint)
                 if code is None:
                     code = compiled[hint] = compile(hint, "<annotation>", "eval")

@@ -117,7 +117,7 @@ def test_a_category_catches_its_members(category: str, members: list[str]) -> No
 def test_every_public_error_is_exported_by_agentfsm_and_shown_there() -> None:
     public = {n for n, e in EXCEPTIONS.items() if e.__module__.split(".")[1:2] != ["_cli"]}
     exported = {n for n in agentfsm.__all__ if n.endswith("Error")}
-    elsewhere = {"CassetteMismatchError", "DurableError"}  # their faces: testing, durable
+    elsewhere = {"CassetteMismatchError"}  # its face: testing
     internal = {"SSELimitError", "UsageError", "Unsupported"}
     assert exported == public - elsewhere - internal
     assert all(getattr(agentfsm, n).__module__ == "agentfsm" for n in exported)
