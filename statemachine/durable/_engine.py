@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Concatenate, Final, Literal, ParamSpec, TypeVar, overload
 
-import attrs
 from dbos import DBOS, DBOSClient, DBOSPortableJSONSerializer, SetWorkflowID
 from dbos._error import DBOSWorkflowIDInUseError
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -28,6 +27,7 @@ from .._agent import Agent
 from .._answers import check_approval
 from .._approval import Approval, Decision, DecisionError
 from .._db_url import check_db, shown
+from .._durable_records import RunRecord, RunResult, RunState
 from .._errors import (
     DecisionConflictError,
     DurableError,
@@ -40,7 +40,6 @@ from .._machine import fingerprint_of
 from .._options import until_targets
 from .._serialization import FORMAT, FormatError, check_format, converter, load_trace
 from .._state import AgentState
-from .._trace import Trace
 from ._answers import check_answer, innermost, waits_on
 from ._ledger import HEARTBEAT_SECONDS, Ledger
 from ._workflow import AGENTS, CHILD_WORKFLOW, DECISIONS_TOPIC, WAITING_EVENT, WORKER, WORKFLOW
@@ -74,19 +73,6 @@ def app_version(agents: Mapping[str, Agent]) -> str:
     machines = {name: agents[name].mode.table.fingerprint for name in sorted(agents)}
     return f"{APP_VERSION}+{fingerprint_of(machines)}"
 
-
-RunState = Literal[
-    "queued",
-    "running",
-    "waiting",
-    "orphaned",
-    "ok",
-    "paused",
-    "interrupted",
-    "error",
-    "cancelled",
-    "failed",
-]
 
 _SERIALIZER: Final = DBOSPortableJSONSerializer()
 #: A resumed run goes on in the workflow ``RUN/resume-N``, a DBOS fork of ``RUN/resume-(N-1)``.
@@ -178,39 +164,6 @@ def database_url(db: str | os.PathLike[str]) -> str:
     if "://" in text:
         return text
     return f"sqlite:///{os.path.abspath(text)}"
-
-
-@attrs.frozen
-class RunResult:
-    """A finished run: the state to keep and one trace per segment (each a machine path)."""
-
-    run_id: str
-    state: AgentState
-    traces: tuple[Trace, ...]
-    #: How each segment ended: ``"ok"``, ``"interrupted"``, ``"paused: draining"``...
-    ends: tuple[str, ...] = ()
-
-    @property
-    def status(self) -> str:
-        return self.state.status
-
-
-@attrs.frozen
-class RunRecord:
-    """A run as a listing shows it: ``queued`` (on ``queue``, for a worker serving it),
-    ``running``, ``waiting`` (for decisions), ``orphaned`` (nothing runs it: its worker
-    is gone, or runs another version now, and none took it over yet; ``reason`` says
-    which, and what to do), or how it ended."""
-
-    run_id: str
-    status: RunState
-    agent: str | None
-    executor: str | None
-    created: float | None
-    updated: float | None
-    queue: str | None = None
-    #: Why an ``orphaned`` run is, and what takes it over (None for any other).
-    reason: str | None = None
 
 
 def _seconds(ms: int | None) -> float | None:

@@ -3,6 +3,10 @@
 One face over an async client: the engine keeps its own event loop in a thread
 and every method is a plain call, as :class:`agentfsm.durable.Engine`'s are, so
 code moves between the two engines by changing the constructor.
+
+One idea: the :class:`Engine`, the one object a host holds to reach Temporal. Its
+methods share the client, the loop thread and the translation of Temporal's errors
+into agentfsm's, so they stay together.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, S
 from datetime import timedelta
 from typing import Any, Final, Literal, TypeVar, overload
 
-import attrs
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -34,7 +37,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from agentfsm import Agent, AgentState, Trace
+from agentfsm import Agent, AgentState
+from agentfsm._durable_records import RunRecord, RunResult, RunState
 from agentfsm._errors import (
     DecisionConflictError,
     DurableError,
@@ -79,45 +83,12 @@ _DECISIONS_MEMO: Final = "agentfsm.decisions"
 _AGENT_MEMO: Final = "agentfsm.agent"
 _T = TypeVar("_T")
 
-RunState = Literal[
-    "queued", "running", "waiting", "ok", "paused", "interrupted", "error", "cancelled", "failed"
-]
 Policy = Literal["pinned", "compatible"]
 
 
 def task_queue(agent: str) -> str:
     """The task queue the runs of the agent registered as ``agent`` go to by default."""
     return f"{QUEUE_PREFIX}{agent}"
-
-
-@attrs.frozen
-class RunResult:
-    """A finished run: the state to keep and one trace per segment (each a machine path)."""
-
-    run_id: str
-    state: AgentState
-    traces: tuple[Trace, ...]
-    #: How each segment ended: ``"ok"``, ``"interrupted"``, ``"paused: draining"``...
-    ends: tuple[str, ...] = ()
-
-    @property
-    def status(self) -> str:
-        return self.state.status
-
-
-@attrs.frozen
-class RunRecord:
-    """A run as a listing shows it: ``queued`` (no worker took it yet), ``running``,
-    ``waiting`` (for decisions), or how it ended."""
-
-    run_id: str
-    status: RunState
-    agent: str | None
-    executor: str | None
-    created: float | None
-    updated: float | None
-    queue: str | None = None
-    reason: str | None = None
 
 
 #: The workflows every agentfsm worker runs (a replayer of their histories too).

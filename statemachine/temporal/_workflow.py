@@ -27,6 +27,9 @@ and, under the ``pinned`` policy, fails the workflow task instead of replaying
 it, so the run waits for a worker of its machine. Under ``compatible`` it replays
 on its own machine, which Temporal holds to the recorded calls: one that calls
 otherwise fails its task as nondeterministic, and the run waits as well.
+
+One idea: one run's workflow. Its machine marker, its update and signal handlers and
+its child workflows share the run's state and are replayed together.
 """
 
 from __future__ import annotations
