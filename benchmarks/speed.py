@@ -39,6 +39,7 @@ import gc
 import itertools
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -235,10 +236,11 @@ def _median(command: Sequence[str], env: dict[str, str], repeat: int) -> int:
     return int(statistics.median(_collected(command, env) for _ in range(repeat)))
 
 
-def per_call(name: str, k: int, repeat: int, small: int = SMALL) -> float:
-    """Instructions per model call of the worker ``name`` (per event for the SSE ones)."""
+def per_call(name: str, k: int, repeat: int, small: int = SMALL, path: Path | None = None) -> float:
+    """Instructions per model call of the worker ``name`` (per event for the SSE ones),
+    importing agentfsm from ``path`` (None: as installed)."""
     worker = [sys.executable, __file__, "--worker", name]
-    env = _env(None)
+    env = _env(path)
     subprocess.run([*worker, "-k", str(small)], env=env, check=True)  # writes the bytecode
     large = _median([*worker, "-k", str(k)], env, repeat)
     few = _median([*worker, "-k", str(small)], env, repeat)
@@ -258,6 +260,19 @@ def _unpacked(commit: str, scratch: Path) -> Path:
     (scratch / "statemachine").rename(package / "agentfsm")
     (scratch / "providers").rename(package / "agentfsm" / "providers")
     return package
+
+
+def _copied(scratch: Path) -> Path:
+    """This working tree's package (edits included), laid out as :func:`_unpacked` lays
+    out a commit's: where a package's files sit moves the count by up to 3%, so a tree
+    is held to a commit only when both are imported the same way."""
+    package = scratch / "pkg"
+    shutil.copytree(ROOT / "statemachine", package / "agentfsm", ignore=_NO_CACHE)
+    shutil.copytree(ROOT / "providers", package / "agentfsm" / "providers", ignore=_NO_CACHE)
+    return package
+
+
+_NO_CACHE = shutil.ignore_patterns("__pycache__")
 
 
 def _env(path: Path | None) -> dict[str, str]:
@@ -354,9 +369,15 @@ def main() -> None:
     }
     tree_import, tree_modules = import_cost(None, args.repeat)
     bases = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        tree_calls = per_call("agentfsm", args.k, args.repeat, path=_copied(Path(scratch)))
     for commit in args.base or BASES:
         with tempfile.TemporaryDirectory() as scratch:
-            bases[commit] = import_cost(_unpacked(commit, Path(scratch)), args.repeat)
+            unpacked = _unpacked(commit, Path(scratch))
+            bases[commit] = (
+                *import_cost(unpacked, args.repeat),
+                per_call("agentfsm", args.k, args.repeat, path=unpacked),
+            )
     store = calls["store"] - calls["agentfsm"]
     engine = calls["chain"] - calls["steps"]
     triggers = calls["floor_lean"] - calls["floor_asyncio"]
@@ -418,8 +439,15 @@ def main() -> None:
             "",
         ],
     ]
-    for commit, (base_import, base_modules) in bases.items():
+    for commit, (base_import, base_modules, base_calls) in bases.items():
         rows += [
+            [
+                f"instructions per model call, K={args.k}, both unpacked",
+                f"{tree_calls:,.0f}",
+                f"{base_calls:,.0f} (at {commit})",
+                f"{tree_calls / base_calls:.3f}x",
+                "1.0x",
+            ],
             [
                 "import agentfsm, M instructions",
                 f"{tree_import / 1e6:.0f}",

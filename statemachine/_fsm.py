@@ -28,10 +28,15 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from transitions import Event, Machine, State, Transition
+from transitions import Event, Machine, MachineError, State, Transition
 from transitions.core import listify
 
-__all__ = ["LeanEvent", "SharedMachine"]
+__all__ = ["LeanEvent", "Refused", "SharedMachine"]
+
+
+class Refused(MachineError, KeyError):
+    """``transitions``' refusal of a trigger, also a ``KeyError``: the engine catches
+    it as one, so importing the engine does not load ``transitions``."""
 
 
 class _Callbacks:
@@ -111,7 +116,10 @@ class LeanEvent(Event):
         except KeyError:
             dest = self._destinations[source] = self._lean_destination(source)
         if dest is None:
-            return bool(super().trigger(model))
+            try:
+                return bool(super().trigger(model))
+            except MachineError as exc:
+                raise Refused(exc.value) from None
         setattr(model, attribute, dest)
         return True
 

@@ -28,18 +28,19 @@ import re
 import types
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import attrs
-from transitions import Machine
 
 from ._chain import LLMChain
 from ._errors import MachineDefinitionError, UnknownMachineError
-from ._fsm import SharedMachine
 from ._identity import compute_identity, fingerprint_of, step_name
 from ._options import Options
 from ._results import Continue, Failed, Interrupted, Ok, Paused, PipelineResult
 from ._steps import Step
+
+if TYPE_CHECKING:
+    from transitions import Machine
 
 __all__ = [
     "Detail",
@@ -255,6 +256,8 @@ class MachineTable:
     @functools.cached_property
     def machine(self) -> Machine:
         """The one ``transitions.Machine`` of this table; runs are added to it as models."""
+        from ._fsm import SharedMachine  # import time: transitions loads with the first run
+
         return SharedMachine(
             model=None,
             states=list(self.states),

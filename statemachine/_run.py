@@ -21,7 +21,6 @@ from collections.abc import (
 from typing import Any, TypeVar
 
 import attrs
-from transitions import MachineError
 
 from ._chain import LLMChain
 from ._errors import ChainError, IllegalTransitionError
@@ -356,7 +355,7 @@ class Run:
         trigger, event = way_out
         try:
             event.fire(self._cursor)
-        except (MachineError, KeyError) as exc:
+        except KeyError as exc:  # _fsm.Refused: no such trigger from here
             raise IllegalTransitionError(
                 f"The {source} step asked for {trigger!r}, which the {self.table.name} machine "
                 f"does not have from {source!r}: {type(result).__name__} is not a way out "
