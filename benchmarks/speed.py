@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import itertools
 import os
@@ -62,14 +63,19 @@ STORE_TARGET = 437_000
 SSE_EVENTS = 4000
 #: The workload's size: model calls per run are K + 1.
 K = 50
+#: Folders of different names a comparison with a commit copies both packages to.
+LAYOUTS = 3
+#: Run lengths of the garbage-collected sweep: the cost per call should not grow with K.
+GC_SWEEP = (10, 200)
 SMALL = 2
 
 
 # ---------------------------------------------------------------- in the measured process
 
 
-def _run_adapter(name: str, k: int) -> None:
-    """One warm-up run of ``name``, then the measured one of size ``k`` (gc off).
+def _run_adapter(name: str, k: int, collect: bool = False) -> None:
+    """One warm-up run of ``name``, then the measured one of size ``k`` (gc off, unless
+    ``collect``: then as a user runs it, the collector on).
 
     ``chain`` is not a peer adapter: ``overhead.py``'s run of a chain under the
     standard mode, which has no agent around it; ``steps`` is that run's work driven
@@ -94,7 +100,8 @@ def _run_adapter(name: str, k: int) -> None:
         run_once = load(name).run_once
     asyncio.run(run_once(1))
     gc.collect()
-    gc.disable()  # a collection falling in one run and not in the other is not the cost
+    if not collect:
+        gc.disable()  # a collection falling in one run and not in the other is not the cost
     asyncio.run(run_once(k))
 
 
@@ -236,15 +243,34 @@ def _median(command: Sequence[str], env: dict[str, str], repeat: int) -> int:
     return int(statistics.median(_collected(command, env) for _ in range(repeat)))
 
 
-def per_call(name: str, k: int, repeat: int, small: int = SMALL, path: Path | None = None) -> float:
+def per_call(
+    name: str,
+    k: int,
+    repeat: int,
+    small: int = SMALL,
+    path: Path | None = None,
+    collect: bool = False,
+) -> float:
     """Instructions per model call of the worker ``name`` (per event for the SSE ones),
-    importing agentfsm from ``path`` (None: as installed)."""
-    worker = [sys.executable, __file__, "--worker", name]
+    importing agentfsm from ``path`` (None: as installed), the collector on if ``collect``."""
+    worker = [sys.executable, __file__, "--worker", name, *(["--gc"] if collect else [])]
     env = _env(path)
     subprocess.run([*worker, "-k", str(small)], env=env, check=True)  # writes the bytecode
     large = _median([*worker, "-k", str(k)], env, repeat)
     few = _median([*worker, "-k", str(small)], env, repeat)
     return (large - few) / (k - small)
+
+
+def laid_out(package: Callable[[Path], Path], k: int, repeat: int) -> float:
+    """The Agent row's instructions per model call, the median over :data:`LAYOUTS`
+    copies of a package, each in a folder of another name: where the files sit moves
+    the count by up to 3% (the interpreter's memory is laid out differently), more
+    than most changes a comparison is after."""
+    counts = []
+    for layout in range(LAYOUTS):
+        with tempfile.TemporaryDirectory(prefix="agentfsm" + "-" * 5 * layout) as scratch:
+            counts.append(per_call("agentfsm", k, repeat, path=package(Path(scratch))))
+    return statistics.median(counts)
 
 
 def _unpacked(commit: str, scratch: Path) -> Path:
@@ -347,6 +373,7 @@ def main() -> None:
     parser.add_argument("--cpu-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sse-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--named", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--gc", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sse_server:
         asyncio.run(_serve_events(args.k, sys.stdout, _NAMED_EVENT if args.named else _EVENT))
@@ -355,13 +382,13 @@ def main() -> None:
         _read_events(args.worker, args.k)
         return
     if args.worker:
-        _run_adapter(args.worker, args.k)
+        _run_adapter(args.worker, args.k, args.gc)
         return
     if args.cpu_worker:
         _cpu_per_call(args.k, args.runs)
         return
 
-    names = ("floor_asyncio", "floor_lean", "agentfsm", "chain", "steps", "store")
+    names = ("floor_asyncio", "floor_lean", "agentfsm", "agentfsm_model", "chain", "steps", "store")
     calls = {name: per_call(name, args.k, args.repeat) for name in names}
     events = {
         name: per_call(name, SSE_EVENTS, args.repeat, SSE_EVENTS // 8)
@@ -369,15 +396,15 @@ def main() -> None:
     }
     tree_import, tree_modules = import_cost(None, args.repeat)
     bases = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        tree_calls = per_call("agentfsm", args.k, args.repeat, path=_copied(Path(scratch)))
+    tree_calls = laid_out(_copied, args.k, args.repeat)
     for commit in args.base or BASES:
         with tempfile.TemporaryDirectory() as scratch:
             unpacked = _unpacked(commit, Path(scratch))
             bases[commit] = (
                 *import_cost(unpacked, args.repeat),
-                per_call("agentfsm", args.k, args.repeat, path=unpacked),
+                laid_out(functools.partial(_unpacked, commit), args.k, args.repeat),
             )
+    swept = {k: per_call("agentfsm", k, args.repeat, collect=True) for k in GC_SWEEP}
     store = calls["store"] - calls["agentfsm"]
     engine = calls["chain"] - calls["steps"]
     triggers = calls["floor_lean"] - calls["floor_asyncio"]
@@ -394,6 +421,13 @@ def main() -> None:
             f"{calls['agentfsm']:,.0f}",
             f"{calls['floor_lean']:,.0f} (7 lean triggers)",
             f"{calls['agentfsm'] / calls['floor_lean']:.2f}x",
+            "",
+        ],
+        [
+            f"the same on a minimal ChatModel (no test double), K={args.k}",
+            f"{calls['agentfsm_model']:,.0f}",
+            f"{calls['floor_asyncio']:,.0f} (asyncio loop)",
+            f"{calls['agentfsm_model'] / calls['floor_asyncio']:.1f}x",
             "",
         ],
         [
@@ -416,6 +450,13 @@ def main() -> None:
             f"{triggers:,.0f} (7 lean triggers)",
             f"{engine / triggers:.2f}x",
             "",
+        ],
+        [
+            f"the same with the collector on, K={GC_SWEEP[-1]}",
+            f"{swept[GC_SWEEP[-1]]:,.0f}",
+            f"{swept[GC_SWEEP[0]]:,.0f} (K={GC_SWEEP[0]})",
+            f"{swept[GC_SWEEP[-1]] / swept[GC_SWEEP[0]]:.3f}x",
+            "1.02x",
         ],
         [
             f"what SQLiteStore adds per model call, K={args.k}",
@@ -442,7 +483,7 @@ def main() -> None:
     for commit, (base_import, base_modules, base_calls) in bases.items():
         rows += [
             [
-                f"instructions per model call, K={args.k}, both unpacked",
+                f"instructions per model call, K={args.k}, median of {LAYOUTS} layouts",
                 f"{tree_calls:,.0f}",
                 f"{base_calls:,.0f} (at {commit})",
                 f"{tree_calls / base_calls:.3f}x",

@@ -27,6 +27,7 @@ ADAPTERS: tuple[str, ...] = (
     "floor_transitions",
     "floor_lean",
     "agentfsm",
+    "agentfsm_model",
     "pydantic_ai",
     "langgraph",
     "openai_agents",
