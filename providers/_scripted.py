@@ -19,6 +19,7 @@ import asyncio
 import inspect
 import itertools
 import re
+import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
@@ -48,6 +49,7 @@ Reply: TypeAlias = Message | str | BaseException
 Script: TypeAlias = Callable[[Sequence[Message]], Reply | Awaitable[Reply]]
 
 _ids = itertools.count(1)
+_COROUTINE: Final = types.CoroutineType
 _NUMBERED = re.compile(r"call_(\d+)")
 
 
@@ -61,7 +63,7 @@ class _MadeUp(str):
 
 def say(text: str, *, status: Status = "complete") -> Message:
     """A plain text reply."""
-    return Message.assistant(text, status=status)
+    return Message(role="assistant", content=text, status=status)
 
 
 def call_tool(
@@ -73,7 +75,7 @@ def call_tool(
     **kwargs: Any,
 ) -> Message:
     """A reply asking for one tool: ``call_tool("add", a=1, b=2)``."""
-    return call_tools((name, {**(arguments or {}), **kwargs}, call_id))
+    return call_tools((name, {**arguments, **kwargs} if arguments else kwargs, call_id))
 
 
 def call_tools(
@@ -86,7 +88,7 @@ def call_tools(
         name, arguments = spec[0], spec[1]
         call_id = (spec[2] if len(spec) > 2 else None) or _MadeUp(f"call_{next(_ids)}")
         tool_calls.append(ToolCall(call_id=call_id, name=name, arguments=dict(arguments)))
-    return Message.assistant(text, tool_calls)
+    return Message(role="assistant", content=text, tool_calls=tuple(tool_calls))
 
 
 def fail(type: str = "server_error", message: str = "scripted failure") -> ChainError:
@@ -144,7 +146,7 @@ class ScriptedModel:
             await asyncio.sleep(self.delay)
         if callable(self.script):
             reply = self.script(messages)
-            if inspect.isawaitable(reply):
+            if reply.__class__ is _COROUTINE or inspect.isawaitable(reply):
                 reply = await reply
         elif index < len(self.script):
             reply = self.script[index]
@@ -160,8 +162,10 @@ class ScriptedModel:
         if isinstance(reply, str):  # built with the model's name at once
             message = Message.assistant(reply, metadata={"model": self.model_name})
         else:
-            if reply.tool_calls and any(c.call_id.__class__ is _MadeUp for c in reply.tool_calls):
-                reply = _numbered(reply, messages)
+            for call in reply.tool_calls:
+                if call.call_id.__class__ is _MadeUp:
+                    reply = _numbered(reply, messages)
+                    break
             message = reply if "model" in reply.metadata else _named(reply, self.model_name)
         if self.stream and on_delta is not None and message.text:
             for word in message.text.split(" "):

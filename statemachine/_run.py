@@ -25,7 +25,7 @@ import attrs
 from ._chain import LLMChain
 from ._errors import ChainError, IllegalTransitionError
 from ._hooks import Hook, current_global_hooks
-from ._machine import Detail, MachineTable, Outcome
+from ._machine import MachineTable, Outcome
 from ._messages import Usage
 from ._options import Options
 from ._results import Continue, Failed, Interrupted, Paused, PipelineResult, Terminal
@@ -56,24 +56,6 @@ class _Cursor:
 
     __slots__ = ("__weakref__", "state")
     state: str
-
-
-def _describer(
-    describe: Detail | None,
-    before: LLMChain,
-    result: PipelineResult,
-    usage: Mapping[str, int] | None,
-) -> Callable[[], Mapping[str, Any] | None]:
-    """What a transition's ``detail`` is built by when read: the state's own detail of
-    its work (``before`` -> ``result``), with the reply's token usage."""
-
-    def detail() -> Mapping[str, Any] | None:
-        described = None if describe is None else describe(before, result)
-        if usage is None:
-            return described
-        return {**(described or {}), "usage": usage}
-
-    return detail
 
 
 def _crashed(source: str, chain: LLMChain, exc: Exception) -> Failed:
@@ -372,7 +354,9 @@ class Run:
                 dest,
                 result.chain,
                 ended - started,
-                describe=_describer(describe, chain, worked_out, usage),
+                describe=describe,
+                before=chain,
+                worked=worked_out,
                 usage=usage,
             )
         if self._children is not None:

@@ -11,6 +11,7 @@ from ._messages import Usage
 
 if TYPE_CHECKING:
     from ._chain import LLMChain
+    from ._results import PipelineResult
 
 __all__ = ["Trace", "Transition", "total_usage"]
 
@@ -22,10 +23,13 @@ class Transition:
     and consecutive ones share their messages), ``elapsed`` the seconds the
     source state's work took, ``detail`` what it did (which model answered,
     which tools ran...). Two transitions are equal when they take the same edge.
-    Given ``describe`` instead of ``detail``, the detail is built by it when first
-    read: a run records its steps' details that way, so one nobody reads costs
-    nothing. ``usage`` is the tokens of the model call the step made (its
-    detail's ``"usage"``), kept apart so that summing a run's tokens builds no detail.
+    Given ``describe`` (the state's :data:`~agentfsm.MachineTable.details` function)
+    with ``before`` (the chain the step was given) and ``worked`` (what it returned)
+    instead of ``detail``, the detail is built from them when first read: a run
+    records its steps' details that way, so one nobody reads costs nothing, and the
+    record holds its inputs rather than a closure over them. ``usage`` is the tokens
+    of the model call the step made (its detail's ``"usage"``), kept apart so that
+    summing a run's tokens builds no detail.
 
     A run records seven of these per model call, so a record is a few plain
     slots written once (a frozen attrs class costs several times as much to
@@ -34,6 +38,7 @@ class Transition:
     """
 
     __slots__ = (
+        "_before",
         "_chain",
         "_children",
         "_describe",
@@ -43,6 +48,7 @@ class Transition:
         "_source",
         "_trigger",
         "_usage",
+        "_worked",
     )
 
     def __init__(
@@ -54,7 +60,9 @@ class Transition:
         elapsed: float = 0.0,
         detail: Mapping[str, Any] | None = None,
         *,
-        describe: Callable[[], Mapping[str, Any] | None] | None = None,
+        describe: Callable[[LLMChain, PipelineResult], Mapping[str, Any] | None] | None = None,
+        before: LLMChain | None = None,
+        worked: PipelineResult | None = None,
         usage: Mapping[str, int] | None = None,
     ) -> None:
         self._source = source
@@ -64,6 +72,8 @@ class Transition:
         self._elapsed = elapsed
         self._detail = detail
         self._describe = describe
+        self._before = before
+        self._worked = worked
         if usage is None and detail is not None:
             counts = detail.get("usage")
             usage = counts if isinstance(counts, Mapping) else None
@@ -92,10 +102,12 @@ class Transition:
 
     @property
     def detail(self) -> Mapping[str, Any] | None:
-        describe = self._describe
-        if describe is not None:
-            self._detail = describe()
-            self._describe = None
+        worked = self._worked
+        if worked is not None:  # built now, from what the step was given and returned
+            describe, before, usage = self._describe, self._before, self._usage
+            described = None if describe is None or before is None else describe(before, worked)
+            self._detail = described if usage is None else {**(described or {}), "usage": usage}
+            self._describe = self._before = self._worked = None
         return self._detail
 
     @property
