@@ -261,15 +261,16 @@ def per_call(
     return (large - few) / (k - small)
 
 
-def laid_out(package: Callable[[Path], Path], k: int, repeat: int) -> float:
+def laid_out(package: Callable[[Path], Path], k: int, repeat: int, collect: bool = False) -> float:
     """The Agent row's instructions per model call, the median over :data:`LAYOUTS`
     copies of a package, each in a folder of another name: where the files sit moves
     the count by up to 3% (the interpreter's memory is laid out differently), more
-    than most changes a comparison is after."""
+    than most changes a comparison is after. ``collect`` runs with the collector on."""
     counts = []
     for layout in range(LAYOUTS):
         with tempfile.TemporaryDirectory(prefix="agentfsm" + "-" * 5 * layout) as scratch:
-            counts.append(per_call("agentfsm", k, repeat, path=package(Path(scratch))))
+            path = package(Path(scratch))
+            counts.append(per_call("agentfsm", k, repeat, path=path, collect=collect))
     return statistics.median(counts)
 
 
@@ -404,7 +405,7 @@ def main() -> None:
                 *import_cost(unpacked, args.repeat),
                 laid_out(functools.partial(_unpacked, commit), args.k, args.repeat),
             )
-    swept = {k: per_call("agentfsm", k, args.repeat, collect=True) for k in GC_SWEEP}
+    swept = {k: laid_out(_copied, k, args.repeat, collect=True) for k in GC_SWEEP}
     store = calls["store"] - calls["agentfsm"]
     engine = calls["chain"] - calls["steps"]
     triggers = calls["floor_lean"] - calls["floor_asyncio"]

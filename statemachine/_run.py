@@ -18,7 +18,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -40,6 +40,10 @@ _T = TypeVar("_T")
 #: The run whose state's work is in flight in this context: a step that starts a child
 #: run (:func:`agentfsm.run_machine`, a subagent) nests the child's trace under it.
 _RUNNING: contextvars.ContextVar[Run | None] = contextvars.ContextVar("agentfsm_run", default=None)
+
+
+#: A run's tokens before it counted any (frozen: one shared by every run).
+_NO_USAGE: Final = Usage()
 
 
 def current_run() -> Run | None:
@@ -135,14 +139,14 @@ class Run:
         self._work = table.work(options.extra_steps)
         self._details = table.details
         self._exits = table.exits
-        self._terminals = frozenset(table.terminals)
+        self._terminals = table.terminals  # a few names: a tuple is as quick, and shared
         self._machine = table.machine
         self._cursor = _Cursor()
         self._requested_pause: Any = None
         self._carried: Continue | None = None
         self._busy = False
-        self._bridge = SyncBridge()
-        self._usage = Usage()  # of the transitions counted so far
+        self._bridge: SyncBridge | None = None  # made by the first *_sync call
+        self._usage = _NO_USAGE  # of the transitions counted so far
         self._counted = 0
         self._ended = 0.0  # when the last step ended (``time.perf_counter()``)
         self._children: list[Trace] | None = None  # child runs the next transition carries
@@ -324,7 +328,7 @@ class Run:
         result, detail = outcome
         if self._children is not None:
             result = _counting(result, self._children)
-        worked_out = result
+        worked_out: PipelineResult | None = result
         usage = None
         if result.chain.last_message is not chain.last_message and self._children is None:
             result, usage = self._count_tokens(result)  # a reply, maybe; a child's is its own
@@ -345,6 +349,8 @@ class Run:
             ) from exc
         dest = self._cursor.state
         describe = self._details.get(source) if worked else None
+        if worked_out is result and result.__class__ is Continue:
+            worked_out = None  # the record rebuilds it from its chain when asked
         if describe is None and usage is None:
             transition = Transition(source, trigger, dest, result.chain, ended - started, detail)
         else:
@@ -428,6 +434,8 @@ class Run:
         return self._sync(self.run())
 
     def _sync(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        if self._bridge is None:
+            self._bridge = SyncBridge()
         return self._bridge.run(coroutine, self.chain.llm, lambda: self.result is not None)
 
     def __repr__(self) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._messages import Usage
+from ._results import Continue
 
 if TYPE_CHECKING:
     from ._chain import LLMChain
@@ -23,11 +24,12 @@ class Transition:
     and consecutive ones share their messages), ``elapsed`` the seconds the
     source state's work took, ``detail`` what it did (which model answered,
     which tools ran...). Two transitions are equal when they take the same edge.
-    Given ``describe`` (the state's :data:`~agentfsm.MachineTable.details` function)
-    with ``before`` (the chain the step was given) and ``worked`` (what it returned)
+    Given ``before`` (the chain the step was given), ``describe`` (the state's
+    :data:`~agentfsm.MachineTable.details` function, if it has one) and ``worked``
+    (what the step returned; None for a ``Continue`` with this move's ``chain``)
     instead of ``detail``, the detail is built from them when first read: a run
     records its steps' details that way, so one nobody reads costs nothing, and the
-    record holds its inputs rather than a closure over them. ``usage`` is the tokens
+    record holds no closure and no result the chain already says. ``usage`` is the tokens
     of the model call the step made (its detail's ``"usage"``), kept apart so that
     summing a run's tokens builds no detail.
 
@@ -102,10 +104,12 @@ class Transition:
 
     @property
     def detail(self) -> Mapping[str, Any] | None:
-        worked = self._worked
-        if worked is not None:  # built now, from what the step was given and returned
-            describe, before, usage = self._describe, self._before, self._usage
-            described = None if describe is None or before is None else describe(before, worked)
+        before = self._before
+        if before is not None:  # built now, from what the step was given and returned
+            describe, usage = self._describe, self._usage
+            described = None
+            if describe is not None:
+                described = describe(before, self._worked or Continue(chain=self._chain))
             self._detail = described if usage is None else {**(described or {}), "usage": usage}
             self._describe = self._before = self._worked = None
         return self._detail
