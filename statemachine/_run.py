@@ -47,7 +47,7 @@ _NO_USAGE: Final = Usage()
 
 
 def current_run() -> Run | None:
-    """The run whose step is running here (inside its awaited work), if any."""
+    """The run whose steps are running here (inside its ``run()`` or ``step()``), if any."""
     return _RUNNING.get()
 
 
@@ -231,7 +231,13 @@ class Run:
     async def step(self) -> Transition:
         """Do the current state's work and take the one transition it leads to."""
         moved = self._advance(time.perf_counter())
-        return moved if moved.__class__ is Transition else await moved  # type: ignore[misc]
+        if moved.__class__ is Transition:
+            return moved
+        running = _RUNNING.set(self)
+        try:
+            return await moved  # type: ignore[misc, no-any-return]
+        finally:
+            _RUNNING.reset(running)
 
     def _advance(self, started: float) -> Transition | Coroutine[Any, Any, Transition]:
         """Start the current state's work (at ``started``): its transition when no step
@@ -264,7 +270,6 @@ class Run:
     async def _awaited(
         self, source: str, chain: LLMChain, started: float, pending: Awaitable[Outcome]
     ) -> Transition:
-        running = _RUNNING.set(self)
         try:
             outcome = await pending
         except asyncio.CancelledError:
@@ -275,8 +280,6 @@ class Run:
             return self._finish(
                 source, chain, started, (_crashed(source, chain, exc), None), worked=False
             )
-        finally:
-            _RUNNING.reset(running)
         return self._finish(source, chain, started, outcome, worked=True)
 
     def _count_tokens(self, result: PipelineResult) -> tuple[PipelineResult, dict[str, int] | None]:
@@ -410,10 +413,14 @@ class Run:
         reading per step.
         """
         self._ended = time.perf_counter()
-        while self.result is None:
-            moved = self._advance(self._ended)
-            if moved.__class__ is not Transition:
-                await moved  # type: ignore[misc]
+        running = _RUNNING.set(self)  # once for every step (current_run)
+        try:
+            while self.result is None:
+                moved = self._advance(self._ended)
+                if moved.__class__ is not Transition:
+                    await moved  # type: ignore[misc]
+        finally:
+            _RUNNING.reset(running)
         return self.result
 
     def __aiter__(self) -> AsyncIterator[Transition]:
