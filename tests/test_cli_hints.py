@@ -295,3 +295,110 @@ def test_run_takes_an_agent_or_a_provider_not_both(folder: pathlib.Path) -> None
     neither = _agentfsm(folder, "run", "x")
     assert neither.returncode == 2
     assert "--provider NAME" in neither.stderr and "--agent MODULE:ATTR" in neither.stderr
+
+
+def _all_parsers() -> list[tuple[str, object]]:
+    """Every (sub)command of the parser, by its words (``agentfsm runs list``)."""
+    import argparse
+
+    from agentfsm._cli._main import _parser
+
+    found: list[tuple[str, object]] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        found.append((path, parser))
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+
+    walk(_parser(), "agentfsm")
+    return found
+
+
+def test_every_option_has_help_and_one_metavar_wherever_it_is_taken() -> None:
+    import argparse
+
+    missing: list[str] = []
+    metavars: dict[str, set[str]] = {}
+    for path, parser in _all_parsers():
+        assert isinstance(parser, argparse.ArgumentParser)
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            if not action.help:
+                missing.append(f"{path} {'/'.join(action.option_strings) or action.dest}")
+            for option in action.option_strings:
+                if isinstance(action.metavar, str):
+                    metavars.setdefault(option, set()).add(action.metavar)
+    assert missing == []
+    # --out is a folder (demo, diagrams) or the page view writes: two things, two names.
+    assert metavars.pop("--out") == {"DIR", "FILE.html"}
+    assert {o: m for o, m in metavars.items() if len(m) > 1} == {}
+    assert metavars["--db"] == {"PATH"} and metavars["--agent"] == {"MODULE:ATTR"}
+
+
+#: The commands that print a listing or a report, each of which prints it as JSON too.
+LISTINGS = (
+    "runs list",
+    "runs show",
+    "runs compare",
+    "runs migrate",
+    "runs replay",
+    "machines diff",
+    "check",
+)
+
+
+def test_every_listing_takes_json() -> None:
+    import argparse
+
+    parsers = dict(_all_parsers())
+    for words in LISTINGS:
+        parser = parsers[f"agentfsm {words}"]
+        assert isinstance(parser, argparse.ArgumentParser)
+        options = {o for a in parser._actions for o in a.option_strings}
+        assert "--json" in options, words
+
+
+def test_the_reports_as_json(folder: pathlib.Path) -> None:
+    import json
+
+    started = _agentfsm(folder, "run", "--provider", "scripted", "hi", "--db", "r.db")
+    run_id = re.search(r"^saved: run (\S+) in r\.db", started.stdout, re.M)
+    assert run_id is not None, started.stderr
+    one = run_id.group(1)
+    assert _agentfsm(folder, "runs", "fork", one, "2", "--id", "f", "--db", "r.db").returncode == 0
+    compared = _agentfsm(folder, "runs", "compare", one, "f", "--db", "r.db", "--json")
+    doc = json.loads(compared.stdout)
+    assert (doc["a"]["run_id"], doc["b"]["run_id"], doc["parted"]) == (one, "f", 3)
+    assert doc["rows"][0] == {
+        "number": 1,
+        "a": "expanding --expanded--> calling",
+        "b": "expanding --expanded--> calling",
+        "likeness": "same",
+    }
+    migrated = _agentfsm(
+        folder, "runs", "migrate", "--to", "agentfsm:STANDARD", "--dry-run", "--db", "r.db",
+        "--json",
+    )  # fmt: skip
+    report = json.loads(migrated.stdout)
+    assert report["machine"]["name"] == "standard" and report["dry_run"] is True
+    assert sorted((r["run_id"], r["verdict"], r["policy"]) for r in report["runs"]) == [
+        (one, "ok", "unchanged"),
+        ("f", "ok", "unchanged"),
+    ]
+    replayed = _agentfsm(
+        folder, "runs", "replay", one, "--machine", "agentfsm:STANDARD", "--db", "r.db", "--json"
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["agrees"] is True
+    diffed = _agentfsm(
+        folder, "machines", "diff", "agentfsm:STANDARD", "agentfsm:STANDARD", "--json"
+    )
+    assert diffed.returncode == 0
+    assert json.loads(diffed.stdout)["same"] is True
+    checked = _agentfsm(folder, "check", "agentfsm:STANDARD", "--json")
+    assert checked.returncode == 0, checked.stderr
+    (verdict,) = json.loads(checked.stdout)
+    assert (verdict["machine"], verdict["ok"], verdict["problems"]) == ("standard", True, [])

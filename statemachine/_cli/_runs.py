@@ -201,6 +201,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     compare.add_argument("run_a", metavar="RUN_A", help="the first run's id")
     compare.add_argument("run_b", metavar="RUN_B", help="the second run's id")
+    compare.add_argument(
+        "--json", action="store_true", help="both runs, each step's pair and where they part"
+    )
     add_machines_option(compare)
     export = commands.add_parser(
         "export",
@@ -268,7 +271,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
             import_machines(args.machines)
             if args.runs_command == "fork":
                 return _fork(db, args.run_id, args.step, args.new_id, out)
-            return _compare(db, args.run_a, args.run_b, out)
+            return _compare(db, args.run_a, args.run_b, out, as_json=args.json)
         return _resume(db, args.run_id, args.agent, args.decisions, out, args.policy)
     except (
         UsageError,
@@ -336,7 +339,7 @@ def _fork(db: str, run_id: str, step: int, new_id: str | None, out: TextIO) -> i
     return 0
 
 
-def _compare(db: str, run_a: str, run_b: str, out: TextIO) -> int:
+def _compare(db: str, run_a: str, run_b: str, out: TextIO, *, as_json: bool = False) -> int:
     """Both runs' paths, step by step, and the first step where they part."""
     # the command starts fast: only this subcommand loads it
     from .._compare import compare_runs
@@ -348,6 +351,9 @@ def _compare(db: str, run_a: str, run_b: str, out: TextIO) -> int:
         )
     finally:
         store.close()
+    if as_json:
+        _say(out, json.dumps(comparison.as_json(), indent=2, ensure_ascii=False))
+        return 0
     for line in comparison.lines():
         _say(out, line)
     return 0
