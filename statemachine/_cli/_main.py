@@ -801,7 +801,8 @@ def _parser() -> _Parser:
         "diagrams",
         help="regenerate or check the machines' diagrams",
         description="Write the machines' diagrams (machine.mmd, machine.md, machine.dot, "
-        "machine.svg when Graphviz is installed, paths.md), all drawn from the machine tables: "
+        "overview.dot, and machine.svg and overview.svg when Graphviz is installed, paths.md), "
+        "all drawn from the machine tables: "
         "the standard machine's in the folder, each LangChain mode's in a sub-folder of its name "
         "(or, with --machine, your own machine's). "
         "With --check, write nothing and exit 1 when a file differs from what the table draws.",
