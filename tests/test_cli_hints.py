@@ -197,11 +197,13 @@ def test_a_run_on_its_own_machine_names_the_module_that_declares_it(
     assert _steps(resumed.stdout)[-1] == "deciding --done--> ok"
 
 
-def _stopped_by_ctrl_c(folder: pathlib.Path, agent: str) -> tuple[str, float]:
-    """``agentfsm run --agent`` sent SIGINT while its tool waits: its stderr, and the
-    seconds it took to exit after the signal."""
+def _stopped_by_ctrl_c(folder: pathlib.Path, agent: str, *command: str) -> tuple[str, float]:
+    """``agentfsm run --agent`` (or ``command``) sent SIGINT while its tool waits: its
+    stderr, and the seconds it took to exit after the signal."""
+    (folder / "started.txt").unlink(missing_ok=True)
+    command = command or ("run", "--agent", agent, "go on", "--db", "r.db")
     process = subprocess.Popen(
-        [sys.executable, "-P", "-m", "agentfsm", "run", "--agent", agent, "go on", "--db", "r.db"],
+        [sys.executable, "-P", "-m", "agentfsm", *command],
         cwd=folder,
         env=_env(),
         stdin=subprocess.DEVNULL,
@@ -269,6 +271,20 @@ def test_a_stopped_run_resumes_with_its_id_alone(folder: pathlib.Path) -> None:
     assert resumed.returncode == 0, resumed.stderr
     assert f"run {run_id.group(1)}: ok at ok" in resumed.stdout
     assert _steps(resumed.stdout)[-1] == "deciding --done--> ok"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")
+def test_ctrl_c_while_runs_resume_runs_a_sync_tool(folder: pathlib.Path) -> None:
+    """Stopped again while resuming: one line, the same command to go on with."""
+    err, _ = _stopped_by_ctrl_c(folder, "my_agents:sync_waiter")
+    run_id = re.search(r"run (\S+) is saved at paused", err)
+    assert run_id is not None, err
+    again, took = _stopped_by_ctrl_c(folder, "", "runs", "resume", run_id.group(1), "--db", "r.db")
+    assert took < 10, took
+    assert again == (
+        f"agentfsm runs: interrupted; run {run_id.group(1)} is saved at paused; go on with: "
+        f"agentfsm runs resume {run_id.group(1)} --db r.db --agent my_agents:sync_waiter\n"
+    )
 
 
 def test_a_run_of_the_small_agent_resumes_with_its_own_model(folder: pathlib.Path) -> None:
