@@ -596,10 +596,12 @@ def _resume(
     policy: str | None = None,
 ) -> int:
     decisions = _decisions(decisions_text)
+    # An --agent given is loaded first: a bad one is said before anything is read.
+    chosen = agent_to_resume(agent_spec, {}) if agent_spec is not None else None
     store = open_store(db, read_only=False)
     command = recorded_command(store, run_id)
     given = {"agent": agent_spec} if agent_spec is not None else command
-    agent, agent_spec = agent_to_resume(agent_spec, command)
+    agent, agent_spec = chosen or agent_to_resume(None, command)
     before = load_run(store, run_id, strict=False)
     check_resumable(before, decisions, agent, agent_spec, db, command)
     _say(out, f"resuming run {run_id} ({before.status} at {before.state})")
