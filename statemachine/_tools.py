@@ -42,7 +42,14 @@ from ._arguments import (
 )
 from ._messages import Content, ContentPart, ToolCall, ToolResult
 
-__all__ = ["Tool", "ToolContext", "ToolOutput", "WrapperTool", "tool"]
+__all__ = ["SYNC_TOOLS_IN_THREADS", "Tool", "ToolContext", "ToolOutput", "WrapperTool", "tool"]
+
+#: True: every sync tool runs in a thread of its own, as one with a timeout does, so a
+#: cancelled run (Ctrl-C at the command line) stops waiting for it at once instead of
+#: when it returns. The command line sets it around the runs it steps.
+SYNC_TOOLS_IN_THREADS: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
+    "agentfsm_sync_tools_in_threads", default=False
+)
 
 
 @attrs.frozen
@@ -290,7 +297,7 @@ class Tool:
         kwargs, problem = self._bind(call.arguments)
         if problem is not None:
             return _error(call, problem)
-        in_thread = not self.is_async and self.timeout is not None
+        in_thread = not self.is_async and (self.timeout is not None or SYNC_TOOLS_IN_THREADS.get())
         if in_thread:
             if self._stragglers.count >= MAX_STRAGGLERS:
                 return _error(

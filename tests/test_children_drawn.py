@@ -63,6 +63,7 @@ def test_a_machine_without_children_draws_as_before() -> None:
         "machine.mmd",
         "machine.md",
         "machine.dot",
+        "overview.dot",
         "paths.md",
     }
 

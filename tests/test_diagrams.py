@@ -362,3 +362,41 @@ def test_a_diagrams_folder_that_cannot_be_written_is_one_line(
     assert main(["diagrams", "--out", str(tmp_path / "file" / "below")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot write the diagrams to --out" in err[0]
+
+
+def test_the_overview_reads_at_a_pages_width() -> None:
+    """The home page's drawing: the triggers alone, in type as large as the page's, and
+    narrow enough that a page's column (about 800 px) shrinks it little."""
+    import re
+    import shutil
+
+    from agentfsm.diagrams import diagram_files
+
+    files = diagram_files()
+    overview = files["overview.dot"]
+    assert "fontsize=15" in overview and "fontsize=9" not in overview
+    assert "when" not in overview  # no edge's why: those are machine.svg's
+    assert "label=<<B>paused</B>>, style=dashed" not in overview  # shared edges said once
+    assert "paused from any state" in overview
+    if shutil.which("dot") is None:
+        return
+    width = re.search(r'<svg width="(\d+)pt"', files["overview.svg"])
+    assert width is not None and int(width.group(1)) <= 900, width
+    full = re.search(r'<svg width="(\d+)pt"', files["machine.svg"])
+    assert full is not None and int(full.group(1)) > int(width.group(1))
+
+
+def test_the_site_loads_no_script_from_elsewhere() -> None:
+    """Offline, a Mermaid block the site drew in the browser would show its source anyway:
+    the site draws no Mermaid (no fence of its own, no script from a CDN) and shows the
+    machines as SVG files it serves itself."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    config = (root / "mkdocs.yml").read_text(encoding="utf-8")
+    settings = [line for line in config.splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in settings if "mermaid" in line or "custom_fences" in line]
+    assert "extra_javascript" not in config and "cdn" not in config.lower()
+    index = (root / "docs" / "index.md").read_text(encoding="utf-8")
+    assert "](diagrams/overview.svg)" in index
+    assert (root / "diagrams" / "overview.svg").is_file()

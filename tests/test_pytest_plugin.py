@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -210,3 +213,51 @@ def test_a_saved_run_becomes_a_passing_regression_test(pytester: pytest.Pytester
     text = regression_test(run.trace, "saved.json", agent="tests.test_cassettes:_agent")
     pytester.makepyfile(test_saved=text)
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+USER_TEST = """
+from agentfsm import Agent
+from agentfsm.providers import ScriptedModel, say
+
+
+async def test_an_agent(agentfsm_store):
+    state = await Agent(ScriptedModel([say("Hello.")])).execute("hi")
+    assert state.status == "ok"
+"""
+
+HEADER = """
+def pytest_report_header(config):
+    return "loop scope: " + str(config.getini("asyncio_default_fixture_loop_scope"))
+"""
+
+
+def test_a_project_starts_with_no_deprecation_warning(tmp_path: pathlib.Path) -> None:
+    """A user's project with pytest-asyncio (``asyncio_mode = "auto"`` and nothing else)
+    collects and runs its agent tests with deprecation warnings as errors: the plugin takes
+    ``function`` for the loop scope pytest-asyncio warns about; a project's own is kept."""
+    (tmp_path / "test_agent.py").write_text(USER_TEST, encoding="utf-8")
+    (tmp_path / "conftest.py").write_text(HEADER, encoding="utf-8")
+    ini = '[tool.pytest.ini_options]\nasyncio_mode = "auto"\n'
+    (tmp_path / "pyproject.toml").write_text(ini, encoding="utf-8")
+
+    def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-W", "error::DeprecationWarning", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONWARNINGS": "error::DeprecationWarning"},
+        )
+
+    collected = pytest_run("--collect-only", "-q", "-p", "no:cacheprovider")
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    ran = pytest_run("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "1 passed" in ran.stdout and "warning" not in ran.stdout.lower()
+    assert "loop scope: function" in ran.stdout
+    (tmp_path / "pyproject.toml").write_text(
+        ini + 'asyncio_default_fixture_loop_scope = "module"\n', encoding="utf-8"
+    )
+    own = pytest_run("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert own.returncode == 0 and "loop scope: module" in own.stdout, own.stdout

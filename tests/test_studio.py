@@ -326,3 +326,39 @@ def test_a_large_stores_first_page_reads_only_its_runs(
         assert catalog.page()["tools"] == ["hold", "read_note", "search_notes", "write_file"]
     finally:
         catalog.close()
+
+
+def test_a_decision_resumes_with_the_agent_the_run_was_started_with(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --agent: a run that ``agentfsm run --agent`` started goes on with that agent, not
+    the demo one (which lacks its tool)."""
+    from tests.test_cli_hints import AGENTS
+
+    (tmp_path / "studio_recorded_agents.py").write_text(AGENTS, encoding="utf-8")
+    started = subprocess.run(
+        [sys.executable, "-P", "-m", "agentfsm", "run", "--agent",
+         "studio_recorded_agents:mailer", "mail ann", "--db", "r.db"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    run_id = re.search(r"^saved: run (\S+) in r\.db", started.stdout, re.M)
+    assert run_id is not None
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "studio_recorded_agents", raising=False)
+    with serving(create_app(str(tmp_path / "r.db"))) as base:
+        extra = addon_data(httpx.get(f"{base}/runs/{run_id.group(1)}").text)
+        (request,) = extra["requests"]
+        approve = {"decisions": [{"type": "approve", "digest": request["digest"]}]}
+        sent = httpx.post(
+            base + extra["decide"], json=approve, headers={CSRF_HEADER: extra["csrf"]}
+        )
+        assert sent.status_code == 202, sent.text
+        deadline = time.monotonic() + 10
+        api = f"{base}/api/runs/{run_id.group(1)}"
+        while httpx.get(api).json()["status"] == "interrupted":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert httpx.get(api).json()["status"] == "ok"
+    assert (tmp_path / "sent.txt").read_text() == "ann@example.com"

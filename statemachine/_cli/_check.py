@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,6 +39,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--draw",
         action="store_true",
         help="draw each counterexample on its machine (Mermaid), its edges numbered",
+    )
+    check.add_argument(
+        "--json",
+        action="store_true",
+        help="each machine's verdict as JSON: what holds, or each problem and its path",
     )
     check.set_defaults(handler=handle)
     return check
@@ -80,6 +86,7 @@ def _holds(table: MachineTable) -> str:
 def handle(args: argparse.Namespace) -> int:
     """Check each table; print what holds, or each problem and its counterexample."""
     failed = False
+    report: list[dict[str, Any]] = []
     for table, tools in load_targets(args.target):
         problems = check_machine(table, tools=tools)
         undeclared = sorted(
@@ -90,8 +97,26 @@ def handle(args: argparse.Namespace) -> int:
                 if effects_of(step) is None
             }
         )
+        lent = lent_effects(tools)
+        runners = [s for s, kinds in state_effects(table).items() if "tools" in kinds]
+        failed = failed or bool(problems)
+        if getattr(args, "json", False):
+            report.append(
+                {
+                    "machine": table.name,
+                    "ok": not problems,
+                    "holds": None if problems else _holds(table),
+                    "problems": [
+                        {"problem": str(p), **({"mermaid": p.mermaid(table)} if args.draw else {})}
+                        for p in problems
+                    ],
+                    "tool_effects": {name: sorted(k) for name, k in lent.items()},
+                    "tools_run_in": runners,
+                    "undeclared_steps": undeclared,
+                }
+            )
+            continue
         if problems:
-            failed = True
             print(f"{table.name}: {len(problems)} problem(s)")
             for problem in problems:
                 print("  " + str(problem).replace("\n", "\n  "))
@@ -99,11 +124,11 @@ def handle(args: argparse.Namespace) -> int:
                     print(problem.mermaid(table))
         else:
             print(f"{table.name}: ok ({_holds(table)}) over every path")
-        lent = lent_effects(tools)
         if lent:
-            runners = [s for s, kinds in state_effects(table).items() if "tools" in kinds]
             said = "; ".join(f"{name}: {', '.join(sorted(k))}" for name, k in lent.items())
             print(f"  tools with effects, run in {', '.join(runners) or 'no state'}: {said}")
         if undeclared:
             print(f"  steps with no declared effects (taken as pure): {', '.join(undeclared)}")
+    if getattr(args, "json", False):
+        print(json.dumps(report, indent=2, ensure_ascii=False))
     return 1 if failed else 0

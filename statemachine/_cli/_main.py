@@ -50,7 +50,7 @@ from .._modes.langchain import LANGCHAIN_MACHINES
 from .._modes.standard import STANDARD, STANDARD_OUTPUT
 from .._printable import printable, shown
 from .._results import Failed
-from .._resumable import db_flag, default_db, resume_hint
+from .._resumable import agent_flag, db_flag, default_db, machines_flag, resume_hint
 from .._resume import restore_run, start_run
 from .._serialization import FormatError, UnknownToolError
 from .._state import AgentState
@@ -290,25 +290,36 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if state.status == "ok" else 1
 
 
-def _say_how_to_go_on(store: SQLiteStore, run_id: str, db: str) -> None:
-    """On stderr: the command that goes on with a demo run stopped by Ctrl-C (its last
-    checkpoint is in the store), the store named in full so it works from any folder."""
+def _say_how_to_go_on(
+    store: SQLiteStore,
+    run_id: str,
+    db: str,
+    command: Mapping[str, Any] | None = None,
+    *,
+    stopped: str | None = None,
+) -> None:
+    """On stderr, one line: the command that goes on with a run stopped by Ctrl-C (its last
+    checkpoint is in the store), the store named in full so it works from any folder, and
+    the ``--agent`` the run was started with; ``stopped`` (what stopped) goes first."""
     try:
         saved = load_run(store, run_id, strict=False)
     except Exception:  # nothing saved yet (or unreadable): there is nothing to go on with
+        if stopped is not None:
+            print(printable(f"{stopped}; run {run_id} was not saved"), file=sys.stderr)
         return
     where = os.path.abspath(db)
     state = saved.agent_state
     if saved.status == "interrupted" and state is not None:
-        line = f"run {run_id} " + resume_hint(run_id, state.interrupt_data, where)
+        line = f"run {run_id} " + resume_hint(run_id, state.interrupt_data, where, command)
     elif saved.status in ("running", "paused"):
+        why = f" (paused: {state.pause_reason})" if state and state.pause_reason else ""
         line = (
-            f"run {run_id} is saved at {saved.state}; go on with: agentfsm runs resume "
-            f"{shlex.quote(run_id)}{db_flag(where)}"
+            f"run {run_id} is saved at {saved.state}{why}; go on with: agentfsm runs resume "
+            f"{shlex.quote(run_id)}{db_flag(where)}{agent_flag(command)}"
         )
     else:
-        return
-    print(printable(line), file=sys.stderr)
+        line = f"run {run_id} ended {saved.status}"
+    print(printable(f"{stopped}; {line}" if stopped else line), file=sys.stderr)
 
 
 def _store(db: str, *, create: bool = False) -> SQLiteStore:
@@ -570,21 +581,58 @@ def _cmd_diagrams(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- run
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _run_agent(args: argparse.Namespace) -> tuple[Agent, dict[str, Any], str]:
+    """The agent ``agentfsm run`` runs, what the store records of how it was made (so
+    ``runs resume`` makes it again) and the live view's title."""
+    if args.agent is not None:
+        if args.provider is not None or args.model is not None or args.base_url is not None:
+            raise UsageError(
+                "--agent runs your agent on its own model: drop --provider, --model and "
+                "--base-url (or drop --agent to run the built-in small agent)"
+            )
+        agent = _runs_cli.load_agent(args.agent)
+        command: dict[str, Any] = {"agent": args.agent}
+        if agent.mode.table not in (STANDARD, STANDARD_OUTPUT, *LANGCHAIN_MACHINES):
+            # its module declares the machine: `--machines MODULE` finds it again
+            command["machines"] = [args.agent.partition(":")[0]]
+        return agent, command, args.agent
     # the command starts fast: only this subcommand loads it
     from .._demo import calculator_agent
+
+    # the command starts fast: only this subcommand loads it
+    from ..providers import create_model
+
+    if args.provider is None:
+        raise UsageError(
+            "name the agent to run: --provider NAME (the built-in small agent on a "
+            "provider's model) or --agent MODULE:ATTR (your own)"
+        )
+    name = args.model or ("echo" if args.provider == "scripted" else None)
+    if name is None:
+        raise UsageError(f"--provider {args.provider} needs --model NAME")
+    model = create_model(args.provider, name, base_url=args.base_url, stream=args.stream)
+    max_runs = args.max_runs or 10
+    command = {
+        "provider": args.provider,
+        "model": name,
+        "base_url": args.base_url,
+        "max_runs": max_runs,
+    }
+    return calculator_agent(model, max_runs=max_runs), command, f"{args.provider}: {name}"
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    # the command starts fast: only this subcommand loads it
+    from .._tools import SYNC_TOOLS_IN_THREADS
 
     # the command starts fast: only this subcommand loads it
     from ..diagrams import summary, watch
 
     # the command starts fast: only this subcommand loads it
-    from ..providers import create_model
+    from ..store import checkpoint
 
-    name = args.model or ("echo" if args.provider == "scripted" else None)
-    if name is None:
-        raise UsageError(f"--provider {args.provider} needs --model NAME")
     try:
-        model = create_model(args.provider, name, base_url=args.base_url, stream=args.stream)
+        agent, command, title = _run_agent(args)
     except (ValueError, ChainError) as exc:
         print(printable(f"agentfsm run: error: {_error_text(exc)}"), file=sys.stderr)
         return 1
@@ -594,34 +642,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
         taken = {r.run_id for r in store.runs()}
         base = pathlib.Path(f"agentfsm-run-{time.strftime('%Y%m%d-%H%M%S')}")
         run_id = _unique(base, (), taken).name
-        agent = calculator_agent(model, max_runs=args.max_runs)
-        run = start_run(agent, AgentState.of(args.prompt), store, run_id=run_id)
-        title = f"{args.provider}: {name}"
+        max_runs = args.max_runs if args.agent is not None else None
+        run = agent.start(AgentState.of(args.prompt), max_runs=max_runs)
+        options = agent.options(max_runs=max_runs)
+        checkpoint(run, store, run_id=run_id, options=options.saved(), command=command)
+        # Sync tools in threads of their own: Ctrl-C stops the run even inside one.
+        threads = SYNC_TOOLS_IN_THREADS.set(True)
         try:
             result = asyncio.run(watch(run, console, title=title, show_summary=False))
         except KeyboardInterrupt:
-            # Its model and tools are the command's own, not an --agent to resume with.
-            where = shlex.quote(os.path.abspath(db))
-            print(
-                printable(
-                    f"run {run_id} stopped; see it with: agentfsm view {run_id} --db {where}"
-                ),
-                file=sys.stderr,
-            )
-            raise
+            _say_how_to_go_on(store, run_id, db, command, stopped="agentfsm run: interrupted")
+            return 130
+        finally:
+            SYNC_TOOLS_IN_THREADS.reset(threads)
     failed = isinstance(result, Failed)
     # A failure is said once, on stderr, not in the summary too.
     console.print(summary(run.trace, None if failed else result, table=run.table))
-    flag = db_flag(db)
-    saved = f"saved: run {run_id} in {db}; see it with: agentfsm view {run_id}{flag}"
+    flag = db_flag(db) + machines_flag(command)
+    saved_line = f"saved: run {run_id} in {db}; see it with: agentfsm view {run_id}{flag}"
     if isinstance(result, Failed):
         print(printable(f"agentfsm run: error: {_error_text(result.error)}"), file=sys.stderr)
-        print(printable(saved))
+        print(printable(saved_line))
         return 1
     state = run.agent_state
-    if state.messages and state.messages[-1].role == "assistant" and not args.stream:
+    last = state.messages[-1] if state.messages else None
+    if last is not None and last.role == "assistant" and last.text and not args.stream:
         console.print(Panel(shown(state.messages[-1].text), title="answer", title_align="left"))
-    print(printable(saved))
+    print(printable(saved_line))
+    if state.status == "interrupted":
+        print(printable(resume_hint(run_id, state.interrupt_data, db, command)))
+        return 0
+    if state.status == "paused":
+        go_on = f"agentfsm runs resume {shlex.quote(run_id)}{db_flag(db)}{agent_flag(command)}"
+        print(printable(f"paused: {state.pause_reason}; go on with: {go_on}"))
+        return 0
     return 0 if state.status == "ok" else 1
 
 
@@ -738,7 +792,8 @@ def _parser() -> _Parser:
         "--agent",
         metavar="MODULE:ATTR",
         help="the agent decisions resume runs with, as 'agentfsm runs resume --agent' "
-        f"(default: the demo agent, {DEFAULT_AGENT})",
+        "(default: each run's own, when 'agentfsm run --agent' started it, else the demo "
+        f"agent, {DEFAULT_AGENT})",
     )
     studio.set_defaults(handler=_cmd_studio)
 
@@ -746,7 +801,8 @@ def _parser() -> _Parser:
         "diagrams",
         help="regenerate or check the machines' diagrams",
         description="Write the machines' diagrams (machine.mmd, machine.md, machine.dot, "
-        "machine.svg when Graphviz is installed, paths.md), all drawn from the machine tables: "
+        "overview.dot, and machine.svg and overview.svg when Graphviz is installed, paths.md), "
+        "all drawn from the machine tables: "
         "the standard machine's in the folder, each LangChain mode's in a sub-folder of its name "
         "(or, with --machine, your own machine's). "
         "With --check, write nothing and exit 1 when a file differs from what the table draws.",
@@ -767,17 +823,26 @@ def _parser() -> _Parser:
 
     run = commands.add_parser(
         "run",
-        help="run a small agent (arithmetic, the time) on a real model",
-        description="Run a small agent with safe tools (add, multiply, current_time) on a "
-        "provider's model, with a live view. Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY "
+        help="run your agent (--agent), or a small one on a provider's model, live",
+        description="Run your own agent (--agent MODULE:ATTR), or a small agent with safe "
+        "tools (add, multiply, current_time) on a provider's model, with a live view. Ctrl-C "
+        "stops the run at once, even inside a tool, and prints the command that goes on. "
+        "Keys come from OPENAI_API_KEY / ANTHROPIC_API_KEY "
         "for the providers' own hosts, and from AGENTFSM_API_KEY for a --base-url. The run is "
         "saved to the store (--db), so 'agentfsm runs' and 'agentfsm view' work on it.",
     )
     run.add_argument(
         "--provider",
-        required=True,
         choices=["openai", "anthropic", "scripted"],
-        help="who serves the model (scripted: the built-in test model, no key)",
+        help="who serves the built-in small agent's model (scripted: the built-in test "
+        "model, no key); or --agent",
+    )
+    run.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="run your own agent instead: an Agent or a function returning one, importable "
+        "from the current folder; the run records it, so 'agentfsm runs resume RUN_ID' "
+        "goes on with it",
     )
     run.add_argument(
         "--model",
@@ -787,7 +852,11 @@ def _parser() -> _Parser:
     run.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server's URL")
     run.add_argument("--stream", action="store_true", help="stream the reply as it is written")
     run.add_argument(
-        "--max-runs", type=_positive, default=10, metavar="N", help="model calls at most (10)"
+        "--max-runs",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="model calls at most (default: 10; with --agent, the agent's own)",
     )
     run.add_argument("prompt", metavar="PROMPT", help="what to ask")
     _runs_cli.add_db_option(run)

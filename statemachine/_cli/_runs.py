@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 import attrs
 
+from .._agent import Agent
 from .._agent_spec import DEFAULT_AGENT, UsageError, load_agent
 from .._db_url import check_db
 from .._errors import (
@@ -47,7 +48,15 @@ from .._errors import (
 from .._machine import UnknownMachineError
 from .._middleware.human_in_the_loop import request_digest
 from .._printable import message_line, printable, short
-from .._resumable import DEFAULT_DB, check_resumable, db_flag, default_db, resume_hint
+from .._resumable import (
+    DEFAULT_DB,
+    agent_flag,
+    check_resumable,
+    db_flag,
+    default_db,
+    recorded_command,
+    resume_hint,
+)
 from .._serialization import FormatError, UnknownToolError, dump_trace
 from .._trace import Transition
 from ..store import SavedRun, SQLiteStore, fork_run, load_run
@@ -59,6 +68,7 @@ __all__ = [
     "UsageError",
     "add_db_option",
     "add_parser",
+    "agent_to_resume",
     "db_flag",
     "default_db",
     "given_db",
@@ -149,8 +159,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--agent",
         metavar="MODULE:ATTR",
         default=None,
-        help="the agent to resume with: an Agent or a function returning one "
-        f"(default: the demo agent, {DEFAULT_AGENT})",
+        help="the agent to resume with: an Agent or a function returning one (default: the "
+        "one 'agentfsm run' started the run with, else the demo agent, "
+        f"{DEFAULT_AGENT})",
     )
     resume.add_argument(
         "--policy",
@@ -190,6 +201,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     compare.add_argument("run_a", metavar="RUN_A", help="the first run's id")
     compare.add_argument("run_b", metavar="RUN_B", help="the second run's id")
+    compare.add_argument(
+        "--json", action="store_true", help="both runs, each step's pair and where they part"
+    )
     add_machines_option(compare)
     export = commands.add_parser(
         "export",
@@ -257,7 +271,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
             import_machines(args.machines)
             if args.runs_command == "fork":
                 return _fork(db, args.run_id, args.step, args.new_id, out)
-            return _compare(db, args.run_a, args.run_b, out)
+            return _compare(db, args.run_a, args.run_b, out, as_json=args.json)
         return _resume(db, args.run_id, args.agent, args.decisions, out, args.policy)
     except (
         UsageError,
@@ -316,14 +330,16 @@ def _fork(db: str, run_id: str, step: int, new_id: str | None, out: TextIO) -> i
     try:
         fork_id = fork_run(store, run_id, step, new_id=new_id)
         saved = load_run(store, fork_id, strict=False)
+        command = recorded_command(store, fork_id)
     finally:
         store.close()
     _say(out, f"run {fork_id}: forked from {run_id} at step {step}, at {saved.state}")
-    _say(out, f"go on with: agentfsm runs resume {shlex.quote(fork_id)}{db_flag(db)}")
+    flags = f"{db_flag(db)}{agent_flag(command)}"
+    _say(out, f"go on with: agentfsm runs resume {shlex.quote(fork_id)}{flags}")
     return 0
 
 
-def _compare(db: str, run_a: str, run_b: str, out: TextIO) -> int:
+def _compare(db: str, run_a: str, run_b: str, out: TextIO, *, as_json: bool = False) -> int:
     """Both runs' paths, step by step, and the first step where they part."""
     # the command starts fast: only this subcommand loads it
     from .._compare import compare_runs
@@ -335,6 +351,9 @@ def _compare(db: str, run_a: str, run_b: str, out: TextIO) -> int:
         )
     finally:
         store.close()
+    if as_json:
+        _say(out, json.dumps(comparison.as_json(), indent=2, ensure_ascii=False))
+        return 0
     for line in comparison.lines():
         _say(out, line)
     return 0
@@ -446,13 +465,16 @@ def _transition_line(index: int, t: Transition) -> str:
 
 
 def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
-    saved = load_run(open_store(db), run_id, strict=False)
+    store = open_store(db)
+    saved = load_run(store, run_id, strict=False)
+    command = recorded_command(store, run_id)
     if as_json:
         doc = {
             "run_id": saved.run_id,
             "status": saved.status,
             "state": saved.state,
             "options": dict(saved.options),
+            "command": command or None,
             "traces": [dump_trace(t) for t in saved.traces],
         }
         if saved.forked_from is not None:
@@ -471,7 +493,7 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
         _say(out, f"forked from {saved.forked_from[0]} at step {saved.forked_from[1]}")
     if saved.options:
         _say(out, f"options: {json.dumps(dict(saved.options))}")
-    summary = _summary(saved, db)
+    summary = _summary(saved, db, command)
     if summary:
         _say(out, summary)
     for line in _requests(saved):
@@ -488,14 +510,17 @@ def _show(db: str, run_id: str, as_json: bool, out: TextIO) -> int:
     return 0
 
 
-def _summary(saved: SavedRun, db: str) -> str | None:
+def _summary(saved: SavedRun, db: str, command: Mapping[str, Any]) -> str | None:
     state = saved.agent_state
     if state is not None and state.error is not None:
         return f"error: {state.error}"
+    go_on = f"agentfsm runs resume {shlex.quote(saved.run_id)}{db_flag(db)}{agent_flag(command)}"
     if state is not None and state.pause_reason is not None:
-        return f"paused: {state.pause_reason}"
+        return f"paused: {state.pause_reason}; go on with: {go_on}"
     if state is not None and state.interrupt_data:
-        return "interrupted: " + resume_hint(saved.run_id, state.interrupt_data, db)
+        return "interrupted: " + resume_hint(saved.run_id, state.interrupt_data, db, command)
+    if saved.status == "running":
+        return f"stopped at {saved.state} (its process ended or still runs); go on with: {go_on}"
     return None
 
 
@@ -536,6 +561,32 @@ def _decisions(text: str | None) -> Sequence[Mapping[str, Any]] | None:
     return value
 
 
+def agent_to_resume(spec: str | None, command: Mapping[str, Any]) -> tuple[Agent, str]:
+    """The agent a run resumes with, and how refusals name it: ``--agent`` when given, else
+    the one the command line recorded when it started the run (``agentfsm run --agent``, or
+    ``agentfsm run --provider``'s own small agent on the same model), else the demo agent."""
+    if spec is not None:
+        return load_agent(spec), spec
+    recorded = command.get("agent")
+    if isinstance(recorded, str):
+        return load_agent(recorded), recorded
+    if "provider" in command:
+        # the command starts fast: only a run of `agentfsm run --provider` needs it
+        from .._demo import calculator_agent
+
+        # the command starts fast: only a run of `agentfsm run --provider` needs it
+        from ..providers import create_model
+
+        provider, model = command["provider"], command["model"]
+        try:
+            chat = create_model(provider, model, base_url=command.get("base_url"))
+        except (ValueError, AgentfsmError) as exc:
+            raise UsageError(f"the run's model ({provider} {model}): {exc}") from None
+        agent = calculator_agent(chat, max_runs=command["max_runs"])
+        return agent, f"agentfsm run --provider {provider} --model {model}"
+    return load_agent(DEFAULT_AGENT, from_cwd=False), DEFAULT_AGENT
+
+
 def _resume(
     db: str,
     run_id: str,
@@ -545,26 +596,45 @@ def _resume(
     policy: str | None = None,
 ) -> int:
     decisions = _decisions(decisions_text)
-    agent = load_agent(agent_spec or DEFAULT_AGENT, from_cwd=agent_spec is not None)
-    agent_spec = agent_spec or DEFAULT_AGENT
+    # An --agent given is loaded first: a bad one is said before anything is read.
+    chosen = agent_to_resume(agent_spec, {}) if agent_spec is not None else None
     store = open_store(db, read_only=False)
+    command = recorded_command(store, run_id)
+    given = {"agent": agent_spec} if agent_spec is not None else command
+    agent, agent_spec = chosen or agent_to_resume(None, command)
     before = load_run(store, run_id, strict=False)
-    check_resumable(before, decisions, agent, agent_spec, db)
+    check_resumable(before, decisions, agent, agent_spec, db, command)
     _say(out, f"resuming run {run_id} ({before.status} at {before.state})")
+    # the command starts fast: only this subcommand loads it
+    from .._tools import SYNC_TOOLS_IN_THREADS
+
     # the command starts fast: only this subcommand loads it
     from .._versions import compatible, pinned, resuming
 
+    # Sync tools in threads of their own: Ctrl-C stops the run even inside one.
+    threads = SYNC_TOOLS_IN_THREADS.set(True)
     try:
         if policy is None:
             agent.resume_run_sync(run_id, store, decisions)
         else:
             with resuming(compatible if policy == "compatible" else pinned):
                 agent.resume_run_sync(run_id, store, decisions)
+    except KeyboardInterrupt:
+        again = f"agentfsm runs resume {shlex.quote(run_id)}{db_flag(db)}{agent_flag(given)}"
+        try:
+            where = load_run(store, run_id, strict=False).state
+        except Exception:  # unreadable now: the command going on says so itself
+            where = "its last checkpoint"
+        _say(
+            sys.stderr,
+            f"agentfsm runs: interrupted; run {run_id} is saved at {where}; go on with: {again}",
+        )
+        return 130
     except MachineChangedError as exc:
         if policy is None:
             hint = (
                 f"From the shell: agentfsm runs resume {shlex.quote(run_id)}{db_flag(db)} "
-                f"--agent {agent_spec} --policy compatible (or pinned)"
+                f"{agent_flag(given)} --policy compatible (or pinned)"
             )
         else:
             hint = (
@@ -576,6 +646,8 @@ def _resume(
         if isinstance(exc, ResumeError | FormatError):
             raise
         raise UsageError(str(exc)) from exc
+    finally:
+        SYNC_TOOLS_IN_THREADS.reset(threads)
     after = load_run(store, run_id, strict=False)
     state = after.agent_state
     trace = after.trace
@@ -591,9 +663,10 @@ def _resume(
     if state.error is not None:
         _say(out, f"error: {state.error}")
     elif state.pause_reason is not None:
-        _say(out, f"paused: {state.pause_reason}")
+        go_on = f"agentfsm runs resume {shlex.quote(run_id)}{db_flag(db)}{agent_flag(command)}"
+        _say(out, f"paused: {state.pause_reason}; go on with: {go_on}")
     elif state.status == "interrupted":
-        _say(out, "interrupted: " + resume_hint(run_id, state.interrupt_data, db))
+        _say(out, "interrupted: " + resume_hint(run_id, state.interrupt_data, db, command))
     elif state.messages:
         _say(out, f"answer: {short(state.messages[-1].text, 200)}")
     return 1 if state.status == "error" else 0

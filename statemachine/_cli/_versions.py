@@ -11,6 +11,7 @@ exits 2.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -85,6 +86,10 @@ def _identity(table: MachineTable) -> str:
     return f"{table.name} v{table.version} ({table.fingerprint})"
 
 
+def _identity_json(table: MachineTable) -> dict[str, Any]:
+    return {"name": table.name, "version": table.version, "fingerprint": table.fingerprint}
+
+
 def on(trace: Trace) -> str:
     """``, on standard v2 (fingerprint)`` for a segment that recorded its machine."""
     if trace.machine_fingerprint is None:
@@ -117,6 +122,11 @@ def add_machines_parser(subparsers: Any) -> argparse.ArgumentParser:
     diff_.add_argument(
         "--no-diagram", action="store_true", help="the changes only, without the Mermaid diagram"
     )
+    diff_.add_argument(
+        "--json",
+        action="store_true",
+        help="both machines' identities and the changes as JSON (with the diagram's text)",
+    )
     diff_.set_defaults(handler=_reported("machines diff", _machines_diff))
     return machines
 
@@ -125,6 +135,16 @@ def _machines_diff(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     old, new = load_table(args.old, "OLD"), load_table(args.new, "NEW")
     changes = diff(old, new)
+    if getattr(args, "json", False):
+        doc = {
+            "old": _identity_json(old),
+            "new": _identity_json(new),
+            "same": changes.same,
+            "changes": changes.lines(),
+            "mermaid": None if changes.same or args.no_diagram else changes.mermaid(),
+        }
+        _say(out, json.dumps(doc, indent=2, ensure_ascii=False))
+        return 0 if changes.same else 1
     _say(out, f"old: {_identity(old)}")
     _say(out, f"new: {_identity(new)}")
     if changes.same:
@@ -183,6 +203,9 @@ def add_runs_commands(commands: Any) -> None:
         metavar="MODULE:ATTR",
         help="with --policy mapped: the old machine the mapping is from",
     )
+    migrate.add_argument(
+        "--json", action="store_true", help="the report as JSON: each run's verdict and why"
+    )
     migrate.set_defaults(handler=_reported("runs migrate", _runs_migrate))
     replay_ = commands.add_parser(
         "replay",
@@ -198,6 +221,9 @@ def add_runs_commands(commands: Any) -> None:
         required=True,
         metavar="MODULE:ATTR",
         help="the machine table to replay it through (its own, or another version)",
+    )
+    replay_.add_argument(
+        "--json", action="store_true", help="the states recorded and replayed, as JSON"
     )
     replay_.set_defaults(handler=_reported("runs replay", _runs_replay))
 
@@ -248,24 +274,44 @@ def _runs_migrate(args: argparse.Namespace, out: TextIO | None = None) -> int:
     policy = _policy(args, table)
     store = _store(args, writes=not args.dry_run)
     runs = store.runs()
-    _say(out, f"runs of {store.path} on {_identity(table)}, policy {args.policy}:")
+    rows: list[dict[str, Any]] = []
     for info in runs:
+        row: dict[str, Any] = {"run_id": info.run_id}
         try:
             saved = load_run(store, info.run_id, strict=False)
             decision = check_resume(saved, table, policy)
         except OtherMachineError as exc:
-            _say(out, f"{info.run_id}: refused: {exc} (--to {args.to})")
+            rows.append({**row, "verdict": "refused", "why": f"{exc} (--to {args.to})"})
             continue
         except MachineChangedError as exc:
-            _say(out, f"{info.run_id}: needs mapping: {exc}")
+            rows.append({**row, "verdict": "needs mapping", "why": str(exc)})
             continue
         except (FormatError, UnknownToolError, UnknownMachineError, KeyError) as exc:
-            _say(out, f"{info.run_id}: refused: {exc}")
+            rows.append({**row, "verdict": "refused", "why": str(exc)})
             continue
-        where = "" if decision.state == saved.state else f", from {saved.state}"
-        said = f"{info.run_id}: ok ({decision.policy}, at {decision.state}{where})"
+        row.update(verdict="ok", policy=decision.policy, state=decision.state, was=saved.state)
         if not args.dry_run:
-            said += f": {_apply(store, saved, decision)}"
+            row["done"] = _apply(store, saved, decision)
+        rows.append(row)
+    if getattr(args, "json", False):
+        doc = {
+            "store": str(store.path),
+            "machine": _identity_json(table),
+            "policy": args.policy,
+            "dry_run": args.dry_run,
+            "runs": rows,
+        }
+        _say(out, json.dumps(doc, indent=2, ensure_ascii=False))
+        return 0
+    _say(out, f"runs of {store.path} on {_identity(table)}, policy {args.policy}:")
+    for row in rows:
+        if row["verdict"] != "ok":
+            _say(out, f"{row['run_id']}: {row['verdict']}: {row['why']}")
+            continue
+        where = "" if row["state"] == row["was"] else f", from {row['was']}"
+        said = f"{row['run_id']}: ok ({row['policy']}, at {row['state']}{where})"
+        if "done" in row:
+            said += f": {row['done']}"
         _say(out, said)
     if not runs:
         _say(out, "no saved runs")
@@ -297,6 +343,21 @@ def _runs_replay(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except (RunNotFoundError, FormatError, MachineChangedError) as exc:
         raise _usage(str(exc)) from exc
     report = replay(saved, table)
+    if getattr(args, "json", False):
+        doc = {
+            "run_id": saved.run_id,
+            "machine": _identity_json(table),
+            "agrees": report.agrees,
+            "parts_at": report.index,
+            "said": str(report),
+            "recorded": list(report.recorded),
+            "replayed": list(report.replayed),
+            "replies": report.replies,
+            "model_calls": report.model_calls,
+            "unrecorded_calls": list(report.unrecorded_calls),
+        }
+        _say(out, json.dumps(doc, indent=2, ensure_ascii=False))
+        return 0 if report.agrees else 1
     _say(out, f"run {saved.run_id} replayed on {_identity(table)}: {report}")
     if report.unrecorded_calls:
         _say(out, f"calls with no recorded result: {', '.join(report.unrecorded_calls)}")

@@ -43,7 +43,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     worker.add_argument(
         "--db",
-        metavar="DB",
+        metavar="PATH",
         help="a file path (SQLite, one machine) or a URL: postgresql://... (many machines), "
         "sqlite:///FILE",
     )

@@ -22,18 +22,22 @@ __all__ = ["diagram_files", "stale_files", "write_files"]
 def diagram_files(table: MachineTable = STANDARD, *, svg: bool = True) -> dict[str, str]:
     """The files of the ``diagrams/`` folder, by name: what ``agentfsm diagrams`` writes.
 
-    ``machine.svg`` is included only when ``svg`` is true and Graphviz is installed.
+    ``overview.dot`` draws the triggers alone, narrow enough to read at a page's width.
+    ``machine.svg`` and ``overview.svg`` are included only when ``svg`` is true and
+    Graphviz is installed.
     """
     files = {
         "machine.mmd": machine_mermaid(table),
         "machine.md": machine_markdown(table),
         "machine.dot": machine_dot(table),
+        "overview.dot": machine_dot(table, why=False),
         "paths.md": paths_markdown(table),
     }
     if svg:
-        rendered = render_svg(files["machine.dot"])
-        if rendered is not None:
-            files["machine.svg"] = rendered
+        for name in ("machine", "overview"):
+            rendered = render_svg(files[f"{name}.dot"])
+            if rendered is not None:
+                files[f"{name}.svg"] = rendered
     for child in _descendants(table):
         for name, text in diagram_files(child, svg=svg).items():
             files.setdefault(f"{child.name}/{name}", text)

@@ -245,29 +245,45 @@ def _dot_entries(table: MachineTable, styles: Mapping[str, str]) -> list[str]:
     ]
 
 
-def machine_dot(table: MachineTable = STANDARD, *, width: int = 30) -> str:
+def machine_dot(table: MachineTable = STANDARD, *, width: int = 30, why: bool = True) -> str:
     """The machine as Graphviz DOT, every edge labelled with its trigger and why.
 
     The forward edges are kept straight so the loop reads top to bottom. Edges
     many states share (``paused`` from any working state) are dashed and carry
     only their trigger; their why is said once, under the terminal's name.
+    ``why=False`` draws the triggers alone, in a larger type: a drawing narrow
+    enough to read at a page's width.
     """
     roles = _dot_edge_roles(table)
     notes: dict[str, list[str]] = {}
     for dest, text in _shared_notes(table):
-        notes.setdefault(dest, []).extend(_wrap(text, width))
+        if why:
+            notes.setdefault(dest, []).extend(_wrap(text, width))
+        else:  # the shared edges are not drawn: the terminal says where they come from
+            trigger = text.split(" from ", 1)[0]
+            notes.setdefault(dest, []).append(f"{trigger} from any state")
     styles = {
-        t: {"label": _dot_html(state_label(t), notes.get(t, ()), size=9)} for t in table.terminals
+        t: {"label": _dot_html(state_label(t), notes.get(t, ()), size=9 if why else 13)}
+        for t in table.terminals
     }
     lines = _dot_header(table, f"The {table.name} machine")
+    if not why:  # read at a page's width: the type as large as the page's own
+        lines = [
+            line.replace("fontsize=14", "fontsize=20")
+            .replace("fontsize=12", "fontsize=18")
+            .replace("fontsize=9", "fontsize=15")
+            for line in lines
+        ]
     lines += _dot_nodes(table, styles)
     lines += _dot_entries(table, {s: f"label={_dot_id(s)}, style=bold" for s in table.entries})
     for e in table.edges:
         role = roles[e]
+        if role == "shared" and not why:
+            continue
         if role == "shared":
             style = f'label={_dot_html(e.trigger)}, style=dashed, color="{_IDLE}"'
         else:
-            style = f"label={_dot_html(e.trigger, _wrap(e.why, width))}"
+            style = f"label={_dot_html(e.trigger, _wrap(e.why, width) if why else ())}"
         lines.append(_dot_edge(e, role, style))
     lines += _dot_clusters(table, state_label, str, "    ", frozenset({table.name}), None)
     lines.append("}")
@@ -284,8 +300,12 @@ def machine_markdown(table: MachineTable = STANDARD) -> str:
         "Runs enter from `[*]` at the state their chain's situation calls for, move along the "
         "edges below, and end in one of the terminals "
         + ", ".join(f"`{t}`" for t in table.terminals)
-        + ". Every path is listed in [paths.md](paths.md); the Graphviz drawing is "
-        "[machine.svg](machine.svg).",
+        + ". Every path is listed in [paths.md](paths.md). Below, the machine's triggers "
+        "([overview.svg](overview.svg)); [machine.svg](machine.svg) gives each edge's why too.",
+        "",
+        f"![The {table.name} machine](overview.svg)",
+        "",
+        "The same machine in Mermaid:",
         "",
         "```mermaid",
         machine_mermaid(table).rstrip("\n"),

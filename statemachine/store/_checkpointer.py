@@ -116,6 +116,7 @@ class Checkpointer:
         marks: tuple[int, int] = (0, 0),
         head: str | None = None,
         owner: str | None = None,
+        command: Mapping[str, Any] | None = None,
     ) -> None:
         self.run = run
         self.store = store
@@ -155,6 +156,8 @@ class Checkpointer:
                 "options": self.options,
                 "started": time.time(),
             }
+            if command:
+                self._header["command"] = dict(command)
 
     @classmethod
     def of(cls, run: Run) -> Checkpointer:
@@ -334,6 +337,7 @@ def checkpoint(
     new_segment: bool = False,
     replace: bool = False,
     owner: str | None = None,
+    command: Mapping[str, Any] | None = None,
 ) -> Checkpointer:
     """Save ``run`` to ``store`` now and at every transition from here on.
 
@@ -349,7 +353,9 @@ def checkpoint(
     is running is refused (:class:`RunInUseError`), as is a saved run that went on
     or ended since it was loaded. Nothing is attached then. ``owner`` is the lease
     holder's name when the run was claimed already (:func:`restore_run` claims
-    before approved calls run).
+    before approved calls run). ``command`` (a new run only) records how the command line
+    started it, as JSON (``{"agent": "MODULE:ATTR"}``): ``agentfsm runs resume`` takes its
+    agent from there, and the commands it prints name it.
     """
     kept = {k: v for k, v in dict(options or {}).items() if k in SAVED_OPTIONS}
     if saved is None:
@@ -364,6 +370,7 @@ def checkpoint(
             saved=0,
             new_segment=True,
             owner=owner,
+            command=command,
         )
     else:
         packer = Packer(saved.messages, saved.contexts)

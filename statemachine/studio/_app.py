@@ -45,7 +45,7 @@ from .._errors import (
     StoreError,
 )
 from .._machine import MachineTable, UnknownMachineError, machine_named
-from .._resumable import check_resumable
+from .._resumable import check_resumable, recorded_command
 from .._resume import restore_run
 from .._serialization import FormatError, UnknownToolError
 from .._view import page_data, render_page
@@ -136,17 +136,27 @@ class _Studio:
         self.agent_spec = agent if isinstance(agent, str) else None
         self.csrf = secrets.token_urlsafe(32)
         self._agent: Agent | None = agent if isinstance(agent, Agent) else None
+        #: Agents runs recorded (``agentfsm run --agent``), by spec, when none was given.
+        self._recorded: dict[str, Agent] = {}
         self._writer: SQLiteStore | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
 
-    def agent(self) -> Agent:
+    def agent(self, recorded: str | None = None) -> Agent:
+        """The agent given, else the one a run ``recorded`` it was started with, else the
+        demo agent."""
+        if self._agent is None and self.agent_spec is None and recorded is not None:
+            if recorded not in self._recorded:
+                self._recorded[recorded] = load_agent(recorded)
+            return self._recorded[recorded]
         if self._agent is None:
             spec = self.agent_spec or DEFAULT_AGENT
             self._agent = load_agent(spec, from_cwd=self.agent_spec is not None)
         return self._agent
 
-    def agent_named(self) -> str:
+    def agent_named(self, recorded: str | None = None) -> str:
         """The agent as a refusal names it."""
+        if self._agent is None and self.agent_spec is None and recorded is not None:
+            return recorded
         return self.agent_spec or ("the given agent" if self._agent else DEFAULT_AGENT)
 
     def writer(self) -> SQLiteStore:
@@ -525,10 +535,12 @@ def _parent(saved: SavedRun) -> dict[str, Any] | None:
 async def _resume(studio: _Studio, run_id: str, decisions: Sequence[Mapping[str, Any]]) -> Any:
     """The run resumed with ``decisions``, claimed, at the approval state that takes them;
     not yet stepped (the approved calls run as it steps, in its trace)."""
-    agent = studio.agent()
     store = studio.writer()
+    command = recorded_command(store, run_id)
+    spec = command.get("agent")
+    agent = studio.agent(spec)
     before = load_run(store, run_id, strict=False)
-    check_resumable(before, decisions, agent, studio.agent_named(), studio.db)
+    check_resumable(before, decisions, agent, studio.agent_named(spec), studio.db, command)
     return await restore_run(agent, run_id, store, list(decisions))
 
 

@@ -72,7 +72,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+#: pytest-asyncio's setting that warns at the start of every session while unset.
+_LOOP_SCOPE = "asyncio_default_fixture_loop_scope"
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    _default_loop_scope(config)
     wanted = (
         config.getoption("agentfsm_coverage")
         or config.getoption("agentfsm_fail_under") is not None
@@ -80,6 +86,19 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if wanted:
         config.pluginmanager.register(CoverageReport(config), _COVERAGE)
+
+
+def _default_loop_scope(config: pytest.Config) -> None:
+    """With pytest-asyncio installed and ``asyncio_default_fixture_loop_scope`` unset, take
+    ``function``, the default its next versions will have: a project testing agents starts
+    with no deprecation warning in its header. A value the project sets is left alone."""
+    try:
+        unset = not config.getini(_LOOP_SCOPE)
+    except ValueError:  # pytest-asyncio is not installed: nothing to set
+        return
+    cache = getattr(config, "_inicache", None)  # pytest's cache of ini values
+    if unset and isinstance(cache, dict):
+        cache[_LOOP_SCOPE] = "function"
 
 
 # ---------------------------------------------------------------- coverage
