@@ -183,7 +183,9 @@ def test_a_run_on_its_own_machine_names_the_module_that_declares_it(
     assert viewed.returncode == 0, viewed.stderr
     assert (folder / f"{run_id}.html").exists()
     # A decision without its digest: the refusal names the show command that lists them.
-    unbound = _agentfsm(folder, "runs", "resume", run_id, "--db", "r.db", "--decisions", "[{}]")
+    unbound = _agentfsm(
+        folder, "runs", "resume", run_id, "--db", "r.db", "--agent", agent, "--decisions", "[{}]"
+    )
     assert unbound.returncode == 2
     (show,) = re.findall(r"(agentfsm runs show .*?) lists each request", unbound.stderr)
     assert show == f"agentfsm runs show {run_id} --db r.db --machines my_agents"
@@ -261,13 +263,22 @@ def test_ctrl_c_inside_a_tool_stops_the_run_and_its_hint_resumes_it(
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")
-def test_a_stopped_run_resumes_with_its_id_alone(folder: pathlib.Path) -> None:
-    """``agentfsm runs resume RUN_ID``: the agent is the one the run was started with."""
+def test_a_stopped_run_resumes_with_the_agent_its_hint_names(folder: pathlib.Path) -> None:
+    """``agentfsm runs resume RUN_ID`` alone is told the ``--agent`` to add (a saved run names
+    its agent's module but never loads it); with it, the run goes on to its end."""
     err, _ = _stopped_by_ctrl_c(folder, "my_agents:sync_waiter")
     run_id = re.search(r"run (\S+) is saved at paused", err)
     assert run_id is not None, err
     (folder / "go").write_text("")
-    resumed = _agentfsm(folder, "runs", "resume", run_id.group(1), "--db", "r.db")
+    alone = _agentfsm(folder, "runs", "resume", run_id.group(1), "--db", "r.db")
+    assert alone.returncode == 2
+    assert alone.stderr.strip().endswith(
+        "the run was started with --agent my_agents:sync_waiter, which a saved run names "
+        "but does not load: add --agent my_agents:sync_waiter"
+    ), alone.stderr
+    assert alone.stderr.count("\n") == 1
+    (hint,) = re.findall(r"go on with: (.*)", err)
+    resumed = _pasted(folder, hint)
     assert resumed.returncode == 0, resumed.stderr
     assert f"run {run_id.group(1)}: ok at ok" in resumed.stdout
     assert _steps(resumed.stdout)[-1] == "deciding --done--> ok"
@@ -279,7 +290,10 @@ def test_ctrl_c_while_runs_resume_runs_a_sync_tool(folder: pathlib.Path) -> None
     err, _ = _stopped_by_ctrl_c(folder, "my_agents:sync_waiter")
     run_id = re.search(r"run (\S+) is saved at paused", err)
     assert run_id is not None, err
-    again, took = _stopped_by_ctrl_c(folder, "", "runs", "resume", run_id.group(1), "--db", "r.db")
+    again, took = _stopped_by_ctrl_c(
+        folder, "", "runs", "resume", run_id.group(1), "--db", "r.db",
+        "--agent", "my_agents:sync_waiter",
+    )  # fmt: skip
     assert took < 10, took
     assert again == (
         f"agentfsm runs: interrupted; run {run_id.group(1)} is saved at paused; go on with: "

@@ -331,8 +331,9 @@ def test_a_large_stores_first_page_reads_only_its_runs(
 def test_a_decision_resumes_with_the_agent_the_run_was_started_with(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No --agent: a run that ``agentfsm run --agent`` started goes on with that agent, not
-    the demo one (which lacks its tool)."""
+    """A run that ``agentfsm run --agent`` started: a studio with no ``--agent`` refuses the
+    decision with the flag to start it with (a saved run's names are data, never loaded);
+    one started with that agent resumes the run with it."""
     from tests.test_cli_hints import AGENTS
 
     (tmp_path / "studio_recorded_agents.py").write_text(AGENTS, encoding="utf-8")
@@ -351,6 +352,19 @@ def test_a_decision_resumes_with_the_agent_the_run_was_started_with(
         extra = addon_data(httpx.get(f"{base}/runs/{run_id.group(1)}").text)
         (request,) = extra["requests"]
         approve = {"decisions": [{"type": "approve", "digest": request["digest"]}]}
+        refused = httpx.post(
+            base + extra["decide"], json=approve, headers={CSRF_HEADER: extra["csrf"]}
+        )
+        assert refused.status_code == 400
+        assert refused.json()["error"] == (
+            "this run was started with --agent studio_recorded_agents:mailer, which a saved "
+            "run names but does not load: start the studio with --agent "
+            "studio_recorded_agents:mailer"
+        )
+        assert "studio_recorded_agents" not in sys.modules
+    app = create_app(str(tmp_path / "r.db"), agent="studio_recorded_agents:mailer")
+    with serving(app) as base:
+        extra = addon_data(httpx.get(f"{base}/runs/{run_id.group(1)}").text)
         sent = httpx.post(
             base + extra["decide"], json=approve, headers={CSRF_HEADER: extra["csrf"]}
         )

@@ -563,13 +563,17 @@ def _decisions(text: str | None) -> Sequence[Mapping[str, Any]] | None:
 
 def agent_to_resume(spec: str | None, command: Mapping[str, Any]) -> tuple[Agent, str]:
     """The agent a run resumes with, and how refusals name it: ``--agent`` when given, else
-    the one the command line recorded when it started the run (``agentfsm run --agent``, or
-    ``agentfsm run --provider``'s own small agent on the same model), else the demo agent."""
+    ``agentfsm run --provider``'s own small agent on the model the run recorded, else the
+    demo agent. A run started with ``--agent`` is refused with the flag to add: a saved
+    file is data, and a module it names is imported only when the user names it too."""
     if spec is not None:
         return load_agent(spec), spec
     recorded = command.get("agent")
-    if isinstance(recorded, str):
-        return load_agent(recorded), recorded
+    if isinstance(recorded, str):  # a saved run names code; loading it is the user's call
+        raise UsageError(
+            f"the run was started with --agent {recorded}, which a saved run names but does "
+            f"not load: add{agent_flag(command)}"
+        )
     if "provider" in command:
         # the command starts fast: only a run of `agentfsm run --provider` needs it
         from .._demo import calculator_agent

@@ -15,6 +15,7 @@ import hmac
 import json
 import logging
 import secrets
+import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from importlib.resources import files
 from typing import Any, Final, TypeVar
@@ -137,17 +138,18 @@ class _Studio:
         self.csrf = secrets.token_urlsafe(32)
         self._agent: Agent | None = agent if isinstance(agent, Agent) else None
         #: Agents runs recorded (``agentfsm run --agent``), by spec, when none was given.
-        self._recorded: dict[str, Agent] = {}
         self._writer: SQLiteStore | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
 
     def agent(self, recorded: str | None = None) -> Agent:
-        """The agent given, else the one a run ``recorded`` it was started with, else the
-        demo agent."""
+        """The agent given, else the demo agent. A run ``recorded`` as started with an
+        ``--agent`` of its own is refused with the flag to start the studio with: a
+        saved file names code, and the studio loads only what its user named."""
         if self._agent is None and self.agent_spec is None and recorded is not None:
-            if recorded not in self._recorded:
-                self._recorded[recorded] = load_agent(recorded)
-            return self._recorded[recorded]
+            raise UsageError(
+                f"this run was started with --agent {recorded}, which a saved run names but "
+                f"does not load: start the studio with --agent {shlex.quote(recorded)}"
+            )
         if self._agent is None:
             spec = self.agent_spec or DEFAULT_AGENT
             self._agent = load_agent(spec, from_cwd=self.agent_spec is not None)
