@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentfsm import LLMChain, Message, Ok, ToolCall, tool
+from agentfsm._machine import RESULTS
 from agentfsm._modes.standard import StandardMode
 from agentfsm.providers import ScriptedModel
 from agentfsm.steps import Continue
@@ -59,8 +60,8 @@ async def steps_alone(k: int) -> None:
     result = Continue(run.chain)
     moves = 0
     while state not in table.terminals:
-        outcome = work[state](result, opts)
-        result = (outcome if outcome.__class__ is tuple else await outcome)[0]  # type: ignore[misc]
+        out = work[state](result, opts)
+        result = out if out.__class__ in RESULTS else await out  # type: ignore[misc]
         state = successors[state][triggers[state][result.__class__]]
         moves += 1
     assert type(result) is Ok and moves == 7 * (k + 1), (result, moves)

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from transitions import Machine
 
 __all__ = [
+    "COROUTINE",
+    "RESULTS",
     "Detail",
     "Edge",
     "MachineDefinitionError",
@@ -54,23 +56,26 @@ __all__ = [
     "identity",
     "machine_named",
     "machine_versions",
+    "not_a_result",
     "step_name",
 ]
 
-#: What a state's work gives the run: the result, and a detail for its transition (None
-#: from a table's steps, whose details the run builds from ``details`` when read).
+#: The last release's shape of a state's work's result, with a detail; kept for one release.
 Outcome: TypeAlias = tuple[PipelineResult, Mapping[str, Any] | None]
-#: A state's work, its steps piped: ``Continue(chain)`` and the run's options in, an
-#: outcome out (directly when no step awaited anything).
-Work: TypeAlias = Callable[[Continue, Mapping[str, Any]], Outcome | Awaitable[Outcome]]
+#: A state's work, its steps piped: ``Continue(chain)`` and the run's options in, the
+#: result out (directly when no step awaited anything). A state of one step is that step.
+Work: TypeAlias = Callable[
+    [Continue, Mapping[str, Any]], PipelineResult | Awaitable[PipelineResult]
+]
 #: What a state's transition records about its work (``Transition.detail``), from the
 #: chain the state started with and the result its steps gave.
 Detail: TypeAlias = Callable[[LLMChain, PipelineResult], Mapping[str, Any] | None]
 
-_RESULTS: Final[frozenset[type[Any]]] = frozenset({Continue, Ok, Paused, Interrupted, Failed})
+#: The classes a step may return.
+RESULTS: Final[frozenset[type[Any]]] = frozenset({Continue, Ok, Paused, Interrupted, Failed})
 _NAME: Final = re.compile(r"[a-z][a-z0-9_]*")
-_COROUTINE: Final[type[Any]] = types.CoroutineType
-_NO_STEPS: Final[Iterator[Step]] = iter(())
+#: What most awaitable steps return: checked by class before ``inspect.isawaitable``.
+COROUTINE: Final[type[Any]] = types.CoroutineType
 
 
 def _sources(value: str | Iterable[str]) -> tuple[str, ...]:
@@ -483,44 +488,40 @@ def identity(table: MachineTable) -> Mapping[str, Any]:
 def _pipe(steps: tuple[Step, ...]) -> Work:
     """``steps`` as one state's work: each in turn, until a result is not ``Continue``.
 
-    Steps that return their result directly run without a coroutine; from the
-    first one that returns an awaitable on, the work goes on in one. The
-    outcome's detail is None: a run builds its transition's detail from
-    :attr:`MachineTable.details` when someone reads it.
+    A state of one step has that step as its work: the run checks what it returns (and
+    awaits it when it is awaitable). Of several, steps that return their result
+    directly run without a coroutine; from the first one that returns an awaitable on,
+    the work goes on in one.
     """
+    if len(steps) == 1:
+        return steps[0]
 
-    def work(start: Continue, opts: Mapping[str, Any]) -> Outcome | Awaitable[Outcome]:
+    def work(
+        start: Continue, opts: Mapping[str, Any]
+    ) -> PipelineResult | Awaitable[PipelineResult]:
         result: Any = start
         rest = iter(steps)
         for step in rest:
             result = step(result, opts)
             if result.__class__ is not Continue:
-                if result.__class__ not in _RESULTS:
+                if result.__class__ not in RESULTS:
                     return _awaiting(result, step, rest, opts)
                 break
-        return result, None
+        return result  # type: ignore[no-any-return]
 
-    if len(steps) != 1:
-        return work
-    (only,) = steps
-
-    def one_step(start: Continue, opts: Mapping[str, Any]) -> Outcome | Awaitable[Outcome]:
-        result: Any = only(start, opts)
-        if result.__class__ not in _RESULTS:
-            return _awaiting(result, only, _NO_STEPS, opts)
-        return result, None
-
-    return one_step
+    return work
 
 
-async def _awaiting(out: Any, step: Step, rest: Iterator[Step], opts: Mapping[str, Any]) -> Outcome:
+async def _awaiting(
+    out: Any, step: Step, rest: Iterator[Step], opts: Mapping[str, Any]
+) -> PipelineResult:
     """The rest of a state's work, from the awaitable ``step`` returned."""
     while True:
-        if out.__class__ is not _COROUTINE and not inspect.isawaitable(out):
-            raise TypeError(_not_a_result(step, out))
+        if out.__class__ is not COROUTINE and not inspect.isawaitable(out):
+            raise TypeError(not_a_result(step, out))
         result = await out
-        if result.__class__ not in _RESULTS:
-            raise TypeError(_not_a_result(step, result))
+        if result.__class__ not in RESULTS:
+            raise TypeError(not_a_result(step, result))
         awaiting = False
         if result.__class__ is Continue:
             for step in rest:
@@ -528,16 +529,17 @@ async def _awaiting(out: Any, step: Step, rest: Iterator[Step], opts: Mapping[st
                 if out.__class__ is Continue:
                     result = out
                     continue
-                if out.__class__ in _RESULTS:
+                if out.__class__ in RESULTS:
                     result = out
                 else:
                     awaiting = True
                 break
         if not awaiting:
-            return result, None
+            return result  # type: ignore[no-any-return]
 
 
-def _not_a_result(step: Step, value: Any) -> str:
+def not_a_result(step: object, value: Any) -> str:
+    """Why ``value``, which ``step`` returned, ends its run: it is no pipeline result."""
     name = getattr(step, "__qualname__", repr(step))
     return (
         f"the step {name} returned {type(value).__name__}, not a pipeline result "
@@ -676,7 +678,7 @@ def _check_edges(table: MachineTable, fail: _Fail) -> None:
             raise fail(f"{named} enters {e.dest!r}, which is not a state of this machine")
         if not isinstance(e.trigger, str) or not _NAME.fullmatch(e.trigger):
             raise fail(f"{named}: the trigger is not snake_case ([a-z][a-z0-9_]*)")
-        if e.on not in _RESULTS:
+        if e.on not in RESULTS:
             raise fail(
                 f"{named} fires on {e.on!r}, which is not a pipeline result type "
                 "(Continue, Ok, Paused, Interrupted, Failed)"

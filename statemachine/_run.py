@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import time
 from collections.abc import (
     AsyncIterator,
@@ -25,7 +26,7 @@ import attrs
 from ._chain import LLMChain
 from ._errors import ChainError, IllegalTransitionError
 from ._hooks import Hook, current_global_hooks
-from ._machine import MachineTable, Outcome
+from ._machine import COROUTINE, RESULTS, MachineTable, Work, not_a_result
 from ._messages import Usage
 from ._options import Options
 from ._results import Continue, Failed, Interrupted, Paused, PipelineResult, Terminal
@@ -251,36 +252,42 @@ class Run:
         self._busy = True
         if self._requested_pause is not None:
             reason, self._requested_pause = self._requested_pause, None
-            return self._finish(
-                source, chain, started, (Paused(chain, reason), {"requested": True}), worked=False
-            )
+            paused = Paused(chain, reason)
+            return self._finish(source, chain, started, paused, {"requested": True}, worked=False)
         carried = self._carried  # the last state's Continue, when it is still the run's chain
         if carried is None or carried.chain is not chain:
             carried = Continue(chain)
+        work = self._work[source]
         try:
-            outcome = self._work[source](carried, self.opts)
+            out = work(carried, self.opts)
+            pending = out.__class__ not in RESULTS
+            if pending and out.__class__ is not COROUTINE and not inspect.isawaitable(out):
+                raise TypeError(not_a_result(work, out))
         except Exception as exc:  # a step's bug ends the run, it does not crash the host
-            return self._finish(
-                source, chain, started, (_crashed(source, chain, exc), None), worked=False
-            )
-        if outcome.__class__ is tuple:
-            return self._finish(source, chain, started, outcome, worked=True)
-        return self._awaited(source, chain, started, outcome)  # type: ignore[arg-type]
+            return self._finish(source, chain, started, _crashed(source, chain, exc), worked=False)
+        if pending:
+            return self._awaited(source, chain, started, out, work)  # type: ignore[arg-type]
+        return self._finish(source, chain, started, out, worked=True)  # type: ignore[arg-type]
 
     async def _awaited(
-        self, source: str, chain: LLMChain, started: float, pending: Awaitable[Outcome]
+        self,
+        source: str,
+        chain: LLMChain,
+        started: float,
+        pending: Awaitable[PipelineResult],
+        work: Work,
     ) -> Transition:
         try:
-            outcome = await pending
+            result = await pending
+            if result.__class__ not in RESULTS:  # a state of one step: the step's own value
+                raise TypeError(not_a_result(work, result))
         except asyncio.CancelledError:
-            cancelled = (Paused(chain, "cancelled"), {"cancelled": True})
-            self._finish(source, chain, started, cancelled, worked=False)
+            cancelled = Paused(chain, "cancelled")
+            self._finish(source, chain, started, cancelled, {"cancelled": True}, worked=False)
             raise
         except Exception as exc:  # a step's bug ends the run, it does not crash the host
-            return self._finish(
-                source, chain, started, (_crashed(source, chain, exc), None), worked=False
-            )
-        return self._finish(source, chain, started, outcome, worked=True)
+            return self._finish(source, chain, started, _crashed(source, chain, exc), worked=False)
+        return self._finish(source, chain, started, result, worked=True)
 
     def _count_tokens(self, result: PipelineResult) -> tuple[PipelineResult, dict[str, int] | None]:
         """A new last message's usage, when it is a reply (the step's detail records it,
@@ -318,17 +325,23 @@ class Run:
         return self._usage
 
     def _finish(
-        self, source: str, chain: LLMChain, started: float, outcome: Outcome, *, worked: bool
+        self,
+        source: str,
+        chain: LLMChain,
+        started: float,
+        result: PipelineResult,
+        detail: Mapping[str, Any] | None = None,
+        *,
+        worked: bool,
     ) -> Transition:
-        """Take the transition the ``outcome`` leads to (from ``chain``), and record it.
+        """Take the transition ``result`` leads to (from ``chain``), and record it.
 
         When the state's steps ``worked`` (they did not crash, and no pause stopped
         them), the transition's detail is the state's :attr:`MachineTable.details`
-        of their result, built when first read.
+        of their result, built when first read; else it is ``detail``.
         """
         ended = time.perf_counter()
         self._busy = False
-        result, detail = outcome
         if self._children is not None:
             result = _counting(result, self._children)
         worked_out: PipelineResult | None = result

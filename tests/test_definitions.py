@@ -367,8 +367,9 @@ def test_extra_steps_run_after_the_states_own() -> None:
 
     machine = table(steps={"work": (own,)})
     chain = LLMChain(ScriptedModel([])).add_message(Message.user("go"))
-    result, detail = machine.work({"work": [mine]})["work"](Continue(chain), Options())
-    assert seen == ["own", "mine"] and isinstance(result, Ok) and detail is None
+    result = machine.work({"work": [mine]})["work"](Continue(chain), Options())
+    assert seen == ["own", "mine"] and isinstance(result, Ok)
+    assert machine.work()["work"] is own  # a state of one step: the step is its work
     assert machine.work() is machine.work({})  # no extra steps: the table's own work
 
 

@@ -226,7 +226,7 @@ async def test_a_result_with_no_edge_out_is_an_illegal_transition() -> None:
         return Interrupted(result.chain, {"why": "no edge for it"})
 
     run = Run(SHAPES, chain_of(ScriptedModel([])), "all_sync", extra_steps={})
-    run._work = {**run._work, "all_sync": lambda start, opts: (interrupts(start, opts), None)}
+    run._work = {**run._work, "all_sync": interrupts}
     with pytest.raises(IllegalTransitionError) as raised:
         await run.step()
     assert str(raised.value) == (
