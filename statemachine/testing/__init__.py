@@ -4,6 +4,8 @@
 :func:`edge_coverage` counts the edges runs take; :func:`path_cases` gives, for
 each path of a machine, a scenario that takes it; :func:`record` and
 :class:`Cassette` record a model's conversation and replay it;
+:class:`StochasticModel` draws its replies from a seeded random generator, so runs'
+paths vary as a real model's do (for evals, :mod:`agentfsm.evals`);
 :func:`check_machine` proves properties of a table over all its paths, from the
 effects its steps declare (:func:`agentfsm.steps.effects`). The
 pytest plugin (installed with the package) adds fixtures and a coverage report;
@@ -16,6 +18,7 @@ from .._checks import check_machine
 from .._moved import forward, show_at
 from ._assertions import assert_path, edge_coverage, matches_path
 from ._cases import PathCase, Scenario, assert_took, path_cases
+from ._stochastic import StochasticModel
 from ._cassette import (
     Cassette,
     CassetteMismatchError,
@@ -30,6 +33,7 @@ __all__ = [
     "CassetteMismatchError",
     "PathCase",
     "Scenario",
+    "StochasticModel",
     "assert_path",
     "assert_took",
     "check_machine",
