@@ -29,6 +29,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from agentfsm import Agent, tool  # noqa: E402
+from agentfsm._cli._eval_tables import report_tables  # noqa: E402
 from agentfsm.evals import Case, Dataset, EvalReport, Expect, compare, evaluate_sync  # noqa: E402
 from agentfsm.providers import call_tool, say  # noqa: E402
 from agentfsm.store import SQLiteStore  # noqa: E402
@@ -89,12 +90,16 @@ def main() -> None:
         saving, saved = timed(lambda: _save_fresh(store, report), args.repeat)
         reading, _ = timed(lambda: EvalReport.load(store, saved), args.repeat)
         store.close()
-    drawing, _ = timed(lambda: Console(file=io.StringIO(), width=120).print(report), args.repeat)
+    drawing, _ = timed(
+        lambda: Console(file=io.StringIO(), width=120).print(report_tables(report)), args.repeat
+    )
     comparing, comparison = timed(lambda: compare(report, other), args.repeat)
     counts = report.path_counts()
     transitions = sum(len(report.paths[i][1]) * n for i, n in counts.items())
-    table = Table(title=f"an eval of {args.cases} cases x {args.runs} runs "
-                  f"({args.concurrency} at once), median of {args.repeat}")
+    table = Table(
+        title=f"an eval of {args.cases} cases x {args.runs} runs "
+        f"({args.concurrency} at once), median of {args.repeat}"
+    )
     table.add_column("what")
     table.add_column("seconds", justify="right")
     table.add_column("per run", justify="right")

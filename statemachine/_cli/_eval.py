@@ -37,6 +37,7 @@ from .._serialization import FormatError
 from .._spec import import_attribute
 from ..store import SQLiteStore
 from . import _runs as _runs_cli
+from ._eval_tables import comparison_tables, report_tables
 
 __all__ = ["add_parser"]
 
@@ -45,7 +46,9 @@ def _share(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of points (0-100), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number of points (0-100), got {text!r}"
+        ) from None
     if not 0 <= value <= 100:
         raise argparse.ArgumentTypeError(f"expected a number of points (0-100), got {text!r}")
     return value / 100
@@ -55,7 +58,9 @@ def _alpha(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an error rate such as 0.05, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected an error rate such as 0.05, got {text!r}"
+        ) from None
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"expected an error rate between 0 and 1, got {text!r}")
     return value
@@ -72,14 +77,28 @@ def _positive(text: str) -> int:
 
 
 def _gate_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--alpha", type=_alpha, default=0.05, metavar="RATE",
-                        help="the error rate of the comparison (default 0.05)")
-    parser.add_argument("--correction", choices=("holm", "bh"), default="holm",
-                        help="holm (default: the chance of any false change stays under --alpha) "
-                        "or bh (Benjamini-Hochberg: the expected share of false changes)")
-    parser.add_argument("--max-drop", type=_share, default=0.0, metavar="POINTS",
-                        help="the least significant drop of a pass rate (or rise of error), in "
-                        "points, that fails (default 0: any significant one)")
+    parser.add_argument(
+        "--alpha",
+        type=_alpha,
+        default=0.05,
+        metavar="RATE",
+        help="the error rate of the comparison (default 0.05)",
+    )
+    parser.add_argument(
+        "--correction",
+        choices=("holm", "bh"),
+        default="holm",
+        help="holm (default: the chance of any false change stays under --alpha) "
+        "or bh (Benjamini-Hochberg: the expected share of false changes)",
+    )
+    parser.add_argument(
+        "--max-drop",
+        type=_share,
+        default=0.0,
+        metavar="POINTS",
+        help="the least significant drop of a pass rate (or rise of error), in "
+        "points, that fails (default 0: any significant one)",
+    )
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -103,21 +122,38 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "expectation.",
     )
     run.add_argument("dataset", metavar="DATASET.json", help="the dataset file")
-    run.add_argument("--agent", required=True, metavar="MODULE:ATTR",
-                     help="an Agent, or a function making one (called once per run)")
-    run.add_argument("--model", metavar="PROVIDER:NAME",
-                     help="run the agent on this model instead of its own "
-                     "(openai:gpt-4.1-mini, anthropic:..., scripted:echo)")
+    run.add_argument(
+        "--agent",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="an Agent, or a function making one (called once per run)",
+    )
+    run.add_argument(
+        "--model",
+        metavar="PROVIDER:NAME",
+        help="run the agent on this model instead of its own "
+        "(openai:gpt-4.1-mini, anthropic:..., scripted:echo)",
+    )
     run.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server's URL")
     run.add_argument("--runs", type=_positive, default=10, metavar="N", help="runs per case (10)")
-    run.add_argument("--concurrency", type=_positive, default=8, metavar="K",
-                     help="runs at once at most (8)")
-    run.add_argument("--name", metavar="LABEL", help="the configuration's name (default: the model's)")
+    run.add_argument(
+        "--concurrency", type=_positive, default=8, metavar="K", help="runs at once at most (8)"
+    )
+    run.add_argument(
+        "--name", metavar="LABEL", help="the configuration's name (default: the model's)"
+    )
     run.add_argument("--json", action="store_true", help="print the report as JSON")
     run.add_argument("--no-save", action="store_true", help="do not save it to the store")
-    run.add_argument("--against", metavar="EVAL", help="a saved eval's id (or a report file) to compare with")
-    run.add_argument("--fail-under", type=_share, default=None, metavar="PCT",
-                     help="exit 1 when under PCT percent of the runs met every expectation")
+    run.add_argument(
+        "--against", metavar="EVAL", help="a saved eval's id (or a report file) to compare with"
+    )
+    run.add_argument(
+        "--fail-under",
+        type=_share,
+        default=None,
+        metavar="PCT",
+        help="exit 1 when under PCT percent of the runs met every expectation",
+    )
     _gate_options(run)
     _runs_cli.add_db_option(run)
     run.set_defaults(handler=_run)
@@ -136,13 +172,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _gate_options(cmp)
     _runs_cli.add_db_option(cmp)
     cmp.set_defaults(handler=_compare)
-    listing = commands.add_parser("list", help="list the evals saved in the store",
-                                  description="List the evals saved in the store, newest first.")
+    listing = commands.add_parser(
+        "list",
+        help="list the evals saved in the store",
+        description="List the evals saved in the store, newest first.",
+    )
     listing.add_argument("--json", action="store_true", help="print them as JSON")
     _runs_cli.add_db_option(listing)
     listing.set_defaults(handler=_list)
-    show = commands.add_parser("show", help="print a saved eval's report",
-                               description="Print the report of a saved eval (or a report file).")
+    show = commands.add_parser(
+        "show",
+        help="print a saved eval's report",
+        description="Print the report of a saved eval (or a report file).",
+    )
     show.add_argument("eval", metavar="EVAL", help="an eval id or a report file")
     show.add_argument("--json", action="store_true", help="print it as JSON")
     _runs_cli.add_db_option(show)
@@ -196,7 +238,9 @@ def _store(db: str, *, create: bool = False) -> SQLiteStore:
 def _agent_source(args: argparse.Namespace) -> Agent | Callable[[], Agent]:
     value = import_attribute(args.agent, "--agent", UsageError)
     if not isinstance(value, Agent) and not callable(value):
-        raise UsageError(f"--agent {args.agent} is a {type(value).__name__}, not an Agent or a function")
+        raise UsageError(
+            f"--agent {args.agent} is a {type(value).__name__}, not an Agent or a function"
+        )
     if args.model is None:
         if args.base_url is not None:
             raise UsageError("--base-url goes with --model PROVIDER:NAME")
@@ -234,19 +278,33 @@ def _run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
         with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=err, transient=True, disable=not err.is_terminal,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
         ) as bar:
-            task = bar.add_task(printable(f"eval {dataset.name}"), total=len(dataset.cases) * args.runs)
+            task = bar.add_task(
+                printable(f"eval {dataset.name}"), total=len(dataset.cases) * args.runs
+            )
 
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done)
 
             try:
-                report = asyncio.run(evaluate(
-                    source, dataset, runs=args.runs, concurrency=args.concurrency,
-                    name=args.name, store=store, progress=progress,
-                ))
+                report = asyncio.run(
+                    evaluate(
+                        source,
+                        dataset,
+                        runs=args.runs,
+                        concurrency=args.concurrency,
+                        name=args.name,
+                        store=store,
+                        progress=progress,
+                    )
+                )
             except (TypeError, ValueError, StoreError) as exc:
                 raise UsageError(str(exc)) from None
     finally:
@@ -263,16 +321,19 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=1, ensure_ascii=False))
     else:
         out = Console()
-        out.print(report)
+        out.print(report_tables(report))
         if comparison is not None:
-            out.print(comparison)
+            out.print(comparison_tables(comparison))
         if store is not None:
             print(printable(f"saved: eval {report.id} in {db}"))
     if failed_under:
-        print(printable(
-            f"agentfsm eval: {report.overall.value:.1%} of the runs met every expectation, "
-            f"under --fail-under {args.fail_under:.0%}"
-        ), file=sys.stderr)
+        print(
+            printable(
+                f"agentfsm eval: {report.overall.value:.1%} of the runs met every expectation, "
+                f"under --fail-under {args.fail_under:.0%}"
+            ),
+            file=sys.stderr,
+        )
     regressed = comparison is not None and not comparison.ok
     return 1 if failed_under or regressed else 0
 
@@ -289,7 +350,7 @@ def _compare(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(comparison.to_json(), indent=1, ensure_ascii=False))
     else:
-        Console().print(comparison)
+        Console().print(comparison_tables(comparison))
     return 0 if comparison.ok else 1
 
 
@@ -298,7 +359,11 @@ def _list(args: argparse.Namespace) -> int:
         rows = store.evals()
     if args.json:
         keys = ("id", "name", "dataset", "created")
-        print(json.dumps([dict(zip(keys, r, strict=True)) for r in rows], indent=1, ensure_ascii=False))
+        print(
+            json.dumps(
+                [dict(zip(keys, r, strict=True)) for r in rows], indent=1, ensure_ascii=False
+            )
+        )
         return 0
     if not rows:
         print("no evals saved yet (agentfsm eval run saves one)")
@@ -319,5 +384,5 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=1, ensure_ascii=False))
     else:
-        Console().print(report)
+        Console().print(report_tables(report))
     return 0

@@ -143,12 +143,6 @@ class EvalComparison:
             "rows": [r.to_json() for r in self.rows],
         }
 
-    def __rich__(self) -> Any:
-        # the command line and notebooks show it
-        from ._tables import comparison_tables
-
-        return comparison_tables(self)
-
 
 def _describe(row: Row) -> str:
     where = f"{row.case}: " if row.case else ""
@@ -161,9 +155,15 @@ def _rate_row(kind: Kind, case: str | None, what: str, a: Rate, b: Rate) -> tupl
     row = Row(kind, case, what, a.value, b.value)
     if a.runs == 0 or b.runs == 0:
         return row, False
-    if a.passed in (0, a.runs) and a.passed / a.runs == b.passed / b.runs and b.passed in (0, b.runs):
+    if (
+        a.passed in (0, a.runs)
+        and a.passed / a.runs == b.passed / b.runs
+        and b.passed in (0, b.runs)
+    ):
         return row, False  # the same constant on both sides: nothing to test
-    return attrs.evolve(row, p=fisher_exact(a.passed, a.runs - a.passed, b.passed, b.runs - b.passed)), True
+    return attrs.evolve(
+        row, p=fisher_exact(a.passed, a.runs - a.passed, b.passed, b.runs - b.passed)
+    ), True
 
 
 def compare(
@@ -195,7 +195,9 @@ def compare(
         )
     b_cases = {c.name: c for c in b.cases}
     a_names = [c.name for c in a.cases]
-    unmatched = tuple([n for n in a_names if n not in b_cases] + [n for n in b_cases if n not in a_names])
+    unmatched = tuple(
+        [n for n in a_names if n not in b_cases] + [n for n in b_cases if n not in a_names]
+    )
     shared = [(c, b_cases[c.name]) for c in a.cases if c.name in b_cases]
     if not shared:
         raise ValueError(f"{a.name!r} and {b.name!r} have no case in common")
@@ -204,19 +206,36 @@ def compare(
     b_runs = [o for _, c in shared for o in c.outcomes]
     rows.append(
         _rate_row(
-            "overall", None, "met every expectation",
-            Rate(sum(o.ok for o in a_runs), len(a_runs)), Rate(sum(o.ok for o in b_runs), len(b_runs)),
+            "overall",
+            None,
+            "met every expectation",
+            Rate(sum(o.ok for o in a_runs), len(a_runs)),
+            Rate(sum(o.ok for o in b_runs), len(b_runs)),
         )
     )
     for ca, cb in shared:
         for i, label in enumerate(ca.expectations):
             if label in cb.expectations:
-                rows.append(_rate_row("expectation", ca.name, label, ca.rate(i), cb.rate(cb.expectations.index(label))))
+                rows.append(
+                    _rate_row(
+                        "expectation",
+                        ca.name,
+                        label,
+                        ca.rate(i),
+                        cb.rate(cb.expectations.index(label)),
+                    )
+                )
     ta = Counter(o.terminal or "none" for o in a_runs)
     tb = Counter(o.terminal or "none" for o in b_runs)
     for terminal in sorted(set(ta) | set(tb)):
         rows.append(
-            _rate_row("terminal", None, f"ends in {terminal}", Rate(ta[terminal], len(a_runs)), Rate(tb[terminal], len(b_runs)))
+            _rate_row(
+                "terminal",
+                None,
+                f"ends in {terminal}",
+                Rate(ta[terminal], len(a_runs)),
+                Rate(tb[terminal], len(b_runs)),
+            )
         )
     rows += _edge_rows(a, b, [c for c, _ in shared], [c for _, c in shared])
     tested = [i for i, (_, t) in enumerate(rows) if t]
@@ -225,8 +244,10 @@ def compare(
     for i, p in zip(tested, adjusted, strict=True):
         row = final[i]
         significant = p < alpha
-        worse = row.delta < 0 if row.kind in ("overall", "expectation") else (
-            row.kind == "terminal" and row.what == "ends in error" and row.delta > 0
+        worse = (
+            row.delta < 0
+            if row.kind in ("overall", "expectation")
+            else (row.kind == "terminal" and row.what == "ends in error" and row.delta > 0)
         )
         regression = significant and worse and abs(row.delta) >= threshold
         final[i] = attrs.evolve(row, p_adjusted=p, significant=significant, regression=regression)

@@ -14,12 +14,13 @@ import difflib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
 
 from .._messages import Message
+from .._path_pattern import compile_path
 from .._state import AgentState
 
 if TYPE_CHECKING:
@@ -27,8 +28,19 @@ if TYPE_CHECKING:
 
 __all__ = ["Case", "Dataset", "Expect", "Observed"]
 
-Kind = Literal["ends_in", "visits", "never_visits", "edge", "path", "contains", "equals", "matches", "output"]
-_KINDS: Final = ("ends_in", "visits", "never_visits", "edge", "path", "contains", "equals", "matches")
+Kind = Literal[
+    "ends_in", "visits", "never_visits", "edge", "path", "contains", "equals", "matches", "output"
+]
+_KINDS: Final = (
+    "ends_in",
+    "visits",
+    "never_visits",
+    "edge",
+    "path",
+    "contains",
+    "equals",
+    "matches",
+)
 
 
 @attrs.frozen
@@ -93,15 +105,19 @@ class Expect:
         ``at_most`` times (either may be left out, not both)."""
         _names("edge", (source, trigger))
         if at_least is None and at_most is None:
-            raise ValueError(f"Expect.edge({source!r}, {trigger!r}) needs at_least=, at_most= or both")
+            raise ValueError(
+                f"Expect.edge({source!r}, {trigger!r}) needs at_least=, at_most= or both"
+            )
         for name, bound in (("at_least", at_least), ("at_most", at_most)):
-            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 0):
+            if bound is not None and (
+                isinstance(bound, bool) or not isinstance(bound, int) or bound < 0
+            ):
                 raise ValueError(f"{name} is a whole number of at least 0, got {bound!r}")
         if at_least is not None and at_most is not None and at_least > at_most:
             raise ValueError(f"at_least={at_least} is more than at_most={at_most}")
-        bounds = [f"at least {at_least}x"] * (at_least is not None) + [
-            f"at most {at_most}x"
-        ] * (at_most is not None)
+        bounds = [f"at least {at_least}x"] * (at_least is not None) + [f"at most {at_most}x"] * (
+            at_most is not None
+        )
         label = f"takes {source} --{trigger}--> {' and '.join(bounds)}"
         return cls("edge", (source, trigger), label, at_least, at_most)
 
@@ -132,7 +148,9 @@ class Expect:
         try:
             re.compile(_text("matches", regex))
         except re.error as exc:
-            raise ValueError(f"Expect.matches({regex!r}): not a regular expression: {exc}") from None
+            raise ValueError(
+                f"Expect.matches({regex!r}): not a regular expression: {exc}"
+            ) from None
         return cls("matches", (regex,), f"answer matches {regex!r}")
 
     @classmethod
@@ -151,20 +169,24 @@ class Expect:
         if self.kind in ("ends_in", "visits", "never_visits"):
             pool = table.terminals if self.kind == "ends_in" else table.states
             for state in self.args:
-                _known(state, pool, f"{self.label}: {state!r} is not a "
-                       f"{'terminal' if self.kind == 'ends_in' else 'state'} of the "
-                       f"{table.name} machine")
+                _known(
+                    state,
+                    pool,
+                    f"{self.label}: {state!r} is not a "
+                    f"{'terminal' if self.kind == 'ends_in' else 'state'} of the "
+                    f"{table.name} machine",
+                )
         elif self.kind == "edge":
             source, trigger = self.args
-            _known(source, table.working, f"{self.label}: {source!r} is not a working state "
-                   f"of the {table.name} machine")
+            _known(
+                source,
+                table.working,
+                f"{self.label}: {source!r} is not a working state of the {table.name} machine",
+            )
             triggers = sorted({e.trigger for e in table.edges if e.source == source})
             _known(trigger, triggers, f"{self.label}: no edge {trigger!r} leaves {source!r}")
         elif self.kind == "path":
-            # import time: the testing face loads pytest-free helpers only when asked
-            from ..testing._assertions import _compile
-
-            _compile(self.args[0], frozenset(table.states))
+            compile_path(self.args[0], frozenset(table.states))
 
     def passed(self, run: Observed, table: MachineTable) -> bool:
         """Whether ``run`` meets this expectation."""
@@ -181,10 +203,7 @@ class Expect:
                 self.at_most is None or taken <= self.at_most
             )
         if kind == "path":
-            # import time: the testing face loads pytest-free helpers only when asked
-            from ..testing._assertions import _compile
-
-            pattern = _compile(args[0], frozenset(table.states))
+            pattern = compile_path(args[0], frozenset(table.states))
             return pattern.fullmatch(" ".join(run.states) + " ") is not None
         if kind == "contains":
             return run.text is not None and args[0] in run.text
@@ -218,7 +237,9 @@ class Expect:
         ``{"never_visits": S}``, ``{"edge": "SOURCE TRIGGER", "at_most": K}``,
         ``{"path": P}``, ``{"contains": T}``, ``{"equals": V}``, ``{"matches": R}``."""
         if not isinstance(doc, Mapping):
-            raise ValueError(f"{where}: an expectation is an object such as {{\"ends_in\": \"ok\"}}, got {doc!r}")
+            raise ValueError(
+                f'{where}: an expectation is an object such as {{"ends_in": "ok"}}, got {doc!r}'
+            )
         kinds = [k for k in doc if k in _KINDS]
         extra = set(doc) - set(_KINDS) - {"at_least", "at_most"}
         if len(kinds) != 1 or extra:
@@ -232,10 +253,12 @@ class Expect:
             if kind == "edge":
                 words = value.split() if isinstance(value, str) else []
                 if len(words) != 2:
-                    raise ValueError(f"\"edge\" is \"SOURCE TRIGGER\" (\"deciding loop\"), got {value!r}")
-                return cls.edge(words[0], words[1], at_least=doc.get("at_least"), at_most=doc.get("at_most"))
+                    raise ValueError(f'"edge" is "SOURCE TRIGGER" ("deciding loop"), got {value!r}')
+                return cls.edge(
+                    words[0], words[1], at_least=doc.get("at_least"), at_most=doc.get("at_most")
+                )
             if "at_least" in doc or "at_most" in doc:
-                raise ValueError("at_least and at_most go with \"edge\" only")
+                raise ValueError('at_least and at_most go with "edge" only')
             if kind == "ends_in":
                 terminals = value if isinstance(value, list) else [value]
                 return cls.ends_in(*terminals)
@@ -264,6 +287,14 @@ def _known(name: str, pool: Sequence[str], said: str) -> None:
     raise ValueError(said + hint)
 
 
+def _expectations(value: Iterable[Expect]) -> tuple[Expect, ...]:
+    return tuple(value)
+
+
+def _cases(value: Iterable[Case]) -> tuple[Case, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class Case:
     """One input of a dataset and what each of its runs should do.
@@ -273,14 +304,16 @@ class Case:
     """
 
     input: str | AgentState | Sequence[Message]
-    expect: Sequence[Expect] = attrs.field(default=(), converter=tuple)
+    expect: Sequence[Expect] = attrs.field(default=(), converter=_expectations)
     name: str | None = None
 
     def __attrs_post_init__(self) -> None:
         AgentState.given(self.input)  # refuse an input no run can start from, now
         bad = [e for e in self.expect if not isinstance(e, Expect)]
         if bad:
-            raise TypeError(f"Case expect= takes Expect values (Expect.ends_in('ok')...), got {bad[0]!r}")
+            raise TypeError(
+                f"Case expect= takes Expect values (Expect.ends_in('ok')...), got {bad[0]!r}"
+            )
         if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
             raise ValueError(f"a case's name is a non-empty string, got {self.name!r}")
 
@@ -296,9 +329,9 @@ class Case:
 class Dataset:
     """Cases to run, with expectations every case shares (``expect``)."""
 
-    cases: Sequence[Case] = attrs.field(converter=tuple)
+    cases: Sequence[Case] = attrs.field(converter=_cases)
     name: str = "dataset"
-    expect: Sequence[Expect] = attrs.field(default=(), converter=tuple)
+    expect: Sequence[Expect] = attrs.field(default=(), converter=_expectations)
 
     def __attrs_post_init__(self) -> None:
         if not self.cases:
@@ -337,10 +370,14 @@ class Dataset:
         cases = []
         for case, name in zip(self.cases, self.names, strict=True):
             given = case.input
-            value: Any = given if isinstance(given, str) else [
-                dump(m)["value"] for m in AgentState.given(given).messages
-            ]
-            cases.append({"name": name, "input": value, "expect": [e.to_json() for e in case.expect]})
+            value: Any = (
+                given
+                if isinstance(given, str)
+                else [dump(m)["value"] for m in AgentState.given(given).messages]
+            )
+            cases.append(
+                {"name": name, "input": value, "expect": [e.to_json() for e in case.expect]}
+            )
         return {"name": self.name, "expect": [e.to_json() for e in self.expect], "cases": cases}
 
     @classmethod
@@ -348,15 +385,17 @@ class Dataset:
         """A dataset from its JSON form: ``{"name": ..., "expect": [...], "cases": [{"name":
         ..., "input": "a prompt", "expect": [{"ends_in": "ok"}, ...]}, ...]}``."""
         if not isinstance(doc, Mapping) or not isinstance(doc.get("cases"), list):
-            raise ValueError(f"{where}: a dataset is an object with a \"cases\" list")
+            raise ValueError(f'{where}: a dataset is an object with a "cases" list')
         unknown = set(doc) - {"name", "expect", "cases"}
         if unknown:
-            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; a dataset has name, expect, cases")
+            raise ValueError(
+                f"{where}: unknown key(s) {sorted(unknown)}; a dataset has name, expect, cases"
+            )
         cases = [_case(c, f"{where}: case {i}") for i, c in enumerate(doc["cases"], 1)]
         shared = [Expect.from_json(e, f"{where}: expect") for e in _list(doc.get("expect"), where)]
         name = doc.get("name", "dataset")
         if not isinstance(name, str) or not name.strip():
-            raise ValueError(f"{where}: \"name\" is a non-empty string")
+            raise ValueError(f'{where}: "name" is a non-empty string')
         return cls(cases, name=name, expect=shared)
 
     @classmethod
@@ -377,7 +416,7 @@ def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise ValueError(f"{where}: \"expect\" is a list of expectations")
+        raise ValueError(f'{where}: "expect" is a list of expectations')
     return value
 
 
@@ -386,18 +425,22 @@ def _case(doc: Any, where: str) -> Case:
     from .._serialization import FORMAT, load
 
     if not isinstance(doc, Mapping) or "input" not in doc:
-        raise ValueError(f"{where}: a case is an object with an \"input\"")
+        raise ValueError(f'{where}: a case is an object with an "input"')
     unknown = set(doc) - {"name", "input", "expect"}
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; a case has name, input, expect")
+        raise ValueError(
+            f"{where}: unknown key(s) {sorted(unknown)}; a case has name, input, expect"
+        )
     given = doc["input"]
     if isinstance(given, list):
         try:
-            given = [load({"format": FORMAT, "type": "Message", "value": m}, Message) for m in given]
+            given = [
+                load({"format": FORMAT, "type": "Message", "value": m}, Message) for m in given
+            ]
         except Exception as exc:
-            raise ValueError(f"{where}: \"input\" is a prompt or a list of messages: {exc}") from None
+            raise ValueError(f'{where}: "input" is a prompt or a list of messages: {exc}') from None
     elif not isinstance(given, str):
-        raise ValueError(f"{where}: \"input\" is a prompt or a list of messages")
+        raise ValueError(f'{where}: "input" is a prompt or a list of messages')
     expect = [Expect.from_json(e, f"{where}: expect") for e in _list(doc.get("expect"), where)]
     try:
         return Case(given, expect, name=doc.get("name"))

@@ -52,7 +52,13 @@ class Rate:
 
     def to_json(self) -> dict[str, Any]:
         low, high = self.interval
-        return {"passed": self.passed, "runs": self.runs, "rate": self.value, "low": low, "high": high}
+        return {
+            "passed": self.passed,
+            "runs": self.runs,
+            "rate": self.value,
+            "low": low,
+            "high": high,
+        }
 
 
 @attrs.frozen
@@ -236,10 +242,22 @@ class EvalReport:
         ``expectations``, ``edges``: for reading; :meth:`from_json` reads the runs)."""
         doc = {
             "format": FORMAT,
-            **{k: getattr(self, k) for k in (
-                "id", "name", "dataset", "machine", "machine_version", "model", "runs",
-                "concurrency", "created", "seconds", "confidence",
-            )},
+            **{
+                k: getattr(self, k)
+                for k in (
+                    "id",
+                    "name",
+                    "dataset",
+                    "machine",
+                    "machine_version",
+                    "model",
+                    "runs",
+                    "concurrency",
+                    "created",
+                    "seconds",
+                    "confidence",
+                )
+            },
             "paths": [
                 {"entry": entry, "edges": [list(e) for e in edges]} for entry, edges in self.paths
             ],
@@ -259,7 +277,13 @@ class EvalReport:
             for (case, label), rate in self.expectation_rates().items()
         ]
         doc["edges"] = [
-            {"source": s, "trigger": t, "dest": d, "total": n, "per_run": n / max(1, len(self.outcomes))}
+            {
+                "source": s,
+                "trigger": t,
+                "dest": d,
+                "total": n,
+                "per_run": n / max(1, len(self.outcomes)),
+            }
             for (s, t, d), n in sorted(self.edge_totals().items())
         ]
         return doc
@@ -300,7 +324,9 @@ class EvalReport:
                 confidence=float(doc.get("confidence", 0.95)),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"an eval report that is damaged: {type(exc).__name__}: {exc}") from None
+            raise ValueError(
+                f"an eval report that is damaged: {type(exc).__name__}: {exc}"
+            ) from None
 
     def save(self, store: SQLiteStore) -> None:
         """Keep this report in ``store`` under its id (``agentfsm eval`` and the studio
@@ -318,17 +344,13 @@ class EvalReport:
         """The report kept in ``store`` under ``eval_id``."""
         return cls.from_json(json.loads(store.read_eval(eval_id)))
 
-    # ------------------------------------------------------------ the terminal
-
-    def __rich__(self) -> Any:
-        # the command line and notebooks show it; the library never loads rich for it
-        from ._tables import report_tables
-
-        return report_tables(self)
-
 
 def _outcome_json(o: Outcome) -> dict[str, Any]:
-    doc: dict[str, Any] = {"path": o.path, "terminal": o.terminal, "passed": [int(p) for p in o.passed]}
+    doc: dict[str, Any] = {
+        "path": o.path,
+        "terminal": o.terminal,
+        "passed": [int(p) for p in o.passed],
+    }
     if o.input_tokens or o.output_tokens:
         doc["tokens"] = [o.input_tokens, o.output_tokens]
     if o.cost is not None:

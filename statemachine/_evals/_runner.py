@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from .._agent import Agent
 from .._errors import ChainError
-from .._printable import printable
 from ._dataset import Dataset, Observed
 from ._report import CaseResult, EvalReport, Outcome
 
@@ -40,7 +39,9 @@ def new_eval_id(name: str) -> str:
 def _agent_of(source: AgentSource) -> Agent:
     agent = source if isinstance(source, Agent) else source()
     if not isinstance(agent, Agent):
-        raise TypeError(f"the eval's agent function returned a {type(agent).__name__}, not an Agent")
+        raise TypeError(
+            f"the eval's agent function returned a {type(agent).__name__}, not an Agent"
+        )
     return agent
 
 
@@ -77,7 +78,7 @@ async def _one(agent: Agent, dataset: Dataset, index: int, paths: _Paths) -> Out
     try:
         await run.run()
     except Exception as exc:
-        error = printable(f"{type(exc).__name__}: {exc}")[:300]
+        error = _line(f"{type(exc).__name__}: {exc}")
     seconds = time.perf_counter() - started
     trace = run.trace
     edges = tuple(trace.edges)
@@ -88,7 +89,13 @@ async def _one(agent: Agent, dataset: Dataset, index: int, paths: _Paths) -> Out
         last = run.chain.messages[-1] if run.chain.messages else None
         text = last.text if last is not None and last.role == "assistant" else None
         output = run.output if agent.output_type is not None else text
-    observed = Observed(edges=edges, entry=trace.entry, terminal=trace.terminal if error is None else None, text=text, output=output)
+    observed = Observed(
+        edges=edges,
+        entry=trace.entry,
+        terminal=trace.terminal if error is None else None,
+        text=text,
+        output=output,
+    )
     usage = trace.usage
     costs = [
         float(m.metadata["cost"])
@@ -104,10 +111,15 @@ async def _one(agent: Agent, dataset: Dataset, index: int, paths: _Paths) -> Out
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
         cost=sum(costs) if costs else None,
-        seconds=seconds,
+        seconds=round(seconds, 6),
         error=error,
-        answer=None if text is None else text[:200],
+        answer=text[:200] if text else None,
     )
+
+
+def _line(text: str) -> str:
+    """An error in one line of at most 300 characters (shown through the views' escaping)."""
+    return " ".join(text.split())[:300]
 
 
 def _failed(
@@ -118,8 +130,8 @@ def _failed(
         path=paths.of(entry, ()),
         terminal=None,
         passed=tuple(False for _ in dataset.expectations(index)),
-        seconds=time.perf_counter() - started,
-        error=printable(f"{exc.type}: {exc.message}")[:300],
+        seconds=round(time.perf_counter() - started, 6),
+        error=_line(f"{exc.type}: {exc.message}"),
     )
 
 

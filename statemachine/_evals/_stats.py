@@ -51,9 +51,7 @@ def wilson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float
 
 def _log_hypergeometric(k: int, row: int, column: int, total: int) -> float:
     """log P(X = k): ``k`` of ``row`` draws land in a column of ``column`` out of ``total``."""
-    return (
-        _log_choose(column, k) + _log_choose(total - column, row - k) - _log_choose(total, row)
-    )
+    return _log_choose(column, k) + _log_choose(total - column, row - k) - _log_choose(total, row)
 
 
 def _log_choose(n: int, k: int) -> float:

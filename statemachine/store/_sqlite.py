@@ -9,7 +9,6 @@ run is refused until the run ends or the lease expires (the holder died).
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 import socket
 import sqlite3
@@ -19,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal
 
 from .._serialization import FormatError
-from . import _evals, _search
+from . import _search
 from ._base import (
     RunDigest,
     RunExistsError,
@@ -31,6 +30,7 @@ from ._base import (
     StoreError,
     StoreWrite,
 )
+from ._evals import EVALS_SCHEMA, EvalRows
 from ._file import (
     _FORMAT,
     _check_format,
@@ -40,12 +40,12 @@ from ._file import (
     _store_error,
     _tables,
 )
-from ._evals import EVALS_SCHEMA
 from ._rows import _STATUSES, _checkpoint_doc, _info, _Rows
 
 __all__ = ["SQLiteStore"]
 
-_SCHEMA: Final = """
+_SCHEMA: Final = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -66,7 +66,9 @@ CREATE TABLE IF NOT EXISTS log (
     state TEXT NOT NULL, updated REAL NOT NULL, doc TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS log_run ON log (run_id);
-""" + EVALS_SCHEMA
+"""
+    + EVALS_SCHEMA
+)
 
 # A checkpoint is one row of ``log``: every row it adds, as one JSON document. SQLite's
 # cost per commit is its pages (each a WAL frame and two writes): a row appended to one
@@ -148,7 +150,7 @@ def _head(created: object, newest: object) -> str:
     return f"{created!r}:{newest!r}"
 
 
-class SQLiteStore:
+class SQLiteStore(EvalRows):
     """Runs in one SQLite file (WAL mode): the embedded default :class:`Store`.
 
     A checkpoint is one short transaction that appends one row. ``synchronous``
@@ -577,36 +579,6 @@ class SQLiteStore:
                 if con.in_transaction:
                     con.execute("ROLLBACK")
                 raise
-
-    def save_eval(
-        self, eval_id: str, doc: str, *, name: str, dataset: str, created: float
-    ) -> None:
-        """Keep an eval report's JSON (:mod:`agentfsm.evals`) under ``eval_id``."""
-        with self._lock, _guard(self.path):
-            try:
-                _evals.write_eval(self._con, eval_id, doc, name, dataset, created)
-            except sqlite3.DatabaseError as exc:
-                raise _store_error(self.path, exc) from exc
-
-    def evals(self) -> list[tuple[str, str, str, float]]:
-        """``(eval_id, name, dataset, created)`` of every kept eval report, newest first."""
-        with self._lock, _guard(self.path):
-            return _evals.list_evals(self._con)
-
-    def read_eval(self, eval_id: str) -> str:
-        """The JSON of the eval report kept under ``eval_id``; a StoreError that says
-        which ids it keeps when there is none."""
-        with self._lock, _guard(self.path):
-            doc = _evals.read_eval(self._con, eval_id)
-            if doc is None:
-                kept = [row[0] for row in _evals.list_evals(self._con)]
-        if doc is None:
-            hint = difflib.get_close_matches(eval_id, kept, n=1)
-            said = f"; did you mean {hint[0]!r}?" if hint else (
-                f"; it keeps {len(kept)}: agentfsm eval list" if kept else "; it keeps none"
-            )
-            raise StoreError(f"no eval {eval_id!r} in {self.path}{said}")
-        return doc
 
     def close(self) -> None:
         with self._lock:

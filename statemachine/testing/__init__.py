@@ -18,7 +18,6 @@ from .._checks import check_machine
 from .._moved import forward, show_at
 from ._assertions import assert_path, edge_coverage, matches_path
 from ._cases import PathCase, Scenario, assert_took, path_cases
-from ._stochastic import StochasticModel
 from ._cassette import (
     Cassette,
     CassetteMismatchError,
@@ -27,6 +26,7 @@ from ._cassette import (
     redact,
     regression_test,
 )
+from ._stochastic import StochasticModel
 
 __all__ = [
     "Cassette",

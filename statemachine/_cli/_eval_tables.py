@@ -16,9 +16,9 @@ from .._paths import compress_path
 from .._printable import short, shown
 
 if TYPE_CHECKING:
+    from .._evals._compare import EvalComparison
+    from .._evals._report import EvalReport
     from .._machine import MachineTable
-    from ._compare import EvalComparison
-    from ._report import EvalReport
 
 __all__ = ["comparison_tables", "report_tables"]
 
@@ -57,7 +57,12 @@ def report_tables(report: EvalReport, *, paths: int = 5) -> Group:
     overall = report.overall
     low, high = overall.interval
     cases.add_section()
-    cases.add_row("all", "met every expectation", f"{overall.passed}/{n} {overall.value:.0%}", f"[{low:.0%}, {high:.0%}]")
+    cases.add_row(
+        "all",
+        "met every expectation",
+        f"{overall.passed}/{n} {overall.value:.0%}",
+        f"[{low:.0%}, {high:.0%}]",
+    )
     table = _table_of(report)
     counts = Table(title="paths", title_justify="left")
     counts.add_column("runs", justify="right")
@@ -82,7 +87,9 @@ def report_tables(report: EvalReport, *, paths: int = 5) -> Group:
     mean, t_low, t_high = report.tokens()
     numbers.add_row("tokens per run", f"{mean:.0f} [{t_low:.0f}, {t_high:.0f}]")
     cost = report.cost()
-    numbers.add_row("cost", "not reported" if cost is None else f"{cost:.6g} ({cost / n:.3g} per run)")
+    numbers.add_row(
+        "cost", "not reported" if cost is None else f"{cost:.6g} ({cost / n:.3g} per run)"
+    )
     latency = report.latency()
     numbers.add_row(
         "seconds per run",
@@ -97,7 +104,14 @@ def comparison_tables(comparison: EvalComparison) -> Group:
     """Every compared quantity, A against B, changes marked; then the verdict."""
     a, b = comparison.a, comparison.b
     rows = Table(title=shown(f"A: {a.name} ({a.id}) -> B: {b.name} ({b.id})"), title_justify="left")
-    for name, justify in (("what", "left"), ("A", "right"), ("B", "right"), ("change", "right"), ("p (adj.)", "right"), ("", "left")):
+    for name, justify in (
+        ("what", "left"),
+        ("A", "right"),
+        ("B", "right"),
+        ("change", "right"),
+        ("p (adj.)", "right"),
+        ("", "left"),
+    ):
         rows.add_column(name, justify=justify)  # type: ignore[arg-type]
     for row in comparison.rows:
         what = f"{row.case}: {row.what}" if row.case else row.what
@@ -106,8 +120,10 @@ def comparison_tables(comparison: EvalComparison) -> Group:
         else:
             values = (f"{row.a:.0%}", f"{row.b:.0%}", f"{row.delta * 100:+.0f} pts")
         p = "" if row.p_adjusted is None else f"{row.p_adjusted:.3g}"
-        mark = Text("REGRESSION", style="bold red") if row.regression else (
-            Text("changed", style="yellow") if row.significant else Text("")
+        mark = (
+            Text("REGRESSION", style="bold red")
+            if row.regression
+            else (Text("changed", style="yellow") if row.significant else Text(""))
         )
         rows.add_row(shown(short(what, 70)), *values, p, mark)
     style = "green" if not comparison.changes else "red" if comparison.regressions else "yellow"
