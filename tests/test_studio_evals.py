@@ -12,13 +12,13 @@ import pytest
 
 pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
 
-from agentfsm import Agent, tool  # noqa: E402
-from agentfsm.evals import Case, Dataset, Expect, evaluate_sync  # noqa: E402
-from agentfsm.providers import call_tool, say  # noqa: E402
-from agentfsm.store import SQLiteStore  # noqa: E402
-from agentfsm.studio import create_app  # noqa: E402
-from agentfsm.testing import StochasticModel  # noqa: E402
-from tests.test_studio import HOSTILE, serving  # noqa: E402
+from agentfsm import Agent, tool
+from agentfsm.evals import Case, Dataset, Expect, evaluate_sync
+from agentfsm.providers import call_tool, say
+from agentfsm.store import SQLiteStore
+from agentfsm.studio import create_app
+from agentfsm.testing import StochasticModel
+from tests.test_studio import HOSTILE, serving
 
 
 @tool

@@ -36,8 +36,6 @@ from starlette.routing import Route
 from .._agent import Agent
 from .._agent_spec import DEFAULT_AGENT, UsageError, load_agent
 from .._compare import compare_runs
-from .._evals._compare import compare
-from .._evals._report import EvalReport
 from .._errors import (
     AgentfsmError,
     ResumeError,
@@ -46,6 +44,8 @@ from .._errors import (
     RunNotFoundError,
     StoreError,
 )
+from .._evals._compare import compare
+from .._evals._report import EvalReport
 from .._machine import MachineTable, UnknownMachineError, machine_named
 from .._resumable import check_resumable
 from .._resume import restore_run

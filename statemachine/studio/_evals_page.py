@@ -111,7 +111,7 @@ def eval_page(report: EvalReport, table: MachineTable | None) -> str:
         ("dataset", report.dataset),
         ("model", report.model),
         ("machine", f"{report.machine} v{report.machine_version}"),
-        ("runs", f"{len(report.cases)} cases × {report.runs} = {n}"),
+        ("runs", f"{len(report.cases)} cases x {report.runs} = {n}"),
         (
             "met every expectation",
             f"{overall.passed}/{n} {overall.value:.0%} [{low:.0%}, {high:.0%}]",
@@ -207,8 +207,8 @@ def eval_compare_page(comparison: EvalComparison, table: MachineTable | None) ->
     kind = "ok" if comparison.ok else "bad"
     swap = "/evals/compare?" + urlencode({"a": b.id, "b": a.id})
     body = f"""{_header(f"{a.name} → {b.name} on {a.dataset}")}
-<p class="sub">A <a href="{_e(_link(a.id))}">{_e(a.id)}</a> · B <a href="{_e(_link(b.id))}">{_e(b.id)}</a>
- · <a href="{_e(swap)}">swap</a></p>
+<p class="sub">A <a href="{_e(_link(a.id))}">{_e(a.id)}</a>
+ · B <a href="{_e(_link(b.id))}">{_e(b.id)}</a> · <a href="{_e(swap)}">swap</a></p>
 <p id="verdict" class="verdict {kind}">{_e(comparison.verdict)}</p>
 <h2>The machine: each edge's runs per run, A → B (red: up, blue: down, significantly)</h2>
 <div class="drawing">{drawing}</div>
