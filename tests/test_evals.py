@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]
+
 from agentfsm import Agent, HumanInTheLoop, Message, StoreError, tool
+from agentfsm._cli import main
 from agentfsm.evals import Case, Dataset, EvalReport, Expect, compare, evaluate, evaluate_sync
 from agentfsm.providers import OpenAIChat, ScriptedModel, call_tool, fail, say
 from agentfsm.store import SQLiteStore
@@ -425,10 +428,13 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_command_runs_saves_compares_and_gates(tmp_path: Path) -> None:
+def test_the_command_runs_saves_compares_and_gates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "evalagents.py").write_text(AGENTS)
     (tmp_path / "qa.json").write_text(json.dumps(QA.to_json()))
     db = str(tmp_path / "evals.db")
+    # once as a user runs it, in a process of its own; then in this one, for speed
     first = _cli(
         "run",
         "qa.json",
@@ -444,7 +450,14 @@ def test_the_command_runs_saves_compares_and_gates(tmp_path: Path) -> None:
     assert "met every expectation" in first.stdout
     saved = re.search(r"saved: eval (\S+) in", first.stdout)
     assert saved is not None
-    same = _cli(
+    monkeypatch.chdir(tmp_path)
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        code = main(["eval", *args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, _ = cli(
         "run",
         "qa.json",
         "--agent",
@@ -455,45 +468,84 @@ def test_the_command_runs_saves_compares_and_gates(tmp_path: Path) -> None:
         db,
         "--json",
         "--no-save",
-        cwd=tmp_path,
     )
-    assert same.returncode == 0, same.stderr
-    doc = json.loads(same.stdout)
+    assert code == 0
+    doc = json.loads(out)
     assert doc["comparison"]["verdict"].startswith("no change at alpha=0.05")
     assert doc["summary"]["runs"] == 50
-    worse = _cli(
-        "run",
-        "qa.json",
-        "--agent",
-        "evalagents:failing",
-        "--name",
-        "failing",
-        "--db",
-        db,
-        cwd=tmp_path,
+    code, _, _ = cli(
+        "run", "qa.json", "--agent", "evalagents:failing", "--name", "failing", "--db", db
     )
-    assert worse.returncode == 0, worse.stderr
-    listed = json.loads(_cli("list", "--db", db, "--json", cwd=tmp_path).stdout)
+    assert code == 0
+    listed = json.loads(cli("list", "--db", db, "--json")[1])
     assert [e["name"] for e in listed] == ["failing", "steady"]
-    gate = _cli("compare", saved[1], listed[0]["id"], "--db", db, cwd=tmp_path)
-    assert gate.returncode == 1
-    assert "REGRESSION" in gate.stdout and "ends in error" in gate.stdout
-    lenient = _cli(
-        "compare", saved[1], listed[0]["id"], "--db", db, "--max-drop", "60", cwd=tmp_path
+    code, out, _ = cli("compare", saved[1], listed[0]["id"], "--db", db)
+    assert code == 1
+    assert "REGRESSION" in out and "ends in error" in out
+    assert cli("compare", saved[1], listed[0]["id"], "--db", db, "--max-drop", "60")[0] == 0
+    code, _, err = cli(
+        "run", "qa.json", "--agent", "evalagents:failing", "--no-save", "--fail-under", "95"
     )
-    assert lenient.returncode == 0
-    under = _cli(
-        "run",
-        "qa.json",
-        "--agent",
-        "evalagents:failing",
-        "--no-save",
-        "--fail-under",
-        "95",
-        cwd=tmp_path,
+    assert code == 1 and "under --fail-under 95%" in err
+    code, _, err = cli("run", "qa.json", "--agent", "evalagents:stedy", "--no-save")
+    assert code == 2 and "has no attribute 'stedy'" in err
+    code, _, err = cli("show", "nope", "--db", db)
+    assert code == 2 and "no eval 'nope'" in err
+    code, out, _ = cli("show", listed[0]["id"], "--db", db)
+    assert code == 0 and "failing on qa: 5 cases x 10 runs" in out
+
+
+# ---------------------------------------------------------------- the pytest gate
+
+GATED = '''
+from agentfsm import Agent, tool
+from agentfsm.evals import Case, Dataset, Expect, evaluate_sync
+from agentfsm.providers import call_tool, fail, say
+from agentfsm.testing import StochasticModel
+
+@tool
+def lookup(query: str) -> str:
+    """Look a fact up."""
+    return "42"
+
+QA = Dataset([Case(f"q{i}", name=f"q{i}") for i in range(5)], name="qa",
+             expect=[Expect.ends_in("ok")])
+
+def agent(error, seed):
+    return Agent(StochasticModel([
+        [(1 - error, call_tool("lookup", query="x")), (error, fail("server_error"))],
+        say("It is 42."),
+    ], seed=seed), [lookup])
+
+def test_baseline(eval_gate):
+    assert eval_gate(evaluate_sync(agent(0.02, 1), QA, runs=10, name="support"), None) is None
+
+def test_same(eval_gate):
+    comparison = eval_gate(evaluate_sync(agent(0.02, 2), QA, runs=10, name="candidate"), "support")
+    assert comparison.ok
+
+def test_worse(eval_gate):
+    eval_gate(evaluate_sync(agent(0.4, 3), QA, runs=10, name="candidate"), "support")
+'''
+
+
+def test_the_pytest_plugin_gates_an_eval_against_a_saved_baseline(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n")
+    pytester.makepyfile(GATED)
+    db = str(tmp_path / "evals.db")
+    # in file order: the baseline is saved first, then each candidate is judged against it
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "--agentfsm-eval-db",
+        db,
+        "--agentfsm-eval-save",
     )
-    assert under.returncode == 1 and "under --fail-under 95%" in under.stderr
-    typo = _cli("run", "qa.json", "--agent", "evalagents:stedy", "--no-save", cwd=tmp_path)
-    assert typo.returncode == 2 and "has no attribute 'stedy'" in typo.stderr
-    missing = _cli("show", "nope", "--db", db, cwd=tmp_path)
-    assert missing.returncode == 2 and "no eval 'nope'" in missing.stderr
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert "candidate regressed against support" in out
+    assert "ends in error: 2% -> 44% (p=6.22e-06)" in out
