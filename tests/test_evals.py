@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["pytester"]
-
 from agentfsm import Agent, HumanInTheLoop, Message, StoreError, tool
 from agentfsm._cli import main
 from agentfsm.evals import Case, Dataset, EvalReport, Expect, compare, evaluate, evaluate_sync
@@ -26,6 +24,8 @@ from agentfsm.store import SQLiteStore
 from agentfsm.testing import Cassette, StochasticModel, record
 from tests.providers.fake_server import FakeServer, Reply
 from tests.providers.openai_wire import completion
+
+pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: A path pattern: laps of the loop, then ok.
