@@ -401,7 +401,8 @@ def eval_gate(request: pytest.FixtureRequest) -> Callable[..., Any]:
 
     ``baseline`` is an eval id or a configuration name in ``--agentfsm-eval-db`` (a name
     means its newest eval of the same dataset), or a report file (``.json``); None judges
-    nothing (a first run). With ``--agentfsm-eval-save`` the report is saved as well.
+    nothing. With ``--agentfsm-eval-save`` the report is saved as well, and a report whose
+    own name is ``baseline``, with none saved yet, is the first: it passes, saved.
     """
     # import time: pytest loads the plugin in every session
     from agentfsm._evals._compare import compare
@@ -412,16 +413,22 @@ def eval_gate(request: pytest.FixtureRequest) -> Callable[..., Any]:
     config = request.config
     db = config.getoption("agentfsm_eval_db") or default_db()
 
-    def baseline_of(store: SQLiteStore, spec: str, report: EvalReport) -> EvalReport:
+    def baseline_of(store: SQLiteStore, spec: str, report: EvalReport) -> EvalReport | None:
         if spec.endswith(".json"):
             return EvalReport.from_json(json.loads(Path(spec).read_text(encoding="utf-8")))
         rows = store.evals()
         if any(row[0] == spec for row in rows):
             return EvalReport.load(store, spec)
         named = [row for row in rows if row[1] == spec and row[2] == report.dataset]
-        if not named:
-            pytest.fail(f"eval_gate: no eval {spec!r} of dataset {report.dataset!r} in {db}")
-        return EvalReport.load(store, named[0][0])
+        if named:
+            return EvalReport.load(store, named[0][0])
+        if config.getoption("agentfsm_eval_save") and report.name == spec:
+            return None  # the first run of a configuration: saved, it is the next one's baseline
+        pytest.fail(
+            f"eval_gate: no eval {spec!r} of dataset {report.dataset!r} in {db} "
+            "(--agentfsm-eval-save saves a first one)",
+            pytrace=False,
+        )
 
     def gate(report: EvalReport, baseline: str | None) -> Any:
         with SQLiteStore(db) as store:
