@@ -94,7 +94,12 @@ def _drawing(report: EvalReport, table: MachineTable) -> str:
     def label(edge: Edge, count: int) -> str:
         return f"{edge.trigger} {count / runs:.2f}/run" if count else edge.trigger
 
-    return machine_svg(table, taken, report.visits(), entered, edge_label=label)
+    return _classed(machine_svg(table, taken, report.visits(), entered, edge_label=label))
+
+
+def _classed(svg: str) -> str:
+    """The drawing under the studio's machine style (``.machine``), as the run page's is."""
+    return svg.replace('id="machine"', 'class="machine" id="machine"', 1)
 
 
 def eval_page(report: EvalReport, table: MachineTable | None) -> str:
@@ -176,13 +181,8 @@ def eval_compare_page(comparison: EvalComparison, table: MachineTable | None) ->
             return "up" if row.delta > 0 else "down"
 
         taken = Counter(a.edge_totals()) + Counter(b.edge_totals())
-        drawing = machine_svg(
-            table,
-            taken,
-            a.visits() + b.visits(),
-            a.entries() + b.entries(),
-            edge_label=label,
-            edge_class=classed,
+        drawing = _classed(
+            machine_svg(table, taken, b.visits(), b.entries(), edge_label=label, edge_class=classed)
         )
     else:
         drawing = f'<p class="problem">the {_e(b.machine)} machine is not declared here</p>'
