@@ -43,7 +43,13 @@ def report_tables(report: EvalReport, *, paths: int = 5) -> Group:
     cases.add_column("expectation")
     cases.add_column("passed", justify="right")
     cases.add_column(f"{report.confidence:.0%} interval", justify="right")
+    cases.add_column("the case's runs ended")
     for case in report.cases:
+        ended = ", ".join(f"{k} {v}" for k, v in sorted(case.terminals().items()))
+        if not case.expectations:
+            cases.add_row(
+                shown(short(case.name, 30)), Text("(none)", style="dim"), "", "", shown(ended)
+            )
         for i, label in enumerate(case.expectations):
             rate = case.rate(i, report.confidence)
             low, high = rate.interval
@@ -53,6 +59,7 @@ def report_tables(report: EvalReport, *, paths: int = 5) -> Group:
                 shown(label),
                 Text(f"{rate.passed}/{rate.runs} {rate.value:.0%}", style=style),
                 f"[{low:.0%}, {high:.0%}]",
+                shown(ended) if i == 0 else Text(""),
             )
     overall = report.overall
     low, high = overall.interval
@@ -62,6 +69,7 @@ def report_tables(report: EvalReport, *, paths: int = 5) -> Group:
         "met every expectation",
         f"{overall.passed}/{n} {overall.value:.0%}",
         f"[{low:.0%}, {high:.0%}]",
+        "",
     )
     table = _table_of(report)
     counts = Table(title="paths", title_justify="left")

@@ -107,6 +107,14 @@ class CaseResult:
         """The runs that met every expectation."""
         return Rate(sum(o.ok for o in self.outcomes), len(self.outcomes), confidence)
 
+    def terminals(self) -> Counter[str]:
+        """How many of this case's runs ended in each terminal (``"none"``: one that raised)."""
+        return Counter(o.terminal or "none" for o in self.outcomes)
+
+    def path_counts(self) -> Counter[int]:
+        """How many of this case's runs took each path (by index into the report's paths)."""
+        return Counter(o.path for o in self.outcomes)
+
 
 def _quantile(values: Sequence[float], q: float) -> float:
     """The ``q`` quantile of ``values`` by the nearest rank (0.0 for none)."""
@@ -267,6 +275,12 @@ class EvalReport:
                     "prompt": c.prompt,
                     "expectations": list(c.expectations),
                     "outcomes": [_outcome_json(o) for o in c.outcomes],
+                    # what the outcomes add up to, for reading (from_json reads the outcomes)
+                    "passed": c.all_passed(self.confidence).to_json(),
+                    "terminals": dict(sorted(c.terminals().items())),
+                    "paths": {str(k): v for k, v in sorted(c.path_counts().items())},
+                    "tokens": mean_interval([o.tokens for o in c.outcomes], self.confidence)[0],
+                    "seconds": sum(o.seconds for o in c.outcomes) / max(1, len(c.outcomes)),
                 }
                 for c in self.cases
             ],
