@@ -9,6 +9,7 @@ evals page states).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -422,6 +423,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "agentfsm", "eval", *args],
         cwd=cwd,
+        env={**os.environ, "COLUMNS": "160"},
         capture_output=True,
         text=True,
         timeout=60,
