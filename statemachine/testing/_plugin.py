@@ -406,8 +406,14 @@ def eval_gate(request: pytest.FixtureRequest) -> Callable[..., Any]:
     """
     # import time: pytest loads the plugin in every session
     from agentfsm._evals._compare import compare
+
+    # import time: pytest loads the plugin in every session
     from agentfsm._evals._report import EvalReport
+
+    # import time: pytest loads the plugin in every session
     from agentfsm._resumable import default_db
+
+    # import time: pytest loads the plugin in every session
     from agentfsm.store import SQLiteStore
 
     config = request.config
