@@ -6,6 +6,7 @@ a dataset file or a model is untrusted: control characters are spelled out).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from rich.console import Group
@@ -85,8 +86,11 @@ def report_tables(report: EvalReport, *, paths: int = 5) -> Group:
     edges = Table(title="edges per run", title_justify="left")
     edges.add_column("edge")
     edges.add_column("per run", justify="right")
-    for (s, t, d), total in sorted(report.edge_totals().items()):
-        edges.add_row(shown(f"{s} --{t}--> {d}"), f"{total / n:.2f}")
+    edges.add_column("runs taking it 0x, 1x, 2x...")
+    for (s, t, d), per_run in report.edge_counts().items():
+        spread = Counter(per_run)
+        shape = ", ".join(f"{k}x {v}" for k, v in sorted(spread.items()))
+        edges.add_row(shown(f"{s} --{t}--> {d}"), f"{sum(per_run) / n:.2f}", shape)
     numbers = Table(title="runs", title_justify="left", show_header=False)
     numbers.add_column()
     numbers.add_column()

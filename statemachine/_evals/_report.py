@@ -290,15 +290,18 @@ class EvalReport:
             {"case": case, "expectation": label, **rate.to_json()}
             for (case, label), rate in self.expectation_rates().items()
         ]
+        runs = max(1, len(self.outcomes))
         doc["edges"] = [
             {
                 "source": s,
                 "trigger": t,
                 "dest": d,
-                "total": n,
-                "per_run": n / max(1, len(self.outcomes)),
+                "total": sum(counts),
+                "per_run": sum(counts) / runs,
+                # how many runs took it 0, 1, 2... times
+                "runs_by_count": {str(k): v for k, v in sorted(Counter(counts).items())},
             }
-            for (s, t, d), n in sorted(self.edge_totals().items())
+            for (s, t, d), counts in self.edge_counts().items()
         ]
         return doc
 
