@@ -566,3 +566,22 @@ def test_the_pytest_plugin_gates_an_eval_against_a_saved_baseline(
     out = result.stdout.str()
     assert "candidate regressed against support" in out
     assert "ends in error: 2% -> 44% (p=6.22e-06)" in out
+
+
+def test_a_run_that_cannot_start_is_an_outcome_and_a_regression() -> None:
+    """No messages and no system prompt: the run is refused before the machine starts."""
+    dataset = Dataset([Case([], [Expect.ends_in("ok")], name="empty")], name="edge cases")
+    report = evaluate_sync(lambda: Agent(ScriptedModel([say("hi")])), dataset, runs=3)
+    assert report.terminals() == {"none": 3}
+    assert {o.error for o in report.outcomes} == {
+        "no_messages: The agent state has no messages and the agent no system prompt: there "
+        "is nothing to send. Start from AgentState.of(prompt) or add a user message first."
+    }
+    fine = Dataset(
+        [Case([Message.user("hi")], [Expect.ends_in("ok")], name="empty")], name="edge cases"
+    )
+    good = evaluate_sync(lambda: Agent(ScriptedModel([say("hi")])), fine, runs=20)
+    bad = evaluate_sync(lambda: Agent(ScriptedModel([say("hi")])), dataset, runs=20)
+    assert ("terminal", "ends in none") in {
+        (r.kind, r.what) for r in compare(good, bad).regressions
+    }

@@ -107,6 +107,11 @@ def report_tables(report: EvalReport, *, paths: int = 5) -> Group:
         "seconds per run",
         f"mean {latency['mean']:.3f}, p50 {latency['p50']:.3f}, p95 {latency['p95']:.3f}",
     )
+    failed = [o.error for o in report.outcomes if o.error is not None]
+    if failed:
+        numbers.add_row(
+            "runs that raised", shown(f"{len(failed)}, the first: {short(failed[0], 80)}")
+        )
     numbers.add_row("wall time", f"{report.seconds:.2f}s ({report.concurrency} at once)")
     numbers.add_row("eval id", shown(report.id))
     return Group(cases, counts, edges, numbers)

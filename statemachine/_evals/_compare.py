@@ -14,8 +14,8 @@ Benjamini-Hochberg's (``correction="bh"``: the expected share of false findings)
 quantity that is the same constant on both sides (an edge every run took once) is
 shown, not tested. Runs are pooled over cases: with the same cases and the same runs per
 case on both sides, that is conservative. A regression is a significant drop of a pass
-rate or a significant rise of ``error``, by at least ``threshold`` (a share, 0.05 = five
-points); other significant differences are changes.
+rate or a significant rise of ``error`` (or of runs that raised), by at least
+``threshold`` (a share, 0.05 = five points); other significant differences are changes.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from ._stats import Correction, adjust, fisher_exact, mann_whitney
 __all__ = ["EvalComparison", "Row", "compare"]
 
 Kind = Literal["overall", "expectation", "terminal", "edge"]
+#: The terminal rows a rise of which is a regression: runs that failed, or raised.
+_FAILING = ("ends in error", "ends in none")
 
 
 @attrs.frozen
@@ -247,7 +249,7 @@ def compare(
         worse = (
             row.delta < 0
             if row.kind in ("overall", "expectation")
-            else (row.kind == "terminal" and row.what == "ends in error" and row.delta > 0)
+            else (row.kind == "terminal" and row.what in _FAILING and row.delta > 0)
         )
         regression = significant and worse and abs(row.delta) >= threshold
         final[i] = attrs.evolve(row, p_adjusted=p, significant=significant, regression=regression)
