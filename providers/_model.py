@@ -315,6 +315,9 @@ class HttpChatModel(abc.ABC):
         metadata: dict[str, Any] = {"model": self.name}
         if isinstance(usage, Mapping):
             metadata["usage"] = self._usage(usage).to_dict()
+            cost = usage.get("cost")  # what the call cost, where the server says (OpenRouter)
+            if isinstance(cost, int | float) and not isinstance(cost, bool) and cost >= 0:
+                metadata["cost"] = cost
         if reason is not None:
             metadata[self._reason_key] = reason
         if data.get("id"):

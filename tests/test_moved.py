@@ -34,8 +34,10 @@ CASES = [(module, name) for module, names in OLD_SURFACE.items() for name in nam
 
 def test_the_new_surface_is_at_most_two_hundred_names() -> None:
     assert sum(map(len, NEW_SURFACE.values())) <= 200
-    # the faces: eight, and the extras mcp, otel, serve, studio, temporal
-    assert len(NEW_SURFACE) <= 13
+    # the faces: nine, and the extras mcp, otel, serve, studio, temporal; agentfsm.evals is a
+    # face of its own: runs many times over a dataset, and tests between two configurations,
+    # are neither one run's testing (agentfsm.testing) nor a run's view
+    assert len(NEW_SURFACE) <= 14
 
 
 @pytest.mark.parametrize(("module", "name"), CASES, ids=[f"{m}.{n}" for m, n in CASES])

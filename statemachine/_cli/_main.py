@@ -1,5 +1,5 @@
 """The ``agentfsm`` command: demo, show, view, studio, diagrams, run, runs, machines,
-check and worker.
+check, eval and worker.
 
 ``agentfsm demo`` runs a scripted agent with a live view, asks for approval
 when it interrupts, saves the run to a store and writes its diagram and trace;
@@ -57,6 +57,7 @@ from .._state import AgentState
 from .._trace import Trace
 from ..store import SQLiteStore, load_run
 from . import _check as _check_cli
+from . import _eval as _eval_cli
 from . import _runs as _runs_cli
 from . import _versions as _versions_cli
 from . import _worker as _worker_cli
@@ -864,6 +865,7 @@ def _parser() -> _Parser:
     _runs_cli.add_parser(commands)
     _worker_cli.add_parser(commands)
     _check_cli.add_parser(commands)
+    _eval_cli.add_parser(commands)
     _versions_cli.add_machines_parser(commands)
     return parser
 

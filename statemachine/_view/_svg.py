@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 from collections import Counter
+from collections.abc import Callable
 from typing import Final
 
 from .._machine import Edge, MachineTable
@@ -84,9 +85,14 @@ def machine_svg(
     taken: Counter[tuple[str, str, str]],
     visits: Counter[str],
     entered: Counter[str],
+    *,
+    edge_label: Callable[[Edge, int], str] | None = None,
+    edge_class: Callable[[Edge], str | None] | None = None,
 ) -> str:
     """The machine, with ``taken`` counted on its edges, ``visits`` on its states and
-    ``entered`` on its entries (by the state entered)."""
+    ``entered`` on its entries (by the state entered). ``edge_label(edge, count)`` writes
+    an edge's label instead (an eval's frequency per run), ``edge_class(edge)`` adds a
+    class to it (a change between two evals)."""
     at = _positions(table)
     order = {s: i for i, s in enumerate(table.working)}
     height = int(max(y for _, y in at.values()) + _NODE_H / 2 + 24)
@@ -110,6 +116,11 @@ def machine_svg(
             ["edge"] + ["taken"] * bool(count) + ["shared"] * (shared[(e.trigger, e.dest)] > 1)
         )
         label = f"{e.trigger} x{count}" if count else e.trigger
+        if edge_label is not None:
+            label = edge_label(e, count)
+        extra = edge_class(e) if edge_class is not None else None
+        if extra:
+            classes.append(extra)
         out.append(
             f'<g class="{" ".join(classes)}" id="edge-{k}">'
             f"<title>{_esc(f'{e.source} --{e.trigger}--> {e.dest}: {e.why}')}</title>"

@@ -30,6 +30,7 @@ from ._base import (
     StoreError,
     StoreWrite,
 )
+from ._evals import EVALS_SCHEMA, EvalRows
 from ._file import (
     _FORMAT,
     _check_format,
@@ -43,7 +44,8 @@ from ._rows import _STATUSES, _checkpoint_doc, _info, _Rows
 
 __all__ = ["SQLiteStore"]
 
-_SCHEMA: Final = """
+_SCHEMA: Final = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -65,6 +67,8 @@ CREATE TABLE IF NOT EXISTS log (
 );
 CREATE INDEX IF NOT EXISTS log_run ON log (run_id);
 """
+    + EVALS_SCHEMA
+)
 
 # A checkpoint is one row of ``log``: every row it adds, as one JSON document. SQLite's
 # cost per commit is its pages (each a WAL frame and two writes): a row appended to one
@@ -146,7 +150,7 @@ def _head(created: object, newest: object) -> str:
     return f"{created!r}:{newest!r}"
 
 
-class SQLiteStore:
+class SQLiteStore(EvalRows):
     """Runs in one SQLite file (WAL mode): the embedded default :class:`Store`.
 
     A checkpoint is one short transaction that appends one row. ``synchronous``

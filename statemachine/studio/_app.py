@@ -45,6 +45,8 @@ from .._errors import (
     RunNotFoundError,
     StoreError,
 )
+from .._evals._compare import compare
+from .._evals._report import EvalReport
 from .._machine import MachineTable, UnknownMachineError, machine_named
 from .._resumable import check_resumable, recorded_command
 from .._resume import restore_run
@@ -53,6 +55,7 @@ from .._view import page_data, render_page
 from ..store import SavedRun, SQLiteStore, fork_run, load_run
 from ._catalog import Catalog
 from ._compare_page import compare_form, compare_page
+from ._evals_page import eval_compare_page, eval_page, evals_page
 from ._pages import index_page
 
 __all__ = ["COOKIE", "CSRF_HEADER", "create_app"]
@@ -248,6 +251,7 @@ _DECIDING: Final[_Table] = (
     ((RunInUseError, ResumeError), 409),
     ((UsageError, ValueError, AgentfsmError), 400),
 )
+_EVAL: Final[_Table] = (((StoreError,), 404), ((ValueError,), 422))
 _FORKING: Final[_Table] = (
     ((RunNotFoundError,), 404),
     ((RunExistsError,), 409),
@@ -457,6 +461,39 @@ async def _compare_json(request: Request) -> Response:
     return JSONResponse(compare_runs(*sides).as_json())
 
 
+def _eval_of(studio: _Studio, eval_id: str) -> tuple[EvalReport, MachineTable | None]:
+    report = EvalReport.load(studio.catalog.store, eval_id)
+    try:
+        return report, machine_named(report.machine, version=report.machine_version)
+    except (UnknownMachineError, ValueError):
+        return report, None
+
+
+async def _evals(request: Request) -> Response:
+    rows = await asyncio.to_thread(_studio(request).catalog.store.evals)
+    return HTMLResponse(evals_page(rows))
+
+
+@_refusing(_text, _EVAL)
+async def _eval(request: Request) -> Response:
+    eval_id = request.path_params["eval_id"]
+    report, table = await asyncio.to_thread(_eval_of, _studio(request), eval_id)
+    return HTMLResponse(eval_page(report, table))
+
+
+@_refusing(_text, _EVAL)
+async def _eval_compare(request: Request) -> Response:
+    studio = _studio(request)
+    a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
+    if not a or not b:
+        rows = await asyncio.to_thread(studio.catalog.store.evals)
+        return HTMLResponse(evals_page(rows, "pick two evals to compare"), 400)
+    (base, _), (candidate, table) = await asyncio.to_thread(
+        lambda: (_eval_of(studio, a), _eval_of(studio, b))
+    )
+    return HTMLResponse(eval_compare_page(compare(base, candidate), table))
+
+
 @contextlib.asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
     try:
@@ -471,6 +508,9 @@ async def _lifespan(app: Starlette) -> AsyncIterator[None]:
 _ROUTES: Final = [
     Route("/", _index),
     Route("/compare", _compare),
+    Route("/evals", _evals),
+    Route("/evals/compare", _eval_compare),
+    Route("/evals/{eval_id:path}", _eval),
     Route("/api/compare", _compare_json),
     Route("/api/runs", _runs_json),
     Route("/runs/{run_id:path}", _run_page),

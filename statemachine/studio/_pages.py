@@ -120,7 +120,7 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
     tally = " · ".join(f"{_e(s)} {counts[s]}" for s in statuses if counts.get(s))
     body = f"""<header>
   <h1>agentfsm studio</h1>
-  <div class="sub">{_e(store)} · {listing["all"]} runs · {tally}</div>
+  <div class="sub">{_e(store)} · {listing["all"]} runs · {tally} · <a href="/evals">evals</a></div>
 </header>
 <form id="filters" method="get" action="/">
   {_select("status", "status", statuses, filters.get("status", ""))}

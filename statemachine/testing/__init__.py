@@ -4,6 +4,8 @@
 :func:`edge_coverage` counts the edges runs take; :func:`path_cases` gives, for
 each path of a machine, a scenario that takes it; :func:`record` and
 :class:`Cassette` record a model's conversation and replay it;
+:class:`StochasticModel` draws its replies from a seeded random generator, so runs'
+paths vary as a real model's do (for evals, :mod:`agentfsm.evals`);
 :func:`check_machine` proves properties of a table over all its paths, from the
 effects its steps declare (:func:`agentfsm.steps.effects`). The
 pytest plugin (installed with the package) adds fixtures and a coverage report;
@@ -24,12 +26,14 @@ from ._cassette import (
     redact,
     regression_test,
 )
+from ._stochastic import StochasticModel
 
 __all__ = [
     "Cassette",
     "CassetteMismatchError",
     "PathCase",
     "Scenario",
+    "StochasticModel",
     "assert_path",
     "assert_took",
     "check_machine",

@@ -13,7 +13,6 @@ import contextlib
 import difflib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from functools import lru_cache
 from typing import NoReturn, TypeAlias
 
 import attrs
@@ -21,29 +20,11 @@ import attrs
 from .._hooks import global_hooks
 from .._machine import Edge, MachineTable, machine_named
 from .._modes.standard import STANDARD
+from .._path_pattern import compile_path as _compile
 from .._run import Run
 from .._trace import Trace
 
 __all__ = ["EdgeCoverage", "assert_path", "edge_coverage", "matches_path"]
-
-_TOKEN = re.compile(r"\(|\)|[+*?]|\{\d+(?:,\d*)?\}|[A-Za-z_][A-Za-z0-9_]*|\S")
-
-
-@lru_cache(maxsize=256)
-def _compile(pattern: str, states: frozenset[str]) -> re.Pattern[str]:
-    parts = []
-    for token in _TOKEN.findall(pattern):
-        if token == "(":
-            parts.append("(?:")
-        elif token == ")" or token in "+*?" or token.startswith("{"):
-            parts.append(token)
-        elif token in states:
-            parts.append(f"(?:{token} )")
-        else:
-            raise ValueError(
-                f"{token!r} in path pattern {pattern!r} is not a state; states: {sorted(states)}"
-            )
-    return re.compile("".join(parts))
 
 
 def _trace(run_or_trace: Run | Trace) -> Trace:

@@ -9,6 +9,12 @@ Fixtures:
   the test file) replayed as a model; with no cassette yet, ``model`` recording into it.
   A request that differs from the recorded one fails the test with a diff.
 
+* ``eval_gate(report, baseline)``: fails the test when the eval ``report`` regressed
+  against ``baseline`` (an eval id, a report file, or a configuration's name: its newest
+  saved eval of the same dataset), as ``agentfsm eval compare`` judges it;
+  ``--agentfsm-eval-db``, ``--agentfsm-eval-alpha``, ``--agentfsm-eval-max-drop`` set
+  where baselines are and how strict it is; ``--agentfsm-eval-save`` saves each report.
+
 Options: ``--agentfsm-coverage`` reports, for each machine the tests ran, the edges and
 paths their runs took against all of them, the edges none took, and how many paths none
 took (``--agentfsm-coverage=full`` lists them);
@@ -20,6 +26,7 @@ says how ``cassette`` replays.
 
 from __future__ import annotations
 
+import json
 import re
 import types
 import weakref
@@ -63,6 +70,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         default=None,
         help="draw each machine run, with the count of each edge, as DIR/<machine>.mmd",
+    )
+    group.addoption(
+        "--agentfsm-eval-db",
+        metavar="PATH",
+        default=None,
+        help="the store the eval_gate fixture reads baselines from and saves evals to "
+        "(default: $AGENTFSM_DB or agentfsm.db)",
+    )
+    group.addoption(
+        "--agentfsm-eval-save",
+        action="store_true",
+        help="save every eval the eval_gate fixture judges to --agentfsm-eval-db",
+    )
+    group.addoption(
+        "--agentfsm-eval-alpha",
+        type=float,
+        default=0.05,
+        metavar="RATE",
+        help="the error rate of eval_gate's comparisons (default 0.05)",
+    )
+    group.addoption(
+        "--agentfsm-eval-max-drop",
+        type=float,
+        default=0.0,
+        metavar="POINTS",
+        help="the least significant drop of a pass rate, in points, that fails eval_gate",
     )
     group.addoption(
         "--agentfsm-cassettes",
@@ -378,3 +411,69 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "failed"
         report.sections.append(("cassette mismatch", text))
     return report
+
+
+@pytest.fixture
+def eval_gate(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """``eval_gate(report, baseline)``: compare the eval ``report`` with ``baseline`` and fail
+    the test, showing every regression, when it regressed; returns the comparison.
+
+    ``baseline`` is an eval id or a configuration name in ``--agentfsm-eval-db`` (a name
+    means its newest eval of the same dataset), or a report file (``.json``); None judges
+    nothing. With ``--agentfsm-eval-save`` the report is saved as well, and a report whose
+    own name is ``baseline``, with none saved yet, is the first: it passes, saved.
+    """
+    # import time: pytest loads the plugin in every session
+    from agentfsm._evals._compare import compare
+
+    # import time: pytest loads the plugin in every session
+    from agentfsm._evals._report import EvalReport
+
+    # import time: pytest loads the plugin in every session
+    from agentfsm._resumable import default_db
+
+    # import time: pytest loads the plugin in every session
+    from agentfsm.store import SQLiteStore
+
+    config = request.config
+    db = config.getoption("agentfsm_eval_db") or default_db()
+
+    def baseline_of(store: SQLiteStore, spec: str, report: EvalReport) -> EvalReport | None:
+        if spec.endswith(".json"):
+            return EvalReport.from_json(json.loads(Path(spec).read_text(encoding="utf-8")))
+        rows = store.evals()
+        if any(row[0] == spec for row in rows):
+            return EvalReport.load(store, spec)
+        named = [row for row in rows if row[1] == spec and row[2] == report.dataset]
+        if named:
+            return EvalReport.load(store, named[0][0])
+        if config.getoption("agentfsm_eval_save") and report.name == spec:
+            return None  # the first run of a configuration: saved, it is the next one's baseline
+        pytest.fail(
+            f"eval_gate: no eval {spec!r} of dataset {report.dataset!r} in {db} "
+            "(--agentfsm-eval-save saves a first one)",
+            pytrace=False,
+        )
+
+    def gate(report: EvalReport, baseline: str | None) -> Any:
+        with SQLiteStore(db) as store:
+            base = None if baseline is None else baseline_of(store, baseline, report)
+            if config.getoption("agentfsm_eval_save"):
+                report.save(store)
+        if base is None:
+            return None
+        comparison = compare(
+            base,
+            report,
+            alpha=config.getoption("agentfsm_eval_alpha"),
+            threshold=config.getoption("agentfsm_eval_max_drop") / 100,
+        )
+        if not comparison.ok:
+            try:
+                comparison.check()
+            except AssertionError as exc:
+                said = str(exc)
+            pytest.fail(said, pytrace=False)
+        return comparison
+
+    return gate

@@ -1,0 +1,1 @@
+"""The rooms of :mod:`agentfsm.evals`: datasets, the runner, reports, comparisons, stats."""
