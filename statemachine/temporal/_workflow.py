@@ -88,6 +88,7 @@ __all__ = [
     "DECIDE_UPDATE",
     "DRAIN_SIGNAL",
     "MEMO",
+    "PROGRESS_QUERY",
     "WAITING_QUERY",
     "WORKFLOW",
     "RunWorkflow",
@@ -102,6 +103,8 @@ CHILD_WORKFLOW: Final = "agentfsm.subagent"
 DECIDE_UPDATE: Final = "agentfsm.decide"
 DRAIN_SIGNAL: Final = "agentfsm.drain"
 WAITING_QUERY: Final = "agentfsm.waiting"
+#: The run so far (its segments, the one in progress as far as it went, and its state).
+PROGRESS_QUERY: Final = "agentfsm.progress"
 #: A subagent's run tells its parent it waits for decisions, or goes on.
 CHILD_SIGNAL: Final = "agentfsm.child"
 #: The memo key a run keeps where it stands in (``running``/``waiting``, the request):
@@ -252,6 +255,7 @@ class _Execution:
         trace["end"] = state.status if state.status != "paused" else f"paused: {state.pause_reason}"
         traces.append(trace)
         self.run = None
+        self.flow.state = state
         return state
 
     async def segments(
@@ -383,6 +387,10 @@ class _Flow:
         self._inbox: list[dict[str, Any]] | None = None
         #: Every wait's decisions, newest first.
         self._claims: list[list[dict[str, Any]]] = []
+        #: The run's ended segments, its execution and its newest state (the progress query's).
+        self.traces: list[dict[str, Any]] = []
+        self.execution: _Execution | None = None
+        self.state: AgentState | None = None
 
     async def waits(
         self,
@@ -459,6 +467,32 @@ class _Flow:
     def waiting(self) -> dict[str, Any] | None:
         """The approval request the run waits on, or None."""
         return None if self._waiting is None else dict(self._waiting["interrupt"])
+
+    @workflow.query(name=PROGRESS_QUERY)
+    def progress(self) -> dict[str, Any]:
+        """The run so far: its ended segments, the one in progress as far as it went (its
+        end ``running``), and the newest state (a run waiting for decisions: the state
+        that asked; one in a segment: status ``new``, the conversation so far)."""
+        traces = list(self.traces)
+        state = self.state
+        run = self.execution.run if self.execution is not None else None
+        if run is not None and run.trace.transitions:
+            trace = dump(run.trace)
+            trace["end"] = "running"
+            traces.append(trace)
+            if state is not None:  # not ended ("new"), the conversation as far as it got
+                state = attrs.evolve(
+                    state,
+                    messages=tuple(run.chain.messages),
+                    status="new",
+                    interrupt_data=None,
+                    interrupted_at=None,
+                )
+        return {
+            "format": FORMAT,
+            "state": None if state is None else converter.unstructure(state, AgentState),
+            "traces": traces,
+        }
 
     @workflow.signal(name=DRAIN_SIGNAL)
     def drain(self, worker: str) -> None:
@@ -613,6 +647,7 @@ class RunWorkflow(_Flow):
                 f"this worker runs {mine}: a worker of its machine finishes it (policy pinned)"
             )
         execution = _Execution(self, agent, name=name, path=(), settings=self.settings)
+        self.traces, self.execution, self.state = traces, execution, state
         options = _options(submission.get("options") or {})
         timeout = submission.get("decision_timeout")
         self.decision_timeout = None if timeout is None else float(timeout)
