@@ -27,14 +27,14 @@ import pytest
 pytest.importorskip("temporalio", reason="agentfsm.temporal needs the temporal extra")
 pytest.importorskip("starlette", reason="the studio needs the studio extra")
 
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-from agentfsm import AgentState, Approval, DecisionConflictError  # noqa: E402
-from agentfsm.studio import create_app  # noqa: E402
-from agentfsm.temporal import Engine  # noqa: E402
-from agentfsm.temporal._engine import task_queue  # noqa: E402
-from tests import _contract_agents, _temporal_machines  # noqa: E402
-from tests._temporal import binary, dev_server  # noqa: E402
+from agentfsm import AgentState, Approval, DecisionConflictError
+from agentfsm.studio import create_app
+from agentfsm.temporal import Engine
+from agentfsm.temporal._engine import task_queue
+from tests import _contract_agents, _temporal_machines
+from tests._temporal import binary, dev_server
 
 ROOT = Path(__file__).resolve().parent.parent
 ASKED = "expanding calling interrupt_check interrupted"
@@ -309,7 +309,7 @@ def test_a_machine_the_user_declared_runs_on_temporal_through_an_approval(server
             "gate acting merging judging thinking gate acting merging judging ok",
         ]
         # the call ran once if approved, never if rejected
-        assert _temporal_machines.FILED == (["Q3"] if winner == "approve" else [])
+        assert (["Q3"] if winner == "approve" else []) == _temporal_machines.FILED
 
         async def scheduled() -> list[str]:
             history = await other.client.get_workflow_handle(run_id).fetch_history()
