@@ -478,7 +478,7 @@ def _durable_page(db: str, run_id: str) -> str:
         raise UsageError(f"{exc} (--machines MODULE imports it)") from None
     except (AgentfsmError, ValueError, RecursionError) as exc:
         raise UsageError(" ".join(str(exc).split()) or type(exc).__name__) from None
-    except (*failures, OSError) as exc:
+    except failures as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [repr(exc)]
         raise UsageError(f"{db}: the database cannot be used: {reason[0]}") from None
 

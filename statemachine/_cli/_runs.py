@@ -372,24 +372,24 @@ def _durable_runs(args: argparse.Namespace, db: str, out: TextIO) -> int:
     except (AgentfsmError, ValueError) as exc:
         _say(sys.stderr, f"agentfsm runs: {_one_line(exc)}")
         return 2
-    except (*failures, OSError) as exc:
+    except failures as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [repr(exc)]
         _say(sys.stderr, f"agentfsm runs: {db}: the database cannot be used: {reason[0]}")
         return 2
 
 
 def durable_failures(db: str) -> tuple[type[BaseException], ...]:
-    """What the engine reading ``db`` raises when its database or server cannot be used
-    (ImportError when its extra is not installed)."""
+    """What the engine reading ``db`` raises when its database or server cannot be used,
+    OSError included (ImportError when its extra is not installed)."""
     if temporal_target(db) is not None:
         # the temporal extra: only a Temporal server needs it
         from temporalio.service import RPCError
 
-        return (RPCError,)
+        return (RPCError, OSError)
     # the dbos extra: only a durable database needs it
     from sqlalchemy.exc import SQLAlchemyError
 
-    return (SQLAlchemyError,)
+    return (SQLAlchemyError, OSError)
 
 
 def _one_line(exc: Exception) -> str:
