@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import socket
 import threading
 import time
@@ -47,6 +46,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from agentfsm import Agent, AgentState
 from agentfsm._durable_records import RunRecord, RunResult, RunState
+from agentfsm._durable_shared import CONTINUATION, RESERVED, check_run_id, same_decisions
 from agentfsm._errors import (
     DecisionConflictError,
     DurableError,
@@ -56,6 +56,7 @@ from agentfsm._errors import (
     RunNotFoundError,
     StoreError,
 )
+from agentfsm._options import until_targets
 from agentfsm._serialization import FORMAT, check_format, converter, load_trace
 
 from ._activities import call_model, call_tool, machine_of
@@ -70,7 +71,6 @@ from ._workflow import (
     RunWorkflow,
     SubagentWorkflow,
     bound_decisions,
-    same_decisions,
     waits_on,
 )
 
@@ -85,9 +85,7 @@ __all__ = [
 ]
 
 QUEUE_PREFIX: Final = "agentfsm:"
-#: A run resumed after its wait timed out goes on in the workflow ``RUN/resume-N``.
-_CONTINUATION: Final = "/resume-"
-_RESERVED: Final = re.compile(re.escape(_CONTINUATION) + r"[0-9]+\Z")
+_CONTINUATION: Final = CONTINUATION
 _DECISIONS_MEMO: Final = "agentfsm.decisions"
 _AGENT_MEMO: Final = "agentfsm.agent"
 #: The newest events of a history read for the worker that last ran it, and how many pages.
@@ -383,29 +381,20 @@ class Engine:
         engine's queue, else the agent's own (:func:`task_queue`), and stays ``queued``
         until a worker serving it is up.
         """
-        if run_id is not None and _RESERVED.search(run_id):
-            raise ValueError(
-                f"Run id {run_id!r} ends in {_CONTINUATION}N, which names a resumed run's "
-                "continuation; pick another id."
-            )
-        if until_tool is not None and until_tool_success is not None:
-            raise ValueError(
-                "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
-            )
+        check_run_id(run_id)
+        names, require_success = until_targets(until_tool, until_tool_success)
         local = AGENTS.get(agent)
         if local is not None:
             local.options(
                 until_tool=until_tool, until_tool_success=until_tool_success, max_runs=max_runs
             )
-        target = until_tool_success if until_tool_success is not None else until_tool
-        names = [target] if isinstance(target, str) else list(target or ())
         submission = {
             "format": FORMAT,
             "agent": agent,
             "state": converter.unstructure(state, AgentState),
             "options": {
-                "until_tool": names,
-                "require_tool_success": until_tool_success is not None,
+                "until_tool": list(names),
+                "require_tool_success": require_success,
                 **({} if max_runs is None else {"max_runs": max_runs}),
             },
             "decision_timeout": decision_timeout,
@@ -557,7 +546,7 @@ class Engine:
             out: list[RunRecord] = []
             seen: dict[str, float | None] = {}
             async for w in client.list_workflows(f"WorkflowType = '{WORKFLOW}'", limit=limit):
-                if _RESERVED.search(w.id):
+                if RESERVED.search(w.id):
                     continue  # listed under the run it continues
                 tip, _ = await self._tip(w.id)
                 out.append(await self._record(tip, w.id, seen))

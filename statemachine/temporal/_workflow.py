@@ -52,8 +52,6 @@ with workflow.unsafe.imports_passed_through():
         AgentState,
         Approval,
         ChainError,
-        Decision,
-        DecisionError,
         LLMChain,
         Message,
         SubAgent,
@@ -64,6 +62,8 @@ with workflow.unsafe.imports_passed_through():
         Trace,
     )
     from agentfsm._child_runs import children_run_by, nested
+    from agentfsm._durable_shared import call_name, same_decisions
+    from agentfsm._durable_shared import plain as _plain
     from agentfsm._serialization import FORMAT, check_format, converter
     from agentfsm._steps import get_run_count
     from agentfsm._tools import WrapperTool
@@ -94,7 +94,6 @@ __all__ = [
     "RunWorkflow",
     "SubagentWorkflow",
     "bound_decisions",
-    "same_decisions",
     "waits_on",
 ]
 
@@ -131,33 +130,6 @@ def bound_decisions(
         Approval.of(request).check(decisions, unbound=unbound).to_data()
     )
     return bound
-
-
-def same_decisions(given: Sequence[Any], claimed: Sequence[Any], *, unbound: bool) -> bool:
-    """Whether ``given`` are the ``claimed`` (bound) decisions again: same type and edit,
-    and the call id and digest each gives (a decision without a digest: only ``unbound``)."""
-    if len(given) != len(claimed):
-        return False
-    for index, (data, theirs) in enumerate(zip(given, claimed, strict=True)):
-        try:
-            mine = _plain(Decision.of(data, index).to_data())
-        except DecisionError:
-            return False
-        if not isinstance(theirs, Mapping):
-            return False
-        if (mine["type"], mine.get("arguments")) != (theirs.get("type"), theirs.get("arguments")):
-            return False
-        for key in ("tool_call_id", "digest"):
-            if mine.get(key) is not None and mine[key] != theirs.get(key):
-                return False
-        if mine.get("digest") is None and not unbound:
-            return False
-    return True
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as JSON reads it back (tuples as lists, keys as strings)."""
-    return json.loads(json.dumps(value, default=repr))
 
 
 def _options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -226,13 +198,7 @@ class _Execution:
         """The next call's activity id: what it calls, the edge into the state making it,
         and its index in the run (``model:gpt@expanded>calling#1``)."""
         self.calls += 1
-        run = self.run
-        if run is None:
-            where = "resume"
-        else:
-            moves = run.trace.transitions
-            where = f"{moves[-1].trigger if moves else 'entry'}>{run.state}"
-        return f"{kind}@{where}#{self.calls}"
+        return call_name(self.run, kind, self.calls)
 
     def should_pause(self) -> bool | str:
         """After a model reply: pause for a drain asked meanwhile."""
