@@ -824,5 +824,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def run_command() -> NoReturn:
+    """The ``agentfsm`` process: :func:`main`, then its exit status.
+
+    A process that used Temporal's client leaves without finalizing the interpreter (its
+    output flushed first): the client's Rust threads outlive the command and may call into
+    a finalizing interpreter, which aborts it (SIGABRT, after the command's own output)."""
+    code = main()
+    if any(name.startswith("temporalio.bridge") for name in sys.modules):
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_command()
