@@ -79,11 +79,9 @@ def check_db(db: str, *, flag: str = "db", temporal: bool = False) -> str:
             raise ValueError(f"{flag} {exc}") from None
         return db
     if family not in URL_SCHEMES or (family != "postgresql" and "+" in scheme):
-        also = ", or a Temporal server (temporal://HOST:PORT/NAMESPACE)" if temporal else ""
         raise ValueError(
             f"{flag} {shown(db)}: {scheme}:// is not a database agentfsm runs on; did you "
-            "mean postgresql://USER@HOST/DATABASE, or a SQLite file (a path, or "
-            f"sqlite:///FILE){also}?"
+            "mean postgresql://USER@HOST/DATABASE, or a SQLite file (a path, or sqlite:///FILE)?"
         )
     if family != "sqlite":
         port = _PORT.match(db, match.end() - 3)
