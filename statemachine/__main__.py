@@ -1,6 +1,6 @@
 """``python -m agentfsm``: the ``agentfsm`` command."""
 
-from ._cli import main
+from ._cli import run_command
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_command()

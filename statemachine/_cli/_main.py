@@ -379,8 +379,9 @@ def _cmd_studio(args: argparse.Namespace) -> int:
             f"the studio needs its extra: pip install 'agentfsm[studio]' ({exc})"
         ) from None
     _import_machines(args.machines)
-    db = args.db or default_db()
-    _store(db).close()  # refuse a missing file, or one that is not a store, now
+    db = _runs_cli.given_db(args.db)
+    if not _runs_cli._is_durable(db):
+        _store(db).close()  # refuse a missing file, or one that is not a store, now
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a port")
     try:
@@ -478,9 +479,7 @@ def _durable_page(db: str, run_id: str) -> str:
     """The page of a run of a durable engine's (DBOS) database, read as ``runs show``
     reads it; any failure, the database's own included, as one line."""
     try:
-        # the dbos extra: only a durable database needs it
-        from sqlalchemy.exc import SQLAlchemyError
-
+        failures = _runs_cli.durable_failures(db)
         # the command starts fast: only this subcommand loads it
         from ._durable import view_page
     except ImportError as exc:
@@ -491,7 +490,7 @@ def _durable_page(db: str, run_id: str) -> str:
         raise UsageError(f"{exc} (--machines MODULE imports it)") from None
     except (AgentfsmError, ValueError, RecursionError) as exc:
         raise UsageError(" ".join(str(exc).split()) or type(exc).__name__) from None
-    except (SQLAlchemyError, OSError) as exc:
+    except failures as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [repr(exc)]
         raise UsageError(f"{db}: the database cannot be used: {reason[0]}") from None
 
@@ -896,5 +895,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def run_command() -> NoReturn:
+    """The ``agentfsm`` process: :func:`main`, then its exit status.
+
+    A process that used Temporal's client leaves without finalizing the interpreter (its
+    output flushed first): the client's Rust threads outlive the command and may call into
+    a finalizing interpreter, which aborts it (SIGABRT, after the command's own output)."""
+    code = main()
+    if any(name.startswith("temporalio.bridge") for name in sys.modules):
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_command()

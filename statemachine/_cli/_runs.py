@@ -12,7 +12,8 @@ not an agentfsm store is refused.
 Everything printed from the store goes through :func:`~agentfsm._printable.printable`.
 
 ``--db`` is a path (SQLite) or a URL (``sqlite:///FILE``, ``postgresql://...``);
-one that names a durable engine's database (DBOS) lists and shows its runs, and
+one that names a durable engine's database (DBOS) or a Temporal server
+(``temporal://HOST:PORT/NAMESPACE``) lists and shows its runs, and
 ``resume --decisions`` answers a durable run's approval requests.
 
 One idea: the ``runs`` subcommands. They share how a store is opened (SQLite, Postgres
@@ -35,7 +36,8 @@ import attrs
 
 from .._agent import Agent
 from .._agent_spec import DEFAULT_AGENT, UsageError, load_agent
-from .._db_url import check_db
+from .._db_url import check_db, temporal_target
+from .._durable_readers import is_durable
 from .._errors import (
     AgentfsmError,
     MachineChangedError,
@@ -71,6 +73,7 @@ __all__ = [
     "agent_to_resume",
     "db_flag",
     "default_db",
+    "durable_failures",
     "given_db",
     "handle",
     "load_agent",
@@ -85,7 +88,7 @@ def given_db(db: str | None) -> str:
     if db is None:
         return default_db()
     try:
-        return check_db(db, flag="--db")
+        return check_db(db, flag="--db", temporal=True)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -368,25 +371,16 @@ def _sqlite_path(db: str) -> str:
 
 
 def _is_durable(db: str) -> bool:
-    """Whether ``--db`` names a durable engine's (DBOS) database, not an agentfsm store."""
-    if db.startswith(("postgresql://", "postgres://", "postgresql+")):
-        return True
-    path = _sqlite_path(db)
-    if not os.path.isfile(path):
-        return False
-    if SQLiteStore.holds_runs(path):
-        return False
-    names = SQLiteStore.tables_in(path)
-    return names is not None and "workflow_status" in names
+    """Whether ``--db`` names a durable engine's (DBOS) database or a Temporal server, not
+    an agentfsm store."""
+    return is_durable(db)
 
 
 def _durable_runs(args: argparse.Namespace, db: str, out: TextIO) -> int:
     """``runs`` over a durable database (agentfsm.durable reads it): one line and exit 2
     for any failure, the database's own included."""
     try:
-        # the dbos extra: only a durable database needs it
-        from sqlalchemy.exc import SQLAlchemyError
-
+        failures = durable_failures(db)
         # the command starts fast: only this subcommand loads it
         from ._durable import handle as durable_handle
     except ImportError as exc:
@@ -397,10 +391,24 @@ def _durable_runs(args: argparse.Namespace, db: str, out: TextIO) -> int:
     except (AgentfsmError, ValueError) as exc:
         _say(sys.stderr, f"agentfsm runs: {_one_line(exc)}")
         return 2
-    except (SQLAlchemyError, OSError) as exc:
+    except failures as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [repr(exc)]
         _say(sys.stderr, f"agentfsm runs: {db}: the database cannot be used: {reason[0]}")
         return 2
+
+
+def durable_failures(db: str) -> tuple[type[BaseException], ...]:
+    """What the engine reading ``db`` raises when its database or server cannot be used,
+    OSError included (ImportError when its extra is not installed)."""
+    if temporal_target(db) is not None:
+        # the temporal extra: only a Temporal server needs it
+        from temporalio.service import RPCError
+
+        return (RPCError, OSError)
+    # the dbos extra: only a durable database needs it
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return (SQLAlchemyError, OSError)
 
 
 def _one_line(exc: Exception) -> str:

@@ -25,9 +25,10 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from .._agent import Agent
 from .._answers import check_approval
-from .._approval import Approval, Decision, DecisionError
+from .._approval import Approval
 from .._db_url import check_db, shown
 from .._durable_records import RunRecord, RunResult, RunState
+from .._durable_shared import CONTINUATION, check_run_id, same_decisions
 from .._errors import (
     DecisionConflictError,
     DurableError,
@@ -76,8 +77,7 @@ def app_version(agents: Mapping[str, Agent]) -> str:
 
 _SERIALIZER: Final = DBOSPortableJSONSerializer()
 #: A resumed run goes on in the workflow ``RUN/resume-N``, a DBOS fork of ``RUN/resume-(N-1)``.
-_CONTINUATION: Final = "/resume-"
-_RESERVED: Final = re.compile(re.escape(_CONTINUATION) + r"[0-9]+\Z")
+_CONTINUATION: Final = CONTINUATION
 #: Queues of agentfsm runs start so; the rest of a default queue's name is the agent's.
 QUEUE_PREFIX: Final = "agentfsm:"
 
@@ -491,11 +491,7 @@ class Engine:
         The run goes to the engine's queue, else the agent's own
         (:func:`agent_queue`); it stays ``queued`` until a worker serving it is up.
         """
-        if run_id is not None and _RESERVED.search(run_id):
-            raise ValueError(
-                f"Run id {run_id!r} ends in {_CONTINUATION}N, which names a resumed run's "
-                "continuation; pick another id."
-            )
+        check_run_id(run_id)
         names, require_success = until_targets(until_tool, until_tool_success)
         local = AGENTS.get(agent)
         if local is not None:
@@ -725,7 +721,8 @@ class Engine:
         claims = self.ledger.decided(run_id, _CONTINUATION)
         bound = all(isinstance(d, Mapping) and d.get("digest") is not None for d in decisions)
         return any(
-            _same(decisions, claim, unbound=unbound) for claim in claims[: None if bound else 1]
+            same_decisions(decisions, claim, unbound=unbound)
+            for claim in claims[: None if bound else 1]
         )
 
     def _timed_out(self, workflow_id: str) -> int | None:
@@ -852,28 +849,6 @@ def list_runs(db: str | os.PathLike[str], *, limit: int = 100) -> list[RunRecord
     the one call a reader (the runs command, a web view) needs, no engine of its own."""
     with Engine(db) as engine:
         return engine.runs(limit=limit)
-
-
-def _same(given: Sequence[Any], claimed: Sequence[Any], *, unbound: bool) -> bool:
-    """Whether ``given`` are the ``claimed`` decisions (bound, as a claim keeps them) again:
-    the same type and edit, and the call id and digest each gives (none: only ``unbound``)."""
-    if len(given) != len(claimed):
-        return False
-    for index, (data, theirs) in enumerate(zip(given, claimed, strict=True)):
-        try:
-            mine = json.loads(json.dumps(Decision.of(data, index).to_data(), default=repr))
-        except DecisionError:
-            return False
-        if not isinstance(theirs, Mapping):
-            return False
-        if (mine["type"], mine.get("arguments")) != (theirs.get("type"), theirs.get("arguments")):
-            return False
-        for key in ("tool_call_id", "digest"):
-            if mine.get(key) is not None and mine[key] != theirs.get(key):
-                return False
-        if mine.get("digest") is None and not unbound:
-            return False
-    return True
 
 
 def _agent(inputs: Any) -> str | None:

@@ -62,6 +62,7 @@ from agentfsm._chat_model import ChatModel, DeltaHandler
 
 from .._agent import Agent, AgentRun
 from .._chain import LLMChain
+from .._durable_shared import call_name
 from .._errors import ChainError
 from .._messages import Message, ToolCall, ToolResult
 from .._resume import execute_options
@@ -220,13 +221,7 @@ class _Execution:
         A changed machine that replays a recorded run meets a step it does not expect as
         DBOS's error naming both, never as another call's output."""
         self.calls += 1
-        run = self.run
-        if run is None:
-            where = "resume"
-        else:
-            moves = run.trace.transitions
-            where = f"{moves[-1].trigger if moves else 'entry'}>{run.state}"
-        return f"{kind}@{where}#{self.calls}"
+        return call_name(self.run, kind, self.calls)
 
     def should_pause(self) -> bool | str:
         if self._model_draining:

@@ -37,6 +37,7 @@ from starlette.routing import Route
 from .._agent import Agent
 from .._agent_spec import DEFAULT_AGENT, UsageError, load_agent
 from .._compare import compare_runs
+from .._durable_readers import is_durable
 from .._errors import (
     AgentfsmError,
     ResumeError,
@@ -522,7 +523,8 @@ _ROUTES: Final = [
 
 
 def create_app(db: str, *, agent: str | Agent | None = None, token: str | None = None) -> Starlette:
-    """The studio over the SQLite store at ``db``.
+    """The studio over the SQLite store at ``db`` (a DBOS database or a Temporal server,
+    ``temporal://HOST:PORT/NAMESPACE``: their durable runs, read-only).
 
     ``agent`` (an :class:`~agentfsm.Agent`, or ``module:attribute`` as ``agentfsm runs
     resume --agent`` takes it; the demo agent by default) is the agent decisions resume
@@ -530,6 +532,11 @@ def create_app(db: str, *, agent: str | Agent | None = None, token: str | None =
     request (as ``?token=``, then a cookie, or ``Authorization: Bearer``), and without
     it only requests addressed to a loopback host are answered.
     """
+    if is_durable(db):
+        # the durable engines' studio: only a durable --db needs it
+        from ._durable import create_durable_app
+
+        return create_durable_app(db, guard=Middleware(_Guard, token=token))
     app = Starlette(
         routes=_ROUTES,
         middleware=[Middleware(_Guard, token=token)],

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import socket
 import threading
 import time
@@ -24,11 +23,19 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, S
 from datetime import timedelta
 from typing import Any, Final, Literal, TypeVar, overload
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    GetWorkflowExecutionHistoryReverseRequest,
+)
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -39,6 +46,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from agentfsm import Agent, AgentState
 from agentfsm._durable_records import RunRecord, RunResult, RunState
+from agentfsm._durable_shared import CONTINUATION, RESERVED, check_run_id, same_decisions
 from agentfsm._errors import (
     DecisionConflictError,
     DurableError,
@@ -48,6 +56,7 @@ from agentfsm._errors import (
     RunNotFoundError,
     StoreError,
 )
+from agentfsm._options import until_targets
 from agentfsm._serialization import FORMAT, check_format, converter, load_trace
 
 from ._activities import call_model, call_tool, machine_of
@@ -57,11 +66,11 @@ from ._workflow import (
     DECIDE_UPDATE,
     DRAIN_SIGNAL,
     MEMO,
+    PROGRESS_QUERY,
     WORKFLOW,
     RunWorkflow,
     SubagentWorkflow,
     bound_decisions,
-    same_decisions,
     waits_on,
 )
 
@@ -76,11 +85,12 @@ __all__ = [
 ]
 
 QUEUE_PREFIX: Final = "agentfsm:"
-#: A run resumed after its wait timed out goes on in the workflow ``RUN/resume-N``.
-_CONTINUATION: Final = "/resume-"
-_RESERVED: Final = re.compile(re.escape(_CONTINUATION) + r"[0-9]+\Z")
+_CONTINUATION: Final = CONTINUATION
 _DECISIONS_MEMO: Final = "agentfsm.decisions"
 _AGENT_MEMO: Final = "agentfsm.agent"
+#: The newest events of a history read for the worker that last ran it, and how many pages.
+_HISTORY_PAGE: Final = 20
+_HISTORY_PAGES: Final = 5
 _T = TypeVar("_T")
 
 Policy = Literal["pinned", "compatible"]
@@ -152,6 +162,9 @@ class Engine:
     worker that ran its last before any worker takes it (Temporal's sticky queue);
     ``drain_timeout`` how long a drain lets calls in flight finish; ``otel`` adds
     Temporal's OpenTelemetry tracing interceptor to the client and its workers.
+    ``gone_after`` is how long a run's task queue may go unpolled before a run on it
+    that a worker started is reported ``orphaned``: a live worker polls at least once
+    per the server's long poll (a minute by default), a killed one never again.
     """
 
     def __init__(
@@ -167,6 +180,7 @@ class Engine:
         otel: bool = False,
         sticky_timeout: float = 10.0,
         drain_timeout: float = 30.0,
+        gone_after: float = 75.0,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -183,6 +197,8 @@ class Engine:
         self.sticky_timeout = sticky_timeout
         #: How long a drain lets the calls in flight finish (fixed when the worker starts).
         self.drain_timeout = drain_timeout
+        #: Seconds a task queue may go unpolled before its started runs are ``orphaned``.
+        self.gone_after = gone_after
         self.executor_id: str | None = None
         self._names: list[str] = []
         self._loop: _Loop | None = None
@@ -365,29 +381,20 @@ class Engine:
         engine's queue, else the agent's own (:func:`task_queue`), and stays ``queued``
         until a worker serving it is up.
         """
-        if run_id is not None and _RESERVED.search(run_id):
-            raise ValueError(
-                f"Run id {run_id!r} ends in {_CONTINUATION}N, which names a resumed run's "
-                "continuation; pick another id."
-            )
-        if until_tool is not None and until_tool_success is not None:
-            raise ValueError(
-                "Cannot pass both until_tool and until_tool_success; they are mutually exclusive"
-            )
+        check_run_id(run_id)
+        names, require_success = until_targets(until_tool, until_tool_success)
         local = AGENTS.get(agent)
         if local is not None:
             local.options(
                 until_tool=until_tool, until_tool_success=until_tool_success, max_runs=max_runs
             )
-        target = until_tool_success if until_tool_success is not None else until_tool
-        names = [target] if isinstance(target, str) else list(target or ())
         submission = {
             "format": FORMAT,
             "agent": agent,
             "state": converter.unstructure(state, AgentState),
             "options": {
-                "until_tool": names,
-                "require_tool_success": until_tool_success is not None,
+                "until_tool": list(names),
+                "require_tool_success": require_success,
                 **({} if max_runs is None else {"max_runs": max_runs}),
             },
             "decision_timeout": decision_timeout,
@@ -435,7 +442,51 @@ class Engine:
                 return desc, number
             desc, number = newer, number + 1
 
-    async def _record(self, desc: WorkflowExecutionDescription, run_id: str = "") -> RunRecord:
+    async def _executor(self, desc: WorkflowExecutionDescription) -> str | None:
+        """The identity of the worker that last ran the run's workflow (its newest workflow
+        task completed, read from the end of its history); None before any worker did."""
+        client = await self._connect()
+        execution = WorkflowExecution(workflow_id=desc.id, run_id=desc.run_id or "")
+        token = b""
+        for _ in range(_HISTORY_PAGES):
+            page = await client.workflow_service.get_workflow_execution_history_reverse(
+                GetWorkflowExecutionHistoryReverseRequest(
+                    namespace=self.namespace,
+                    execution=execution,
+                    maximum_page_size=_HISTORY_PAGE,
+                    next_page_token=token,
+                )
+            )
+            for event in page.history.events:
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+                    return event.workflow_task_completed_event_attributes.identity or None
+            token = page.next_page_token
+            if not token:
+                return None
+        return None
+
+    async def _polled(self, queue: str, seen: dict[str, float | None]) -> float | None:
+        """How long ago a worker last polled ``queue`` for workflow tasks (None: no worker
+        ever did, as far as the server remembers); kept in ``seen`` for a listing."""
+        if queue not in seen:
+            client = await self._connect()
+            answer = await client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=self.namespace,
+                    task_queue=TaskQueue(name=queue),
+                    task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+                )
+            )
+            times = [p.last_access_time.ToSeconds() for p in answer.pollers]
+            seen[queue] = time.time() - max(times) if times else None
+        return seen[queue]
+
+    async def _record(
+        self,
+        desc: WorkflowExecutionDescription,
+        run_id: str = "",
+        seen: dict[str, float | None] | None = None,
+    ) -> RunRecord:
         memo = await desc.memo()
         found = memo.get(MEMO)
         mine: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
@@ -452,16 +503,30 @@ class Engine:
             state = "cancelled"
         else:
             state = "failed"
+        executor = await self._executor(desc)
+        reason = None
+        if state in ("running", "waiting") and executor is not None and desc.task_queue:
+            silent = await self._polled(desc.task_queue, {} if seen is None else seen)
+            if silent is None or silent > self.gone_after:
+                state = "orphaned"
+                since = "ever" if silent is None else f"for {silent:.0f} s"
+                reason = (
+                    f"its worker {executor} is gone and no worker polls its task queue "
+                    f"{desc.task_queue} (none {since}): start a worker of its agent on it "
+                    f"(agentfsm worker --engine temporal --address {self.address}); any "
+                    "worker of the queue takes it on"
+                )
         agent = memo.get(_AGENT_MEMO)
         updated = desc.close_time or desc.execution_time or desc.start_time
         return RunRecord(
             run_id=run_id or desc.id,
             status=state,
             agent=str(agent) if agent is not None else None,
-            executor=None,
+            executor=executor,
             created=desc.start_time.timestamp() if desc.start_time else None,
             updated=updated.timestamp() if updated else None,
             queue=desc.task_queue,
+            reason=reason,
         )
 
     def status(self, run_id: str) -> RunRecord:
@@ -479,11 +544,12 @@ class Engine:
         async def go() -> list[RunRecord]:
             client = await self._connect()
             out: list[RunRecord] = []
+            seen: dict[str, float | None] = {}
             async for w in client.list_workflows(f"WorkflowType = '{WORKFLOW}'", limit=limit):
-                if _RESERVED.search(w.id):
+                if RESERVED.search(w.id):
                     continue  # listed under the run it continues
                 tip, _ = await self._tip(w.id)
-                out.append(await self._record(tip, w.id))
+                out.append(await self._record(tip, w.id, seen))
             return out
 
         return self._call(go())
@@ -526,6 +592,37 @@ class Engine:
             newer, _ = await self._tip(run_id)
             if newer.id == desc.id:  # no decide resumed it meanwhile
                 return _result(run_id, output)
+
+    def progress(self, run_id: str, *, timeout: float = 5.0) -> RunResult:
+        """The run as far as it went: an ended run's :meth:`result`; a running or waiting
+        one's segments so far (the one in progress with the end ``running``) and its
+        newest state (waiting: the state that asked; in a segment: status ``new``, the
+        conversation so far), read by the query
+        ``agentfsm.progress``, which a worker of its task queue answers. DurableError
+        when none answers within ``timeout`` seconds (no worker is up)."""
+
+        async def go() -> RunResult:
+            desc, _ = await self._tip(run_id)
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                done = await self._result(run_id, wait=False, timeout=None)
+                if done is not None:
+                    return done
+            client = await self._connect()
+            try:
+                output = await client.get_workflow_handle(desc.id).query(
+                    PROGRESS_QUERY, rpc_timeout=timedelta(seconds=timeout)
+                )
+            except (RPCError, WorkflowQueryFailedError) as exc:
+                raise DurableError(
+                    f"Run {run_id!r}: no worker of its task queue {desc.task_queue} told its "
+                    f"progress within {timeout:g} s (start one, or read it once it ended): "
+                    f"{exc}"
+                ) from None
+            if not isinstance(output, Mapping) or output.get("state") is None:
+                raise DurableError(f"Run {run_id!r} has not started yet (no worker took it)")
+            return _result(run_id, output)
+
+        return self._call(go())
 
     def waiting(self, run_id: str) -> Mapping[str, Any] | None:
         """The approval request a run waits for decisions on, or None (read from the
@@ -578,8 +675,12 @@ class Engine:
         except WorkflowUpdateFailedError as exc:
             raise _refusal(run_id, exc.cause) from None
         except RPCError as exc:
-            if "completed" not in str(exc).lower():
+            said = str(exc).lower()
+            if "completed" not in said and "closing" not in said:
                 raise
+            # the run ended, or is ending, meanwhile: judge them against how it ended
+            with contextlib.suppress(WorkflowFailureError):
+                await handle.result()
             desc, number = await self._tip(run_id)
             await self._decide_ended(run_id, desc, number, decisions, unbound=unbound)
         return None

@@ -52,8 +52,6 @@ with workflow.unsafe.imports_passed_through():
         AgentState,
         Approval,
         ChainError,
-        Decision,
-        DecisionError,
         LLMChain,
         Message,
         SubAgent,
@@ -64,6 +62,8 @@ with workflow.unsafe.imports_passed_through():
         Trace,
     )
     from agentfsm._child_runs import children_run_by, nested
+    from agentfsm._durable_shared import call_name, same_decisions
+    from agentfsm._durable_shared import plain as _plain
     from agentfsm._serialization import FORMAT, check_format, converter
     from agentfsm._steps import get_run_count
     from agentfsm._tools import WrapperTool
@@ -88,12 +88,12 @@ __all__ = [
     "DECIDE_UPDATE",
     "DRAIN_SIGNAL",
     "MEMO",
+    "PROGRESS_QUERY",
     "WAITING_QUERY",
     "WORKFLOW",
     "RunWorkflow",
     "SubagentWorkflow",
     "bound_decisions",
-    "same_decisions",
     "waits_on",
 ]
 
@@ -102,6 +102,8 @@ CHILD_WORKFLOW: Final = "agentfsm.subagent"
 DECIDE_UPDATE: Final = "agentfsm.decide"
 DRAIN_SIGNAL: Final = "agentfsm.drain"
 WAITING_QUERY: Final = "agentfsm.waiting"
+#: The run so far (its segments, the one in progress as far as it went, and its state).
+PROGRESS_QUERY: Final = "agentfsm.progress"
 #: A subagent's run tells its parent it waits for decisions, or goes on.
 CHILD_SIGNAL: Final = "agentfsm.child"
 #: The memo key a run keeps where it stands in (``running``/``waiting``, the request):
@@ -128,33 +130,6 @@ def bound_decisions(
         Approval.of(request).check(decisions, unbound=unbound).to_data()
     )
     return bound
-
-
-def same_decisions(given: Sequence[Any], claimed: Sequence[Any], *, unbound: bool) -> bool:
-    """Whether ``given`` are the ``claimed`` (bound) decisions again: same type and edit,
-    and the call id and digest each gives (a decision without a digest: only ``unbound``)."""
-    if len(given) != len(claimed):
-        return False
-    for index, (data, theirs) in enumerate(zip(given, claimed, strict=True)):
-        try:
-            mine = _plain(Decision.of(data, index).to_data())
-        except DecisionError:
-            return False
-        if not isinstance(theirs, Mapping):
-            return False
-        if (mine["type"], mine.get("arguments")) != (theirs.get("type"), theirs.get("arguments")):
-            return False
-        for key in ("tool_call_id", "digest"):
-            if mine.get(key) is not None and mine[key] != theirs.get(key):
-                return False
-        if mine.get("digest") is None and not unbound:
-            return False
-    return True
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as JSON reads it back (tuples as lists, keys as strings)."""
-    return json.loads(json.dumps(value, default=repr))
 
 
 def _options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -223,13 +198,7 @@ class _Execution:
         """The next call's activity id: what it calls, the edge into the state making it,
         and its index in the run (``model:gpt@expanded>calling#1``)."""
         self.calls += 1
-        run = self.run
-        if run is None:
-            where = "resume"
-        else:
-            moves = run.trace.transitions
-            where = f"{moves[-1].trigger if moves else 'entry'}>{run.state}"
-        return f"{kind}@{where}#{self.calls}"
+        return call_name(self.run, kind, self.calls)
 
     def should_pause(self) -> bool | str:
         """After a model reply: pause for a drain asked meanwhile."""
@@ -252,6 +221,7 @@ class _Execution:
         trace["end"] = state.status if state.status != "paused" else f"paused: {state.pause_reason}"
         traces.append(trace)
         self.run = None
+        self.flow.state = state
         return state
 
     async def segments(
@@ -383,6 +353,10 @@ class _Flow:
         self._inbox: list[dict[str, Any]] | None = None
         #: Every wait's decisions, newest first.
         self._claims: list[list[dict[str, Any]]] = []
+        #: The run's ended segments, its execution and its newest state (the progress query's).
+        self.traces: list[dict[str, Any]] = []
+        self.execution: _Execution | None = None
+        self.state: AgentState | None = None
 
     async def waits(
         self,
@@ -459,6 +433,32 @@ class _Flow:
     def waiting(self) -> dict[str, Any] | None:
         """The approval request the run waits on, or None."""
         return None if self._waiting is None else dict(self._waiting["interrupt"])
+
+    @workflow.query(name=PROGRESS_QUERY)
+    def progress(self) -> dict[str, Any]:
+        """The run so far: its ended segments, the one in progress as far as it went (its
+        end ``running``), and the newest state (a run waiting for decisions: the state
+        that asked; one in a segment: status ``new``, the conversation so far)."""
+        traces = list(self.traces)
+        state = self.state
+        run = self.execution.run if self.execution is not None else None
+        if run is not None and run.trace.transitions:
+            trace = dump(run.trace)
+            trace["end"] = "running"
+            traces.append(trace)
+            if state is not None:  # not ended ("new"), the conversation as far as it got
+                state = attrs.evolve(
+                    state,
+                    messages=tuple(run.chain.messages),
+                    status="new",
+                    interrupt_data=None,
+                    interrupted_at=None,
+                )
+        return {
+            "format": FORMAT,
+            "state": None if state is None else converter.unstructure(state, AgentState),
+            "traces": traces,
+        }
 
     @workflow.signal(name=DRAIN_SIGNAL)
     def drain(self, worker: str) -> None:
@@ -613,6 +613,7 @@ class RunWorkflow(_Flow):
                 f"this worker runs {mine}: a worker of its machine finishes it (policy pinned)"
             )
         execution = _Execution(self, agent, name=name, path=(), settings=self.settings)
+        self.traces, self.execution, self.state = traces, execution, state
         options = _options(submission.get("options") or {})
         timeout = submission.get("decision_timeout")
         self.decision_timeout = None if timeout is None else float(timeout)
