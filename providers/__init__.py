@@ -15,7 +15,7 @@ from ._openai import OpenAIChat
 from ._registry import create_model
 from ._responses import OpenAIResponses
 from ._rules import MODEL_RULES, ModelRule, ModelRules, rules_for
-from ._scripted import ScriptedModel, ScriptedRequest, call_tool, call_tools, fail, say
+from ._scripted import ScriptedModel, call_tool, call_tools, fail, say
 from ._transport import Limits, RetryPolicy
 from ._wrapper import WrapperModel
 
@@ -33,7 +33,6 @@ __all__ = [
     "OpenAIResponses",
     "RetryPolicy",
     "ScriptedModel",
-    "ScriptedRequest",
     "WrapperModel",
     "call_tool",
     "call_tools",
@@ -46,6 +45,8 @@ __all__ = [
 
 #: The last release's names this face no longer exports, kept one more release.
 __getattr__ = forward(
-    __name__, ("agentfsm", "agentfsm.providers._registry"), frozenset({"PROVIDERS", "Usage"})
+    __name__,
+    ("agentfsm", "agentfsm.providers._registry", "agentfsm.providers._scripted"),
+    frozenset({"PROVIDERS", "ScriptedRequest", "Usage"}),
 )
 show_at(__name__, globals())

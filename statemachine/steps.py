@@ -9,7 +9,7 @@ asks for approval, spends the budget), which migrations, ``agentfsm check`` and
 the studio read from the table.
 """
 
-from ._effects import Effect, effects, effects_of, state_effects
+from ._effects import effects, state_effects
 from ._moved import forward, show_at
 from ._results import Continue, PipelineResult
 from ._steps import (
@@ -29,7 +29,6 @@ from ._steps import (
 
 __all__ = [
     "Continue",
-    "Effect",
     "PipelineResult",
     "Step",
     "call_llm",
@@ -40,7 +39,6 @@ __all__ = [
     "check_until_tool",
     "check_until_tool_success",
     "effects",
-    "effects_of",
     "execute_tools",
     "expand_tool_results",
     "propagate_state",
@@ -52,9 +50,10 @@ __all__ = [
 #: internals, kept one more release.
 __getattr__ = forward(
     __name__,
-    ("agentfsm._steps",),
+    ("agentfsm._steps", "agentfsm._effects"),
     frozenset(
         {
+            "Effect",
             "add_tool_message",
             "continue_or_done",
             "deep_merge",

@@ -7,13 +7,13 @@ import pytest
 from agentfsm import STANDARD, Agent, SubAgent, effects, tool
 from agentfsm._checks import MachineProblem
 from agentfsm._cli._main import main
+from agentfsm._effects import effects_of
 from agentfsm._modes.langchain import LANGCHAIN_MACHINES
 from agentfsm.providers import ScriptedModel
 from agentfsm.steps import (
     Continue,
     PipelineResult,
     call_llm,
-    effects_of,
     execute_tools,
     state_effects,
 )

@@ -715,7 +715,7 @@ def test_the_worker_command_needs_an_agent() -> None:
 
 @pytest.mark.parametrize("db", ["sqlite"], indirect=True)
 def test_a_worker_serves_the_version_of_its_agents_machines(db: str) -> None:
-    from agentfsm.durable import app_version
+    from agentfsm.durable._engine import app_version
 
     same = app_version({"gated": _record_agent(gated=True)})
     assert same == app_version({"gated": _record_agent()}) and same.startswith("agentfsm-")

@@ -16,7 +16,7 @@ import pytest
 
 from agentfsm import STANDARD, ChainError, Edge, Failed, MachineTable, Message, Ok, Paused
 from agentfsm._modes.langchain import LANGCHAIN_MACHINES, call_model
-from agentfsm.diagrams import Path as MachinePath
+from agentfsm._paths import Path as MachinePath
 from agentfsm.diagrams import paths
 from agentfsm.steps import Continue, PipelineResult, check_max_runs
 from agentfsm.testing import PathCase, Scenario, assert_took, path_cases

@@ -40,10 +40,11 @@ from agentfsm._serialization import (
     Unpacker,
     compact_json,
     converter,
+    dump_trace,
 )
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.steps import Continue, PipelineResult
-from agentfsm.store import dump, dump_trace, dumps, load, load_trace, loads
+from agentfsm.store import dump, dumps, load, load_trace, loads
 from tests.support import add, search, submit
 
 MODELS = {"alpha": ScriptedModel([], model_name="alpha"), "beta": ScriptedModel([], "beta")}

@@ -28,10 +28,11 @@ from agentfsm import (
 from agentfsm._invariants import check_traces
 from agentfsm._machine import machine_named
 from agentfsm._modes.standard import check_approvals
+from agentfsm._serialization import dump_trace
 from agentfsm._versions import MachineShape
 from agentfsm.providers import ScriptedModel, call_tool, say
 from agentfsm.steps import PipelineResult
-from agentfsm.store import SQLiteStore, dump_trace, load_run, load_trace
+from agentfsm.store import SQLiteStore, load_run, load_trace
 from agentfsm.versions import (
     check_resume,
     compatible,

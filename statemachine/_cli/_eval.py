@@ -130,17 +130,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--model",
-        metavar="PROVIDER:NAME",
-        help="run the agent on this model instead of its own "
+        metavar="NAME",
+        help="run the agent on this model instead of its own, named PROVIDER:NAME "
         "(openai:gpt-4.1-mini, anthropic:..., scripted:echo)",
     )
     run.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server's URL")
     run.add_argument("--runs", type=_positive, default=10, metavar="N", help="runs per case (10)")
     run.add_argument(
-        "--concurrency", type=_positive, default=8, metavar="K", help="runs at once at most (8)"
+        "--concurrency", type=_positive, default=8, metavar="N", help="runs at once at most (8)"
     )
     run.add_argument(
-        "--name", metavar="LABEL", help="the configuration's name (default: the model's)"
+        "--name", metavar="NAME", help="the configuration's name (default: the model's)"
     )
     run.add_argument("--json", action="store_true", help="print the report as JSON")
     run.add_argument("--no-save", action="store_true", help="do not save it to the store")

@@ -9,7 +9,7 @@ that takes it; :func:`diagram_files` is what ``agentfsm diagrams`` writes;
 """
 
 from .._moved import forward, show_at
-from .._paths import Path, compress_path, paths
+from .._paths import compress_path, paths
 from .._view import page
 from ._console import summary, trace_table, watch
 from ._files import diagram_files, stale_files, write_files
@@ -25,7 +25,6 @@ from ._writers import (
 )
 
 __all__ = [
-    "Path",
     "compress_path",
     "diagram_files",
     "machine_dot",

@@ -18,7 +18,7 @@ Install with ``pip install 'agentfsm[dbos]'``::
     engine.status(run_id).status                         # "queued", "running", "waiting"...
     engine.result(run_id).state
 
-Each agent's runs go to its own queue (:func:`agent_queue`), so workers of
+Each agent's runs go to its own queue (named after the agent), so workers of
 different agents share one database and never take each other's runs.
 """
 
@@ -36,9 +36,6 @@ from ._engine import (
     Engine,
     RunRecord,
     RunResult,
-    agent_queue,
-    app_version,
-    database_url,
     list_runs,
 )
 
@@ -46,18 +43,18 @@ __all__ = [
     "Engine",
     "RunRecord",
     "RunResult",
-    "agent_queue",
-    "app_version",
-    "database_url",
     "list_runs",
 ]
 
 #: The last release's names this face no longer exports, kept one more release.
 __getattr__ = forward(
     __name__,
-    ("agentfsm",),
+    ("agentfsm", "agentfsm.durable._engine"),
     frozenset(
         {
+            "agent_queue",
+            "app_version",
+            "database_url",
             "DecisionConflictError",
             "DurableError",
             "ResumeError",

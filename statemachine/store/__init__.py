@@ -13,7 +13,7 @@ chain, state or trace as a versioned JSON document. Errors are
 from __future__ import annotations
 
 from .._moved import forward, keep_names, show_at
-from .._serialization import dump, dump_trace, dumps, load, load_trace, loads
+from .._serialization import dump, dumps, load, load_trace, loads
 from ._base import Deletes, Leases, RunDigest, RunInfo, Store, StoredRun, StoreWrite
 from ._checkpointer import Checkpointer, checkpoint
 from ._fork import fork_run, migrate_run
@@ -33,7 +33,6 @@ __all__ = [
     "StoredRun",
     "checkpoint",
     "dump",
-    "dump_trace",
     "dumps",
     "fork_run",
     "load",
@@ -46,10 +45,11 @@ __all__ = [
 #: The last release's names this face no longer exports, kept one more release.
 __getattr__ = forward(
     __name__,
-    ("agentfsm", "agentfsm.store._base"),
+    ("agentfsm", "agentfsm.store._base", "agentfsm._serialization"),
     frozenset(
         {
             "ResumeError",
+            "dump_trace",
             "restore_run",
             "start_run",
             "RunExistsError",

@@ -47,7 +47,6 @@ from .._errors import (
     StoreError,
 )
 from .._evals._compare import compare
-from .._evals._report import EvalReport
 from .._machine import MachineTable, UnknownMachineError, machine_named
 from .._resumable import check_resumable, recorded_command
 from .._resume import restore_run
@@ -56,7 +55,7 @@ from .._view import page_data, render_page
 from ..store import SavedRun, SQLiteStore, fork_run, load_run
 from ._catalog import Catalog
 from ._compare_page import compare_form, compare_page
-from ._evals_page import eval_compare_page, eval_page, evals_page
+from ._evals_page import eval_compare_page, eval_of, eval_page, evals_page
 from ._pages import index_page
 
 __all__ = ["COOKIE", "CSRF_HEADER", "create_app"]
@@ -462,14 +461,6 @@ async def _compare_json(request: Request) -> Response:
     return JSONResponse(compare_runs(*sides).as_json())
 
 
-def _eval_of(studio: _Studio, eval_id: str) -> tuple[EvalReport, MachineTable | None]:
-    report = EvalReport.load(studio.catalog.store, eval_id)
-    try:
-        return report, machine_named(report.machine, version=report.machine_version)
-    except (UnknownMachineError, ValueError):
-        return report, None
-
-
 async def _evals(request: Request) -> Response:
     rows = await asyncio.to_thread(_studio(request).catalog.store.evals)
     return HTMLResponse(evals_page(rows))
@@ -478,7 +469,7 @@ async def _evals(request: Request) -> Response:
 @_refusing(_text, _EVAL)
 async def _eval(request: Request) -> Response:
     eval_id = request.path_params["eval_id"]
-    report, table = await asyncio.to_thread(_eval_of, _studio(request), eval_id)
+    report, table = await asyncio.to_thread(eval_of, _studio(request).catalog.store, eval_id)
     return HTMLResponse(eval_page(report, table))
 
 
@@ -490,7 +481,7 @@ async def _eval_compare(request: Request) -> Response:
         rows = await asyncio.to_thread(studio.catalog.store.evals)
         return HTMLResponse(evals_page(rows, "pick two evals to compare"), 400)
     (base, _), (candidate, table) = await asyncio.to_thread(
-        lambda: (_eval_of(studio, a), _eval_of(studio, b))
+        lambda: (eval_of(studio.catalog.store, a), eval_of(studio.catalog.store, b))
     )
     return HTMLResponse(eval_compare_page(compare(base, candidate), table))
 

@@ -18,12 +18,13 @@ from urllib.parse import quote, urlencode
 
 from .._evals._compare import EvalComparison
 from .._evals._report import EvalReport
-from .._machine import Edge, MachineTable
+from .._machine import Edge, MachineTable, UnknownMachineError, machine_named
 from .._paths import compress_path
 from .._view._svg import machine_svg
+from ..store import SQLiteStore
 from ._pages import _asset, document
 
-__all__ = ["eval_compare_page", "eval_page", "evals_page"]
+__all__ = ["eval_compare_page", "eval_of", "eval_page", "evals_page"]
 
 _STYLE = """
 .machine .edge.up path { stroke: #b91c1c; stroke-width: 3; }
@@ -35,6 +36,15 @@ _STYLE = """
 .evals .verdict.ok { color: #166534; } .evals .verdict.bad { color: #b91c1c; }
 .evals .drawing { max-width: 760px; }
 """
+
+
+def eval_of(store: SQLiteStore, eval_id: str) -> tuple[EvalReport, MachineTable | None]:
+    """The saved eval ``eval_id`` and the machine its runs ran on, when it is declared here."""
+    report = EvalReport.load(store, eval_id)
+    try:
+        return report, machine_named(report.machine, version=report.machine_version)
+    except (UnknownMachineError, ValueError):
+        return report, None
 
 
 def _e(value: object) -> str:
