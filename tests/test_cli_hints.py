@@ -199,6 +199,10 @@ def test_a_run_on_its_own_machine_names_the_module_that_declares_it(
     assert _steps(resumed.stdout)[-1] == "deciding --done--> ok"
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _stopped_by_ctrl_c(folder: pathlib.Path, agent: str, *command: str) -> tuple[str, float]:
     """``agentfsm run --agent`` (or ``command``) sent SIGINT while its tool waits: its
     stderr, and the seconds it took to exit after the signal."""
@@ -212,6 +216,9 @@ def _stopped_by_ctrl_c(folder: pathlib.Path, agent: str, *command: str) -> tuple
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Ctrl-C as at a person's terminal, also when the tests run in the background
+        # (a shell's `&`), which hands its children SIGINT ignored.
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + 30
