@@ -36,8 +36,10 @@ group; each also keeps the standard base it had (in brackets), so an
         ├── SSELimitError                (ValueError) an event stream's line or event too
         │                                long: the transport makes it a ProviderError
         ├── UsageError                   the command line's mistakes: exit status 2
-        └── Unsupported                  (TypeError) a hint with no JSON form; ``@tool``
-                                         raises a TypeError naming the parameter
+        ├── Unsupported                  (TypeError) a hint with no JSON form; ``@tool``
+        │                                raises a TypeError naming the parameter
+        └── Refused                      (KeyError) a trigger the machine refuses: the
+                                         run raises IllegalTransitionError
 
 ``DecisionError`` lives with the approval, ``OutputError`` with typed output,
 and ``CassetteMismatchError`` in ``agentfsm.testing``; the rest here.

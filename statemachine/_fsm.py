@@ -31,12 +31,15 @@ from typing import Any
 from transitions import Event, Machine, MachineError, State, Transition
 from transitions.core import listify
 
+from ._errors import AgentfsmError
+
 __all__ = ["LeanEvent", "Refused", "SharedMachine"]
 
 
-class Refused(MachineError, KeyError):
+class Refused(MachineError, AgentfsmError, KeyError):
     """``transitions``' refusal of a trigger, also a ``KeyError``: the engine catches
-    it as one, so importing the engine does not load ``transitions``."""
+    it as one (and raises ``IllegalTransitionError``), so importing the engine does not
+    load ``transitions``."""
 
 
 class _Callbacks:

@@ -118,7 +118,7 @@ def test_every_public_error_is_exported_by_agentfsm_and_shown_there() -> None:
     public = {n for n, e in EXCEPTIONS.items() if e.__module__.split(".")[1:2] != ["_cli"]}
     exported = {n for n in agentfsm.__all__ if n.endswith("Error")}
     elsewhere = {"CassetteMismatchError"}  # its face: testing
-    internal = {"SSELimitError", "UsageError", "Unsupported"}
+    internal = {"SSELimitError", "UsageError", "Unsupported", "Refused"}
     assert exported == public - elsewhere - internal
     assert all(getattr(agentfsm, n).__module__ == "agentfsm" for n in exported)
 
@@ -171,6 +171,7 @@ def test_every_exception_is_an_agentfsm_error(name: str) -> None:
         ("DurableError", RuntimeError),
         ("SSELimitError", ValueError),
         ("Unsupported", TypeError),
+        ("Refused", KeyError),
     ],
 )
 def test_each_keeps_its_standard_base(name: str, standard: type[Exception]) -> None:
