@@ -38,6 +38,7 @@ from .._spec import import_attribute
 from ..store import SQLiteStore
 from . import _runs as _runs_cli
 from ._eval_tables import comparison_tables, report_tables
+from ._values import positive
 
 __all__ = ["add_parser"]
 
@@ -63,16 +64,6 @@ def _alpha(text: str) -> float:
         ) from None
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"expected an error rate between 0 and 1, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
 
 
@@ -135,9 +126,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "(openai:gpt-4.1-mini, anthropic:..., scripted:echo)",
     )
     run.add_argument("--base-url", metavar="URL", help="an OpenAI-compatible server's URL")
-    run.add_argument("--runs", type=_positive, default=10, metavar="N", help="runs per case (10)")
+    run.add_argument("--runs", type=positive, default=10, metavar="N", help="runs per case (10)")
     run.add_argument(
-        "--concurrency", type=_positive, default=8, metavar="N", help="runs at once at most (8)"
+        "--concurrency", type=positive, default=8, metavar="N", help="runs at once at most (8)"
     )
     run.add_argument(
         "--name", metavar="NAME", help="the configuration's name (default: the model's)"

@@ -62,6 +62,7 @@ from . import _runs as _runs_cli
 from . import _versions as _versions_cli
 from . import _worker as _worker_cli
 from ._machines_option import add_machines_option, import_machines
+from ._values import positive
 
 __all__ = ["main"]
 
@@ -688,16 +689,6 @@ def _error_text(error: BaseException) -> str:
 # ---------------------------------------------------------------- the parser
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def _version() -> str:
     try:
         return importlib.metadata.version("agentfsm")
@@ -853,7 +844,7 @@ def _parser() -> _Parser:
     run.add_argument("--stream", action="store_true", help="stream the reply as it is written")
     run.add_argument(
         "--max-runs",
-        type=_positive,
+        type=positive,
         default=None,
         metavar="N",
         help="model calls at most (default: 10; with --agent, the agent's own)",
