@@ -511,6 +511,10 @@ def _wait_for(fd: int, text: bytes | None, timeout: float = 90) -> bytes:
     return seen
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_until_reading_stdin(pid: int, timeout: float = 30) -> None:
     """Until process ``pid`` sleeps in ``read(0, ...)`` (Linux; elsewhere, at once).
 
@@ -546,6 +550,9 @@ def test_one_ctrl_c_at_the_approval_prompt_stops_the_demo(tmp_path: pathlib.Path
         stdout=child_fd,
         stderr=subprocess.PIPE,
         env={**os.environ, "COLUMNS": "100"},
+        # Ctrl-C as at a person's terminal, also when the tests run in the background
+        # (a shell's `&`, mutmut's workers), which hands its children SIGINT ignored.
+        preexec_fn=_default_sigint,
     )
     os.close(child_fd)
     try:
