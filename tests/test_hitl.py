@@ -10,9 +10,9 @@ import pytest
 
 from agentfsm import (
     STANDARD,
+    ActionRequest,
     Agent,
     AgentState,
-    ActionRequest,
     Approval,
     Decision,
     DecisionError,
@@ -363,7 +363,7 @@ def test_a_gate_is_checked_when_a_run_is_built_too() -> None:
         StandardMode(no_gate).start(chain, {"middleware": [HumanInTheLoop({"write_file": True})]})
 
 
-# ---------------------------------------------------------------- the approval's wire form, read back
+# ---------------------------------------------------------------- an approval's wire form
 
 
 _REQUEST = {
@@ -404,7 +404,8 @@ _REQUEST = {
                 "action_requests": [],
                 "review_configs": {"t": {"allowed_decisions": "approve"}},
             },
-            "An approval's review_configs {'t': {'allowed_decisions': 'approve'}} are not tool configs",
+            "An approval's review_configs {'t': {'allowed_decisions': 'approve'}} "
+            "are not tool configs",
         ),
         (
             {"hitl_tool_call_ids": [], "action_requests": [], "review_configs": {"t": None}},
