@@ -654,3 +654,43 @@ def test_runs_list_as_json(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
     assert main(["runs", "list", "--db", str(db), "--json"]) == 0
     (run,) = json.loads(capsys.readouterr().out)
     assert (run["run_id"], run["status"], run["steps"]) == ("one", "ok", 7)
+
+
+def test_the_resume_hint_names_the_requests_the_store_and_the_decisions_allowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentfsm._approval import request_digest
+    from agentfsm._resumable import db_flag, default_db, resume_hint
+
+    monkeypatch.delenv("AGENTFSM_DB", raising=False)
+    assert default_db() == "agentfsm.db" and db_flag("agentfsm.db") == ""
+    assert db_flag("my runs.db") == " --db 'my runs.db'"
+    monkeypatch.setenv("AGENTFSM_DB", "other.db")
+    assert default_db() == "other.db" and db_flag("agentfsm.db") == " --db agentfsm.db"
+    one = {"tool_call_id": "c1", "tool_name": "write_file", "arguments": {"path": "a"}}
+    two = {"tool_call_id": "c2", "tool_name": "delete", "arguments": {}}
+    data = {
+        "action_requests": [one, "not a request", two],
+        "review_configs": {
+            "write_file": {"allowed_decisions": ["approve", "edit"]},
+            "delete": {"allowed_decisions": "reject"},  # not a list: no types from it
+        },
+    }
+    decisions = json.dumps(
+        [
+            {"type": "approve", "digest": request_digest(one)},
+            {"type": "approve", "digest": request_digest(two)},
+        ]
+    )
+    assert resume_hint("r 1", data, "other.db") == (
+        "waiting for a decision on write_file, delete; answer with: agentfsm runs resume "
+        f"'r 1' --decisions {shlex.quote(decisions)} (one per request, type approve or edit)"
+    )
+    assert resume_hint("r1", None, "x.db") == (
+        "waiting for a decision on its interrupt; answer with: agentfsm runs resume r1 "
+        """--db x.db --decisions '[{"type": "approve"}]'"""
+    )
+    assert resume_hint("r1", {"action_requests": [one], "review_configs": []}, "x.db").endswith(
+        "--decisions "
+        + shlex.quote(json.dumps([{"type": "approve", "digest": request_digest(one)}]))
+    )
