@@ -547,3 +547,38 @@ def test_the_answer_is_taken_out_of_the_chain_and_nothing_else() -> None:
 
     chain = LLMChain(llm=Scripted([]), custom_context={"answer": [1], "decided": {"c1": "approve"}})
     assert dict(without_answer(chain).custom_context) == {"decided": {"c1": "approve"}}
+
+
+@pytest.mark.parametrize(
+    ("answer", "result", "updates"),
+    [
+        (
+            ToolOutput("no idea", is_error=True, state_updates={"mood": "unsure"}),
+            ("ask", "no idea", True, {"mood": "unsure"}),
+            {"mood": "unsure"},
+        ),
+        ("blue", ("ask", "blue", False, None), {}),
+    ],
+)
+async def test_a_tools_own_interrupt_answered_becomes_its_result(
+    answer: Any, result: tuple[Any, ...], updates: dict[str, Any]
+) -> None:
+    """The answer replaces the waiting result of the tool that asked: its name stays, the
+    answer's text, error flag and state updates become the result's."""
+
+    @tool
+    def ask(question: str) -> ToolOutput:
+        """Ask the user."""
+        return ToolOutput("asked", interrupt={"question": question})
+
+    a = Agent(ScriptedModel([call_tool("ask", question="why?"), say("thanks")]), [ask])
+    run = a.start(AgentState.of("go"))
+    await run.run()
+    assert_path(run, "expanding calling interrupt_check executing propagating interrupted")
+    resumed = await a.start_resume(run.agent_state, answer)
+    await resumed.run()
+    assert_path(resumed, f"propagating until_check deciding {LOOP} ok")
+    state = resumed.agent_state
+    (message,) = [m for m in state.messages if m.role == "tool"]
+    got = [(r.name, r.content, r.is_error, r.state_updates) for r in message.tool_results]
+    assert (state.status, got, dict(state.state)) == ("ok", [result], updates)
