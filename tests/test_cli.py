@@ -394,9 +394,10 @@ def test_demo_later_leaves_the_run_for_runs_resume(
     # a digest is refused, saying where the digests are, and nothing runs.
     assert main(["runs", "resume", run_id, "--decisions", '[{"type": "approve"}]']) == 2
     err = capsys.readouterr().err
-    assert (
-        f"decision 0 carries no digest of the request it decides; agentfsm runs show {run_id}"
-        in err
+    assert err.splitlines()[-1] == (
+        f"agentfsm runs: decision 0 carries no digest of the request it decides; "
+        f"agentfsm runs show {run_id} lists each request with its digest. Run {run_id} is "
+        f"{hint}"
     )
     assert approve in err and "unbound" not in err
     assert not pathlib.Path("summary.md").exists()

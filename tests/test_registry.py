@@ -30,6 +30,9 @@ def test_a_table_made_is_declared_and_forget_takes_it_back() -> None:
     assert machine_versions("registered") == (one, two)
     forget("registered", 2)
     assert machine_versions("registered") == (one,)
+    forget("registered", 3)  # a version never declared: the others stay
+    assert machine_versions("registered") == (one,)
+    assert MachineTable.named("registered") is one is MachineTable.named("registered", 1)
     forget("registered", 1)
     assert "registered" not in m._DECLARED
     forget("registered", 1)  # forgetting what is not declared is nothing

@@ -191,6 +191,24 @@ def test_decisions_that_do_not_fit_give_the_claim_back(db: Path, ledger: Path) -
     assert launched(ledger) == {"moon": 1, "mars": 1}
 
 
+class _ReleaseFails(SQLiteStore):
+    """A store that goes down as a claim is given back."""
+
+    def release(self, run_id: str, owner: str, *, running: bool = False) -> None:
+        raise OSError("the store went away")
+
+
+def test_a_claim_that_cannot_be_given_back_leaves_the_refusal_as_it_is(
+    db: Path, ledger: Path
+) -> None:
+    """The lease lapses by itself: the caller reads why the decisions were refused."""
+    race.interrupted(db, ledger)
+    with _ReleaseFails(db) as store:
+        with pytest.raises(ValueError, match="has type 'nope'"):
+            race.make_agent(ledger).resume_run_sync("r", store, [{"type": "nope"}], unbound=True)
+    assert not launched(ledger)  # nothing ran
+
+
 # ---------------------------------------------------------------- lost leases
 
 
