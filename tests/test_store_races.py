@@ -203,9 +203,8 @@ def test_a_claim_that_cannot_be_given_back_leaves_the_refusal_as_it_is(
 ) -> None:
     """The lease lapses by itself: the caller reads why the decisions were refused."""
     race.interrupted(db, ledger)
-    with _ReleaseFails(db) as store:
-        with pytest.raises(ValueError, match="has type 'nope'"):
-            race.make_agent(ledger).resume_run_sync("r", store, [{"type": "nope"}], unbound=True)
+    with _ReleaseFails(db) as store, pytest.raises(ValueError, match="has type 'nope'"):
+        race.make_agent(ledger).resume_run_sync("r", store, [{"type": "nope"}], unbound=True)
     assert not launched(ledger)  # nothing ran
 
 
