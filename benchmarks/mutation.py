@@ -185,6 +185,54 @@ use_git_change_detection = false
 """
 
 
+#: The work folder's ``tests/conftest.py`` (the project has none): mutmut's first run
+#: of the tests (``stats``, unmutated) runs every selected test to its end; a test that
+#: fails there (a flake of a loaded machine, a test that cannot run in mutmut's
+#: process) is written down and never runs against a mutant, where its failure would
+#: kill the mutant falsely. mutmut's "clean" run after it would run the same tests,
+#: unmutated, a second time: it runs none.
+_CONFTEST = """\
+import os
+import pathlib
+
+FAILED = pathlib.Path(__file__).resolve().parent.parent / "stats-failures.txt"
+
+
+def _mutant():
+    return os.environ.get("MUTANT_UNDER_TEST", "")
+
+
+def pytest_configure(config):
+    if _mutant() == "stats":
+        config.option.maxfail = 0
+
+
+def pytest_runtest_logreport(report):
+    if _mutant() == "stats" and report.failed:
+        with FAILED.open("a") as out:
+            out.write(report.nodeid + "\\n")
+
+
+def pytest_collection_modifyitems(config, items):
+    mutant = _mutant()
+    if mutant in ("stats", "fail", "list_all_tests"):
+        return
+    failed = set(FAILED.read_text().splitlines()) if FAILED.exists() else set()
+    dropped = [i for i in items if not mutant or i.nodeid in failed]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if i not in dropped]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if (_mutant() == "stats" and exitstatus == 1) or (not _mutant() and exitstatus == 5):
+        session.exitstatus = 0
+"""
+
+
+_CACHES = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+
 def _path(module: str) -> str:
     """A module's file in the work folder's copy: ``agentfsm._run`` -> src/agentfsm/_run.py."""
     return "src/" + module.replace(".", "/") + ".py"
@@ -200,7 +248,7 @@ def _lay_out(work: Path, tests: list[str]) -> None:
     src = work / "src" / "agentfsm"
     if src.exists():
         shutil.rmtree(src)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    ignore = _CACHES
     shutil.copytree(ROOT / "statemachine", src, ignore=ignore)
     shutil.copytree(ROOT / "providers", src / "providers", ignore=ignore)
     for folder in ("tests", "docs", "diagrams", "examples", "statemachine", "providers"):
@@ -210,6 +258,7 @@ def _lay_out(work: Path, tests: list[str]) -> None:
             shutil.copytree(ROOT / folder, work / folder, ignore=ignore)
     for name in ("README.md", "mkdocs.yml"):
         shutil.copy(ROOT / name, work / name)
+    (work / "tests" / "conftest.py").write_text(_CONFTEST)
     config = _CONFIG.format(
         modules=_toml_list([_path(m) for m in MODULES]), tests=_toml_list(tests)
     )
@@ -248,21 +297,22 @@ def _tests_of(work: Path, name: str) -> list[str]:
     return sorted(stats["tests_by_mangled_function_name"].get(function, []))
 
 
-def _recheck(work: Path, survivors: list[str]) -> dict[str, bool]:
+def _recheck(work: Path, survivors: list[str], extra: tuple[str, ...] = ()) -> dict[str, bool]:
     """Each survivor against the tests that call its function, in a fresh process.
 
     mutmut forks each mutant's tests from a process that already imported the
     package and ran them once, so what a module builds when it is imported or first
     used (a machine's piped steps, say) is the unmutated code's: such a mutant
     survives tests that would kill it. A fresh process builds everything with the
-    mutant in place.
+    mutant in place. ``extra``: test files written since the run, run too. Only a
+    failing test kills (pytest's exit code 1): a test id that is gone since does not.
     """
     recheck = work / "recheck.json"
     killed: dict[str, bool] = json.loads(recheck.read_text()) if recheck.exists() else {}
     env = {**os.environ, "PYTHONPATH": "src"}
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly"]
     for name in survivors:
-        tests = _tests_of(work, name)
+        tests = [*_tests_of(work, name), *extra]
         if not tests:
             continue
         finished = subprocess.run(
@@ -272,15 +322,17 @@ def _recheck(work: Path, survivors: list[str]) -> dict[str, bool]:
             capture_output=True,
             check=False,
         )
-        killed[name] = finished.returncode != 0
+        killed[name] = finished.returncode == 1
         print(f"  {name}: {'killed' if killed[name] else 'survived'}", flush=True)
         recheck.write_text(json.dumps(killed, indent=1))
     return killed
 
 
-def _survivors(work: Path, only: list[str]) -> list[str]:
-    """The survivors of the last run, those matching ``--only``'s globs if given."""
-    names = sorted(n for n, v in _statuses(work).items() if v == "survived")
+def _survivors(work: Path, only: list[str], verdicts: tuple[str, ...] = ()) -> list[str]:
+    """The survivors of the last run (or those of ``verdicts``), those matching
+    ``--only``'s globs if given."""
+    verdicts = verdicts or ("survived",)
+    names = sorted(n for n, v in _statuses(work).items() if v in verdicts)
     if not only:
         return names
     return [n for n in names if any(fnmatch.fnmatch(n, pattern) for pattern in only)]
@@ -296,7 +348,7 @@ def _report(work: Path) -> int:
     recheck = work / "recheck.json"
     if recheck.exists():
         for name, killed in json.loads(recheck.read_text()).items():
-            if killed and status.get(name) == "survived":
+            if killed and status.get(name) in ("survived", "no tests"):
                 status[name] = "killed on recheck"
     per_module: dict[str, list[str]] = {}
     for name, verdict in status.items():
@@ -349,6 +401,13 @@ def main(argv: list[str] | None = None) -> int:
         "--recheck-only", action="store_true", help="recheck the last run's survivors, report"
     )
     parser.add_argument(
+        "--with-tests",
+        nargs="*",
+        default=[],
+        help="with --recheck-only: test files written since the run, run against every "
+        "survivor and every mutant no test reached",
+    )
+    parser.add_argument(
         "--selection", action="store_true", help="print the test files that reach each module"
     )
     parser.add_argument(
@@ -365,7 +424,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(tests)} test files in all")
         return 0
     if args.recheck_only:
-        _recheck(work, _survivors(work, args.only))
+        if args.with_tests:  # the tests as they are now, in both copies
+            for folder in (work / "tests", work / "mutants" / "tests"):
+                shutil.copytree(ROOT / "tests", folder, dirs_exist_ok=True, ignore=_CACHES)
+        names = _survivors(work, args.only, ("survived", "no tests") if args.with_tests else ())
+        _recheck(work, names, tuple(args.with_tests))
     elif not args.report:
         work.mkdir(parents=True, exist_ok=True)
         if args.fresh:
