@@ -293,3 +293,76 @@ def test_runs_resume_racing_on_the_command_line_runs_the_approved_tool_once(
         "interrupt_check executing propagating until_check deciding expanding calling "
         "interrupt_check interrupted"
     )
+
+
+# ---------------------------------------------------------------- a resume's claim
+
+
+def _gated(db: Path, published: list[str], script: list[Any]) -> Any:
+    """An agent whose one tool, gated, tries to take the run from another process as it runs."""
+    from agentfsm import Agent, HumanInTheLoop, tool
+    from agentfsm.providers import ScriptedModel
+
+    @tool
+    def publish(text: str) -> str:
+        """Publish."""
+        try:
+            with SQLiteStore(db) as other:
+                other.claim("r", "intruder", None)
+            published.append(f"{text}: taken by another")
+        except RunInUseError:
+            published.append(f"{text}: held")
+        return f"published {text}"
+
+    return Agent(ScriptedModel(script), [publish], middleware=[HumanInTheLoop({"publish": True})])
+
+
+def test_a_resumed_approval_holds_the_run_while_its_calls_run(tmp_path: Path) -> None:
+    from agentfsm.providers import call_tool, say
+
+    db, published = tmp_path / "runs.db", list[str]()
+    with SQLiteStore(db) as store:
+        run = start_run(
+            _gated(db, published, [call_tool("publish", text="one")]),
+            AgentState.of("go"),
+            store,
+            run_id="r",
+        )
+        run.run_sync()
+        assert run.agent_state.status == "interrupted"
+        agent = _gated(db, published, [say("done")])
+        state = agent.resume_run_sync("r", store, APPROVE, unbound=True)
+    assert (state.status, published) == ("ok", ["one: held"])
+
+
+def test_a_resume_whose_run_went_on_since_it_was_read_is_refused(tmp_path: Path) -> None:
+    """Read, then another process answers the same approval (and the run asks again):
+    the claim compares the head it read, and the stale copy runs nothing."""
+    from agentfsm.providers import call_tool, say
+
+    db, published = tmp_path / "runs.db", list[str]()
+
+    class _Overtaken(SQLiteStore):
+        def claim(self, run_id: str, owner: str, head: str | None) -> None:
+            def other() -> None:
+                agent = _gated(db, published, [call_tool("publish", text="two")])
+                with SQLiteStore(db) as store:
+                    assert agent.resume_run_sync(run_id, store, APPROVE, unbound=True).status == (
+                        "interrupted"
+                    )
+
+            thread = threading.Thread(target=other)  # its own event loop
+            thread.start()
+            thread.join()
+            super().claim(run_id, owner, head)
+
+    with SQLiteStore(db) as store:
+        first = _gated(db, published, [call_tool("publish", text="one")])
+        start_run(first, AgentState.of("go"), store, run_id="r").run_sync()
+    with _Overtaken(db) as store, pytest.raises(RunInUseError) as info:
+        _gated(db, published, [say("x")]).resume_run_sync("r", store, APPROVE, unbound=True)
+    assert str(info.value) == (
+        "Run 'r' went on in another process after it was read here; this copy stops so the "
+        "two do not splice. Load it again to see where it is."
+    )
+    assert published == ["one: held"]  # the other process's call only
