@@ -294,22 +294,42 @@ def test_values_are_followed_four_levels_deep_and_other_objects_count_by_type() 
     assert got == _digest(data)
 
 
+def _compiled_parts(code: Any) -> dict[str, Any]:
+    """What the module says a compiled function counts by: bytecode, constants (a nested
+    function's compiled code; a constant tuple followed one level: its items by type), names."""
+    constants: list[Any] = []
+    for constant in code.co_consts:
+        if isinstance(constant, type(code)):
+            constants.append(_compiled_parts(constant))
+        elif isinstance(constant, tuple):
+            constants.append([{"type": type(item).__qualname__} for item in constant])
+        else:
+            constants.append(constant)
+    return {"bytecode": code.co_code.hex(), "constants": constants, "names": list(code.co_names)}
+
+
 def test_a_function_without_source_counts_by_its_compiled_code() -> None:
     namespace: dict[str, Any] = {}
-    exec("def made(result, opts):\n    return result.chain\n", namespace)  # no file to read
+    source = (
+        "def made(result, opts):\n"
+        "    pick = lambda: result.chain\n"
+        "    return pick() if opts in ((1, 2), (3,)) else None\n"
+    )
+    exec(source, namespace)  # no file to read
     made = namespace["made"]
-    code = made.__code__
+    compiled = _compiled_parts(made.__code__)
+    assert {"bytecode", "constants", "names"} == set(compiled)
+    assert [type(c).__name__ for c in compiled["constants"]].count("dict") == 1  # the lambda
+    assert [c for c in compiled["constants"] if isinstance(c, list)] == [
+        [{"type": "tuple"}, {"type": "tuple"}]
+    ]
     assert step_code(made) == _digest(
         {
             "function": "made",
             "source": None,
-            "compiled": {
-                "bytecode": code.co_code.hex(),
-                "constants": list(code.co_consts),  # plain values: themselves
-                "names": ["chain"],
-            },
-            "names": ["chain"],
-            "locals": ["result", "opts"],
+            "compiled": compiled,
+            "names": [],
+            "locals": ["result", "opts", "pick"],
             "column": None,
             "defaults": [],
             "kwdefaults": {},
