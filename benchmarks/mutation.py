@@ -1,7 +1,10 @@
 """Mutation testing of the core: which small changes to the engine no test notices.
 
-Not part of CI: a whole run takes over an hour on two shared cores, one worker. The
-last run's numbers, and why each survivor is equivalent, are in ``benchmarks/mutation.md``.
+Not part of CI: on two shared cores, one worker, the first pass over the selected tests
+takes about 15 minutes and the mutants of the small rooms another 20; the mutants of
+the run's and the steps' hot functions (each runs the many tests that call it, about 6
+seconds a mutant) take hours: run them module by module with ``--only``. The last
+run's numbers, and why each survivor is equivalent, are in ``benchmarks/mutation.md``.
 Run by hand::
 
     pip install -e '.[test,mutation]' --config-settings editable_mode=strict
@@ -9,6 +12,8 @@ Run by hand::
     python benchmarks/mutation.py --selection           # which test files reach which module
     python benchmarks/mutation.py --report              # the numbers and the survivors again
     python benchmarks/mutation.py --recheck-only        # survivors again, in fresh processes
+    python benchmarks/mutation.py --recheck-only --with-tests tests/test_x.py::test_new
+                                                        # ... with tests written since the run
     python benchmarks/mutation.py --only 'agentfsm._run*'  # some mutants only (mutmut's globs)
 
 mutmut (3.x) mutates files by their path and names a mutant by the module its
@@ -311,6 +316,16 @@ def _recheck(work: Path, survivors: list[str], extra: tuple[str, ...] = ()) -> d
     killed: dict[str, bool] = json.loads(recheck.read_text()) if recheck.exists() else {}
     env = {**os.environ, "PYTHONPATH": "src"}
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly"]
+    if extra:  # the added tests must pass on the code as it is, or they kill every mutant
+        baseline = subprocess.run(
+            [*command, "-p", "no:cacheprovider", *extra],
+            cwd=work / "mutants",
+            env={**env, "MUTANT_UNDER_TEST": "agentfsm.none__mutmut_0"},  # no mutant's name
+            capture_output=True,
+            check=False,
+        )
+        if baseline.returncode != 0:
+            raise SystemExit(f"the added tests fail unmutated:\n{baseline.stdout[-2000:]!r}")
     for name in survivors:
         tests = [*_tests_of(work, name), *extra]
         if not tests:
