@@ -235,6 +235,8 @@ def pytest_sessionfinish(session, exitstatus):
 """
 
 
+#: pytest's exit codes of a killed mutant: tests failed, collection failed, internal error.
+_KILLED = (1, 2, 3)
 _CACHES = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
@@ -309,8 +311,9 @@ def _recheck(work: Path, survivors: list[str], extra: tuple[str, ...] = ()) -> d
     package and ran them once, so what a module builds when it is imported or first
     used (a machine's piped steps, say) is the unmutated code's: such a mutant
     survives tests that would kill it. A fresh process builds everything with the
-    mutant in place. ``extra``: test files written since the run, run too. Only a
-    failing test kills (pytest's exit code 1): a test id that is gone since does not.
+    mutant in place. ``extra``: test files written since the run, run too. A failing
+    test kills, and so does a package that no longer imports (pytest's exit codes 1, 2
+    and 3); a test id that is gone since (4) does not.
     """
     recheck = work / "recheck.json"
     killed: dict[str, bool] = json.loads(recheck.read_text()) if recheck.exists() else {}
@@ -337,7 +340,7 @@ def _recheck(work: Path, survivors: list[str], extra: tuple[str, ...] = ()) -> d
             capture_output=True,
             check=False,
         )
-        killed[name] = finished.returncode == 1
+        killed[name] = finished.returncode in _KILLED
         print(f"  {name}: {'killed' if killed[name] else 'survived'}", flush=True)
         recheck.write_text(json.dumps(killed, indent=1))
     return killed

@@ -695,3 +695,37 @@ def test_the_resume_hint_names_the_requests_the_store_and_the_decisions_allowed(
         "--decisions "
         + shlex.quote(json.dumps([{"type": "approve", "digest": request_digest(one)}]))
     )
+
+
+def test_a_bare_mode_run_waiting_on_a_tool_is_refused_a_decision_without_a_digest(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A run a mode ran without an agent keeps no agent state: the refusal still says
+    what the run waits on, in the command line's words."""
+    from agentfsm import Agent, LLMChain, Message, ToolOutput, tool
+    from agentfsm._agent_spec import UsageError
+    from agentfsm._modes import StandardMode
+    from agentfsm._resumable import check_resumable
+    from agentfsm.providers import ScriptedModel, call_tool
+    from agentfsm.store import SQLiteStore, checkpoint, load_run
+
+    @tool
+    def ask(question: str) -> ToolOutput:
+        """Ask."""
+        return ToolOutput("asked", interrupt={"question": question})
+
+    model = ScriptedModel([call_tool("ask", question="why?")])
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        run = StandardMode().start(LLMChain(model, tools=[ask]).add_message(Message.user("go")))
+        checkpoint(run, store, run_id="bare")
+        run.run_sync()
+        saved = load_run(store, "bare", models=[model], tools=[ask])
+    assert (saved.status, saved.agent_state) == ("interrupted", None)
+    with pytest.raises(UsageError) as info:
+        check_resumable(saved, [{"type": "approve"}], Agent(model, [ask]), "m:agent", "runs.db")
+    assert str(info.value) == (
+        "decision 0 carries no digest of the request it decides; agentfsm runs show bare "
+        "--db runs.db lists each request with its digest. Run bare is waiting for a decision "
+        """on its interrupt; answer with: agentfsm runs resume bare --db runs.db --decisions """
+        """'[{"type": "approve"}]'"""
+    )
