@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from agentfsm import STANDARD
+from agentfsm import STANDARD, ToolOutput
 from agentfsm._cli._main import load_runs, main
 from agentfsm._demo import SUMMARY
 
@@ -702,7 +702,7 @@ def test_a_bare_mode_run_waiting_on_a_tool_is_refused_a_decision_without_a_diges
 ) -> None:
     """A run a mode ran without an agent keeps no agent state: the refusal still says
     what the run waits on, in the command line's words."""
-    from agentfsm import Agent, LLMChain, Message, ToolOutput, tool
+    from agentfsm import Agent, LLMChain, Message, tool
     from agentfsm._agent_spec import UsageError
     from agentfsm._modes import StandardMode
     from agentfsm._resumable import check_resumable
