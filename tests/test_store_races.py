@@ -366,3 +366,43 @@ def test_a_resume_whose_run_went_on_since_it_was_read_is_refused(tmp_path: Path)
         "two do not splice. Load it again to see where it is."
     )
     assert published == ["one: held"]  # the other process's call only
+    # The stale copy took nothing: the run goes on at once, answered anew.
+    with SQLiteStore(db) as store:
+        agent = _gated(db, published, [say("done")])
+        assert agent.resume_run_sync("r", store, APPROVE, unbound=True).status == "ok"
+    assert published == ["one: held", "two: held"]
+
+
+def test_from_its_claim_on_a_resume_holds_the_run(tmp_path: Path) -> None:
+    """Before the answer enters the machine (its middleware's hooks run), the run is
+    this process's: another's claim is refused."""
+    from agentfsm import Agent, HumanInTheLoop, tool
+    from agentfsm.providers import ScriptedModel, call_tool, say
+
+    db, tried = tmp_path / "runs.db", list[str]()
+
+    class Intruder:
+        def before_model(self, state: AgentState) -> AgentState:
+            try:
+                with SQLiteStore(db) as other:
+                    other.claim("r", "intruder", None)
+                tried.append("taken by another")
+            except RunInUseError:
+                tried.append("held")
+            return state
+
+    @tool
+    def publish(text: str) -> str:
+        """Publish."""
+        return f"published {text}"
+
+    def agent(script: list[Any], *middleware: Any) -> Agent:
+        gate = HumanInTheLoop({"publish": True})
+        return Agent(ScriptedModel(script), [publish], middleware=[gate, *middleware])
+
+    with SQLiteStore(db) as store:
+        start_run(
+            agent([call_tool("publish", text="one")]), AgentState.of("go"), store, run_id="r"
+        ).run_sync()
+        state = agent([say("done")], Intruder()).resume_run_sync("r", store, APPROVE, unbound=True)
+    assert (state.status, tried) == ("ok", ["held"])
