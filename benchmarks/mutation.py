@@ -40,8 +40,10 @@ Which tests run: no list is kept by hand, the code decides, on every run.
 2. The tests mutmut runs are the test files that reach at least one module of
    :data:`MODULES` (``--selection`` prints them, per module). A new test file is
    in the selection as soon as it imports what it tests.
-3. mutmut then runs the selection once, recording which test calls which mutated
-   function, and runs for each mutant only the tests that call its function.
+3. mutmut then runs the selection once, unmutated, recording which test calls which
+   mutated function (a test that fails there is set aside: it never runs against a
+   mutant, which its failure would kill falsely), and runs for each mutant only the
+   tests that call its function.
 4. Each survivor runs those same tests once more in a fresh process, where what
    the package builds on import is built with the mutant in place (mutmut forks
    each mutant's tests from a process that already imported the package).
