@@ -78,8 +78,12 @@ def test_effects_are_declared_and_checked() -> None:
     assert effects_of(prefetch) == {"tools"}
     assert effects_of(call_llm) == {"model"} and effects_of(execute_tools) == {"tools"}
     assert effects_of(endless) is None
-    with pytest.raises(ValueError, match="unknown effect"):
-        effects("network")  # type: ignore[arg-type]
+    with pytest.raises(ValueError) as info:
+        effects("tool", "network", "model")  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "unknown effect(s) 'network', 'tool' (did you mean 'tools'?); "
+        "effects: ['approval', 'bound', 'model', 'tools']"
+    )
 
 
 def test_the_cli_checks_a_module_attribute(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from agentfsm import STANDARD
+from agentfsm import STANDARD, ToolOutput
 from agentfsm._cli._main import load_runs, main
 from agentfsm._demo import SUMMARY
 
@@ -394,9 +394,10 @@ def test_demo_later_leaves_the_run_for_runs_resume(
     # a digest is refused, saying where the digests are, and nothing runs.
     assert main(["runs", "resume", run_id, "--decisions", '[{"type": "approve"}]']) == 2
     err = capsys.readouterr().err
-    assert (
-        f"decision 0 carries no digest of the request it decides; agentfsm runs show {run_id}"
-        in err
+    assert err.splitlines()[-1] == (
+        f"agentfsm runs: decision 0 carries no digest of the request it decides; "
+        f"agentfsm runs show {run_id} lists each request with its digest. Run {run_id} is "
+        f"{hint}"
     )
     assert approve in err and "unbound" not in err
     assert not pathlib.Path("summary.md").exists()
@@ -654,3 +655,77 @@ def test_runs_list_as_json(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
     assert main(["runs", "list", "--db", str(db), "--json"]) == 0
     (run,) = json.loads(capsys.readouterr().out)
     assert (run["run_id"], run["status"], run["steps"]) == ("one", "ok", 7)
+
+
+def test_the_resume_hint_names_the_requests_the_store_and_the_decisions_allowed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentfsm._approval import request_digest
+    from agentfsm._resumable import db_flag, default_db, resume_hint
+
+    monkeypatch.delenv("AGENTFSM_DB", raising=False)
+    assert default_db() == "agentfsm.db" and db_flag("agentfsm.db") == ""
+    assert db_flag("my runs.db") == " --db 'my runs.db'"
+    monkeypatch.setenv("AGENTFSM_DB", "other.db")
+    assert default_db() == "other.db" and db_flag("agentfsm.db") == " --db agentfsm.db"
+    one = {"tool_call_id": "c1", "tool_name": "write_file", "arguments": {"path": "a"}}
+    two = {"tool_call_id": "c2", "tool_name": "delete", "arguments": {}}
+    data = {
+        "action_requests": [one, "not a request", two],
+        "review_configs": {
+            "write_file": {"allowed_decisions": ["approve", "edit"]},
+            "delete": {"allowed_decisions": "reject"},  # not a list: no types from it
+        },
+    }
+    decisions = json.dumps(
+        [
+            {"type": "approve", "digest": request_digest(one)},
+            {"type": "approve", "digest": request_digest(two)},
+        ]
+    )
+    assert resume_hint("r 1", data, "other.db") == (
+        "waiting for a decision on write_file, delete; answer with: agentfsm runs resume "
+        f"'r 1' --decisions {shlex.quote(decisions)} (one per request, type approve or edit)"
+    )
+    assert resume_hint("r1", None, "x.db") == (
+        "waiting for a decision on its interrupt; answer with: agentfsm runs resume r1 "
+        """--db x.db --decisions '[{"type": "approve"}]'"""
+    )
+    assert resume_hint("r1", {"action_requests": [one], "review_configs": []}, "x.db").endswith(
+        "--decisions "
+        + shlex.quote(json.dumps([{"type": "approve", "digest": request_digest(one)}]))
+    )
+
+
+def test_a_bare_mode_run_waiting_on_a_tool_is_refused_a_decision_without_a_digest(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A run a mode ran without an agent keeps no agent state: the refusal still says
+    what the run waits on, in the command line's words."""
+    from agentfsm import Agent, LLMChain, Message, tool
+    from agentfsm._agent_spec import UsageError
+    from agentfsm._modes import StandardMode
+    from agentfsm._resumable import check_resumable
+    from agentfsm.providers import ScriptedModel, call_tool
+    from agentfsm.store import SQLiteStore, checkpoint, load_run
+
+    @tool
+    def ask(question: str) -> ToolOutput:
+        """Ask."""
+        return ToolOutput("asked", interrupt={"question": question})
+
+    model = ScriptedModel([call_tool("ask", question="why?")])
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        run = StandardMode().start(LLMChain(model, tools=[ask]).add_message(Message.user("go")))
+        checkpoint(run, store, run_id="bare")
+        run.run_sync()
+        saved = load_run(store, "bare", models=[model], tools=[ask])
+    assert (saved.status, saved.agent_state) == ("interrupted", None)
+    with pytest.raises(UsageError) as info:
+        check_resumable(saved, [{"type": "approve"}], Agent(model, [ask]), "m:agent", "runs.db")
+    assert str(info.value) == (
+        "decision 0 carries no digest of the request it decides; agentfsm runs show bare "
+        "--db runs.db lists each request with its digest. Run bare is waiting for a decision "
+        """on its interrupt; answer with: agentfsm runs resume bare --db runs.db --decisions """
+        """'[{"type": "approve"}]'"""
+    )

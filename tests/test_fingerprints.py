@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import functools
+import hashlib
 import importlib
+import inspect
 import json
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +20,7 @@ import pytest
 import agentfsm._machine as m
 from agentfsm import STANDARD, MachineTable
 from agentfsm._cli._main import main
-from agentfsm._identity import names_identity, step_code
+from agentfsm._identity import compute_identity, names_identity, step_code, step_name
 from agentfsm._machine import fingerprint_of
 from agentfsm._versions import MachineShape
 from agentfsm.steps import Continue, PipelineResult
@@ -186,3 +190,172 @@ def test_comments_docstrings_and_layout_leave_a_steps_code_as_it_is(
     monkeypatch.syspath_prepend(str(tmp_path))
     codes = {name: step_code(importlib.import_module(name).decide) for name in sources}
     assert codes["same_a"] == codes["same_b"] != codes["other"]
+
+
+# ---------------------------------------------------------------- what a step's code is made of
+
+
+def _digest(data: Any) -> str:
+    """16 hex digits of the SHA-256 of ``data`` as sorted, compact JSON (the module says so)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _tree(function: Any) -> str:
+    """A docstring-free function's source as the syntax tree a fingerprint holds."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+def _plain(result: Any, opts: Any = None, *, scale: float = 1.5) -> Any:
+    return len(result)
+
+
+def _described_plain(closure: list[Any] | None = None) -> dict[str, Any]:
+    return {
+        "function": "_plain",
+        "source": _tree(_plain),
+        "compiled": None,
+        "names": ["len"],
+        "locals": ["result", "opts", "scale"],
+        "column": None,
+        "defaults": [None],
+        "kwdefaults": {"scale": "1.5"},
+        "closure": closure or [],
+    }
+
+
+class _Counter:
+    """A callable object: counted by its class, its ``__call__`` and its public attributes."""
+
+    def __init__(self) -> None:
+        self.limit = 2
+        self.table = STANDARD
+        self._seen = object()  # private: not part of what the step does
+
+    def __call__(self, result: Any, opts: Any) -> Any:
+        return result
+
+    def step(self, result: Any, opts: Any) -> Any:
+        return result
+
+
+def test_a_steps_code_is_the_digest_of_the_parts_the_module_names() -> None:
+    """The parts are pinned: a saved run's fingerprint must mean the same in the next release."""
+    assert step_code(_plain) == _digest(_described_plain())
+    bound = functools.partial(_plain, 2.5, [1, {"a": None}], scale=True)
+    assert step_code(bound) == _digest(
+        {
+            "partial": _described_plain(),
+            "args": ["2.5", [1, {"a": None}]],
+            "keywords": {"scale": True},
+        }
+    )
+    counter = _Counter()
+    call = {
+        **_described_plain(),
+        "function": "_Counter.__call__",
+        "source": _tree(_Counter.__call__),
+    }
+    call |= {"names": [], "locals": ["self", "result", "opts"], "defaults": [], "kwdefaults": {}}
+    assert step_code(counter) == _digest(
+        {
+            "object": "_Counter",
+            "call": call,
+            "attributes": {"limit": 2, "table": {"machine": STANDARD.fingerprint}},
+        }
+    )
+    method = {**call, "function": "_Counter.step", "source": _tree(_Counter.step)}
+    assert step_code(counter.step) == _digest({"method": method, "of": "_Counter"})
+
+
+def test_values_are_followed_four_levels_deep_and_other_objects_count_by_type() -> None:
+    """A closure's value is followed to depth 4; beyond, and for any object that is not
+    plain data, a callable or a table, only its type's name counts."""
+    deep = [[[[object()]]]]
+    odd = {1: "not string-keyed"}
+
+    def holding(result: Any, opts: Any) -> Any:
+        return (deep, odd)
+
+    got = step_code(holding)
+    want_deep = [[[{"type": "list"}]]]  # the innermost list is past the depth: its type only
+    data = {
+        "function": holding.__qualname__,
+        "source": _tree(holding),
+        "compiled": None,
+        "names": [],
+        "locals": ["result", "opts"],
+        "column": None,
+        "defaults": [],
+        "kwdefaults": {},
+        "closure": [want_deep, {"type": "dict", "name": None}],
+    }
+    assert got == _digest(data)
+
+
+def _compiled_parts(code: Any) -> dict[str, Any]:
+    """What the module says a compiled function counts by: bytecode, constants (a nested
+    function's compiled code; a constant tuple followed one level: its items by type), names."""
+    constants: list[Any] = []
+    for constant in code.co_consts:
+        if isinstance(constant, type(code)):
+            constants.append(_compiled_parts(constant))
+        elif isinstance(constant, tuple):
+            constants.append([{"type": type(item).__qualname__} for item in constant])
+        else:
+            constants.append(constant)
+    return {"bytecode": code.co_code.hex(), "constants": constants, "names": list(code.co_names)}
+
+
+def test_a_function_without_source_counts_by_its_compiled_code() -> None:
+    namespace: dict[str, Any] = {}
+    source = (
+        "def made(result, opts):\n"
+        "    pick = lambda: result.chain\n"
+        "    return pick() if opts in ((1, 2), (3,)) else None\n"
+    )
+    exec(source, namespace)  # no file to read
+    made = namespace["made"]
+    compiled = _compiled_parts(made.__code__)
+    assert {"bytecode", "constants", "names"} == set(compiled)
+    assert [type(c).__name__ for c in compiled["constants"]].count("dict") == 1  # the lambda
+    assert [c for c in compiled["constants"] if isinstance(c, list)] == [
+        [{"type": "tuple"}, {"type": "tuple"}]
+    ]
+    assert step_code(made) == _digest(
+        {
+            "function": "made",
+            "source": None,
+            "compiled": compiled,
+            "names": [],
+            "locals": ["result", "opts", "pick"],
+            "column": None,
+            "defaults": [],
+            "kwdefaults": {},
+            "closure": [],
+        }
+    )
+
+
+def test_a_lambda_counts_where_it_starts_on_its_line() -> None:
+    first, second = (lambda r, o: r), (lambda r, o: r)  # one line, the same code
+    assert step_code(first) != step_code(second)
+
+
+def test_a_steps_name_is_its_qualified_name_or_its_class() -> None:
+    assert step_name(_plain) == "_plain"
+    assert step_name(functools.partial(_plain, scale=2.0)) == "_plain"
+    assert step_name(_Counter()) == "_Counter"
+    assert step_name(_Counter().step) == "_Counter.step"
+
+
+def test_a_fingerprint_is_sixteen_hex_digits_of_the_tables_identity() -> None:
+    data = compute_identity(STANDARD)
+    assert STANDARD.fingerprint == _digest(data) == fingerprint_of(data)
+    assert data["code"] == {
+        state: [step_code(step) for step in steps]
+        for state, steps in sorted(STANDARD.steps.items())
+    }
+    assert data["working"] == sorted(STANDARD.working)
+    assert data["terminals"] == sorted(STANDARD.terminals)

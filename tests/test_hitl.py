@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import attrs
@@ -9,16 +10,20 @@ import pytest
 
 from agentfsm import (
     STANDARD,
+    ActionRequest,
     Agent,
     AgentState,
     Approval,
+    Decision,
     DecisionError,
     HumanInTheLoop,
     Message,
     MessageExpansion,
+    ToolCall,
     ToolOutput,
     tool,
 )
+from agentfsm._approval import rejected, request_digest, without_answer
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
 from agentfsm.testing import assert_path
 from tests.support import LOOP, submit, texts
@@ -356,3 +361,224 @@ def test_a_gate_is_checked_when_a_run_is_built_too() -> None:
     no_gate = STANDARD.replace("interrupt_check", [let_through], name="hitl_no_gate_run")
     with pytest.raises(ValueError, match=r"has none .*'approval' effect"):
         StandardMode(no_gate).start(chain, {"middleware": [HumanInTheLoop({"write_file": True})]})
+
+
+# ---------------------------------------------------------------- an approval's wire form
+
+
+_REQUEST = {
+    "tool_call_id": "c1",
+    "tool_name": "write_file",
+    "arguments": {"path": "a"},
+    "display_text": "Write file",
+}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"type": "hitl"},
+            "No approval interrupt found in state; cannot process decisions without it",
+        ),
+        (
+            {"hitl_tool_call_ids": [], "action_requests": "c1"},
+            "An approval's action_requests is not a list",
+        ),
+        (
+            {"hitl_tool_call_ids": [], "action_requests": [{"tool_call_id": 1}]},
+            "An approval's action request {'tool_call_id': 1} is not one",
+        ),
+        (
+            {
+                "hitl_tool_call_ids": ["c1"],
+                "action_requests": [{**_REQUEST, "display_text": 3}],
+            },
+            "An approval's action request "
+            + repr({**_REQUEST, "display_text": 3})[:120]
+            + " is not one",
+        ),
+        (
+            {
+                "hitl_tool_call_ids": [],
+                "action_requests": [],
+                "review_configs": {"t": {"allowed_decisions": "approve"}},
+            },
+            "An approval's review_configs {'t': {'allowed_decisions': 'approve'}} "
+            "are not tool configs",
+        ),
+        (
+            {"hitl_tool_call_ids": [], "action_requests": [], "review_configs": {"t": None}},
+            "An approval's review_configs {'t': None} are not tool configs",
+        ),
+        (
+            {"hitl_tool_call_ids": ["c2"], "action_requests": [_REQUEST]},
+            "The interrupt's tool call ids ['c2'] are not its action requests'",
+        ),
+        (
+            {"hitl_tool_call_ids": "c1", "action_requests": [_REQUEST]},
+            "The interrupt's tool call ids 'c1' are not its action requests'",
+        ),
+    ],
+)
+def test_interrupt_data_that_is_no_approval_is_refused_by_name(data: Any, message: str) -> None:
+    with pytest.raises(DecisionError) as info:
+        Approval.of(data)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            {"type": "maybe"},
+            "Decision at index 3 has type 'maybe'; use one of ['approve', 'edit', 'reject']",
+        ),
+        (
+            {"type": "edit", "arguments": ["path"]},
+            "Edit decision at index 3 needs 'arguments': a map of the new arguments",
+        ),
+        ({"type": "approve", "digest": 7}, "Decision at index 3 has a digest that is not text"),
+        (
+            {"type": "approve", "tool_call_id": 7},
+            "Decision at index 3 has a tool_call_id that is not text",
+        ),
+    ],
+)
+def test_a_decision_read_from_its_wire_form_is_checked(given: Any, message: str) -> None:
+    with pytest.raises(DecisionError) as info:
+        Decision.of(given, 3)
+    assert str(info.value) == message
+
+
+def test_an_approval_round_trips_through_its_wire_form() -> None:
+    calls = [
+        ToolCall("c1", "write_file", {"path": "a"}),
+        ToolCall("c2", "delete", {"path": "b"}),
+    ]
+    configs = {
+        "write_file": {"allowed_decisions": ["approve", "edit", "reject"]},
+        "delete": {"allowed_decisions": ["approve", "reject", "shrug"]},
+        "unused": {"allowed_decisions": ["approve"]},
+    }
+    approval = Approval.asking(calls, configs, {"delete": "Delete it"})
+    data = approval.to_data()
+    assert data == {
+        "type": "hitl",
+        "action_requests": [
+            _REQUEST,
+            {
+                **_REQUEST,
+                "tool_call_id": "c2",
+                "tool_name": "delete",
+                "arguments": {"path": "b"},
+                "display_text": "Delete it",
+            },
+        ],
+        "review_configs": {"write_file": configs["write_file"], "delete": configs["delete"]},
+        "hitl_tool_call_ids": ["c1", "c2"],
+    }
+    assert Approval.of(data) == approval and Approval.of(approval) is approval
+    assert Approval.is_approval(data) and not Approval.is_approval({"question": "why?"})
+    assert approval.allowed("delete") == ["approve", "reject"]  # an unknown kind is dropped
+    assert approval.allowed("other") == []
+    first, second = approval.requests
+    assert ActionRequest.of(_REQUEST) == first and ActionRequest.of(first) is first
+    assert first.edit({"path": "z"}).to_data() == {
+        "type": "edit",
+        "arguments": {"path": "z"},
+        "tool_call_id": "c1",
+        "digest": first.digest,
+    }
+    assert Decision.of({"type": "approve", "arguments": {"x": 1}}).to_data() == {"type": "approve"}
+    assert [d.to_data() for d in approval.approve_all()] == [
+        {"type": "approve", "tool_call_id": "c1", "digest": first.digest},
+        {"type": "approve", "tool_call_id": "c2", "digest": second.digest},
+    ]
+    assert first.digest == request_digest(_REQUEST) != second.digest
+    assert (
+        first.digest == "sha256:" + hashlib.sha256(b'["c1","write_file",{"path":"a"}]').hexdigest()
+    )
+
+
+def test_checked_decisions_apply_edits_and_rejections_in_call_order() -> None:
+    calls = [
+        ToolCall("c1", "write_file", {"path": "a"}),
+        ToolCall("c2", "delete", {"path": "b"}),
+        ToolCall("c3", "read", {"path": "c"}),  # not gated: no decision
+    ]
+    configs = {
+        "write_file": {"allowed_decisions": ["approve", "edit", "reject"]},
+        "delete": {"allowed_decisions": ["approve", "reject"]},
+    }
+    approval = Approval.asking(calls[:2], configs)
+    one, two = approval.requests
+    checked = approval.check(
+        [{"type": "edit", "arguments": {"path": "z"}}, two.reject()], unbound=True
+    )
+    assert checked.to_data() == [
+        {"type": "edit", "arguments": {"path": "z"}, "tool_call_id": "c1", "digest": one.digest},
+        {"type": "reject", "tool_call_id": "c2", "digest": two.digest},
+    ]
+    decided, rejects = checked.apply(calls)
+    assert decided == (ToolCall("c1", "write_file", {"path": "z"}), calls[1], calls[2])
+    assert rejects == ("c2",)
+    assert rejected(calls[1]).content == "Tool call 'delete' was rejected by a human reviewer."
+    # the gate that takes the answer narrows what the saved interrupt allows
+    with pytest.raises(DecisionError) as info:
+        approval.check([one.edit({"path": "y"}), two.approve()], allowed={})
+    assert str(info.value) == (
+        "Decision type 'edit' not allowed for tool 'write_file'. Allowed: ['approve', 'reject']"
+    )
+    with pytest.raises(DecisionError) as info:
+        approval.check([two.approve(), one.approve()])
+    assert str(info.value) == (
+        "Decision at index 0 names tool call 'c2', but action request 0 is 'c1'; "
+        "decisions go in action-request order"
+    )
+    with pytest.raises(DecisionError) as info:
+        approval.check("approve")
+    assert str(info.value) == "Decisions must be a list, got: str"
+
+
+def test_the_answer_is_taken_out_of_the_chain_and_nothing_else() -> None:
+    from agentfsm import LLMChain
+    from agentfsm.providers import ScriptedModel as Scripted
+
+    chain = LLMChain(llm=Scripted([]), custom_context={"answer": [1], "decided": {"c1": "approve"}})
+    assert dict(without_answer(chain).custom_context) == {"decided": {"c1": "approve"}}
+
+
+@pytest.mark.parametrize(
+    ("answer", "result", "updates"),
+    [
+        (
+            ToolOutput("no idea", is_error=True, state_updates={"mood": "unsure"}),
+            ("ask", "no idea", True, {"mood": "unsure"}),
+            {"mood": "unsure"},
+        ),
+        ("blue", ("ask", "blue", False, None), {}),
+    ],
+)
+async def test_a_tools_own_interrupt_answered_becomes_its_result(
+    answer: Any, result: tuple[Any, ...], updates: dict[str, Any]
+) -> None:
+    """The answer replaces the waiting result of the tool that asked: its name stays, the
+    answer's text, error flag and state updates become the result's."""
+
+    @tool
+    def ask(question: str) -> ToolOutput:
+        """Ask the user."""
+        return ToolOutput("asked", interrupt={"question": question})
+
+    a = Agent(ScriptedModel([call_tool("ask", question="why?"), say("thanks")]), [ask])
+    run = a.start(AgentState.of("go"))
+    await run.run()
+    assert_path(run, "expanding calling interrupt_check executing propagating interrupted")
+    resumed = await a.start_resume(run.agent_state, answer)
+    await resumed.run()
+    assert_path(resumed, f"propagating until_check deciding {LOOP} ok")
+    state = resumed.agent_state
+    (message,) = [m for m in state.messages if m.role == "tool"]
+    got = [(r.name, r.content, r.is_error, r.state_updates) for r in message.tool_results]
+    assert (state.status, got, dict(state.state)) == ("ok", [result], updates)

@@ -28,8 +28,13 @@ def _table(name: str, version: int = 1) -> MachineTable:
 def test_a_table_made_is_declared_and_forget_takes_it_back() -> None:
     one, two = _table("registered"), _table("registered", 2)
     assert machine_versions("registered") == (one, two)
+    assert MachineTable.named("registered", 1) is one  # the version asked for
+    assert MachineTable.named("registered") is two  # none asked: the newest
     forget("registered", 2)
     assert machine_versions("registered") == (one,)
+    forget("registered", 3)  # a version never declared: the others stay
+    assert machine_versions("registered") == (one,)
+    assert MachineTable.named("registered") is one
     forget("registered", 1)
     assert "registered" not in m._DECLARED
     forget("registered", 1)  # forgetting what is not declared is nothing

@@ -191,6 +191,23 @@ def test_decisions_that_do_not_fit_give_the_claim_back(db: Path, ledger: Path) -
     assert launched(ledger) == {"moon": 1, "mars": 1}
 
 
+class _ReleaseFails(SQLiteStore):
+    """A store that goes down as a claim is given back."""
+
+    def release(self, run_id: str, owner: str, *, running: bool = False) -> None:
+        raise OSError("the store went away")
+
+
+def test_a_claim_that_cannot_be_given_back_leaves_the_refusal_as_it_is(
+    db: Path, ledger: Path
+) -> None:
+    """The lease lapses by itself: the caller reads why the decisions were refused."""
+    race.interrupted(db, ledger)
+    with _ReleaseFails(db) as store, pytest.raises(ValueError, match="has type 'nope'"):
+        race.make_agent(ledger).resume_run_sync("r", store, [{"type": "nope"}], unbound=True)
+    assert not launched(ledger)  # nothing ran
+
+
 # ---------------------------------------------------------------- lost leases
 
 
@@ -276,3 +293,116 @@ def test_runs_resume_racing_on_the_command_line_runs_the_approved_tool_once(
         "interrupt_check executing propagating until_check deciding expanding calling "
         "interrupt_check interrupted"
     )
+
+
+# ---------------------------------------------------------------- a resume's claim
+
+
+def _gated(db: Path, published: list[str], script: list[Any]) -> Any:
+    """An agent whose one tool, gated, tries to take the run from another process as it runs."""
+    from agentfsm import Agent, HumanInTheLoop, tool
+    from agentfsm.providers import ScriptedModel
+
+    @tool
+    def publish(text: str) -> str:
+        """Publish."""
+        try:
+            with SQLiteStore(db) as other:
+                other.claim("r", "intruder", None)
+            published.append(f"{text}: taken by another")
+        except RunInUseError:
+            published.append(f"{text}: held")
+        return f"published {text}"
+
+    return Agent(ScriptedModel(script), [publish], middleware=[HumanInTheLoop({"publish": True})])
+
+
+def test_a_resumed_approval_holds_the_run_while_its_calls_run(tmp_path: Path) -> None:
+    from agentfsm.providers import call_tool, say
+
+    db, published = tmp_path / "runs.db", list[str]()
+    with SQLiteStore(db) as store:
+        run = start_run(
+            _gated(db, published, [call_tool("publish", text="one")]),
+            AgentState.of("go"),
+            store,
+            run_id="r",
+        )
+        run.run_sync()
+        assert run.agent_state.status == "interrupted"
+        agent = _gated(db, published, [say("done")])
+        state = agent.resume_run_sync("r", store, APPROVE, unbound=True)
+    assert (state.status, published) == ("ok", ["one: held"])
+
+
+def test_a_resume_whose_run_went_on_since_it_was_read_is_refused(tmp_path: Path) -> None:
+    """Read, then another process answers the same approval (and the run asks again):
+    the claim compares the head it read, and the stale copy runs nothing."""
+    from agentfsm.providers import call_tool, say
+
+    db, published = tmp_path / "runs.db", list[str]()
+
+    class _Overtaken(SQLiteStore):
+        def claim(self, run_id: str, owner: str, head: str | None) -> None:
+            def other() -> None:
+                agent = _gated(db, published, [call_tool("publish", text="two")])
+                with SQLiteStore(db) as store:
+                    assert agent.resume_run_sync(run_id, store, APPROVE, unbound=True).status == (
+                        "interrupted"
+                    )
+
+            thread = threading.Thread(target=other)  # its own event loop
+            thread.start()
+            thread.join()
+            super().claim(run_id, owner, head)
+
+    with SQLiteStore(db) as store:
+        first = _gated(db, published, [call_tool("publish", text="one")])
+        start_run(first, AgentState.of("go"), store, run_id="r").run_sync()
+    with _Overtaken(db) as store, pytest.raises(RunInUseError) as info:
+        _gated(db, published, [say("x")]).resume_run_sync("r", store, APPROVE, unbound=True)
+    assert str(info.value) == (
+        "Run 'r' went on in another process after it was read here; this copy stops so the "
+        "two do not splice. Load it again to see where it is."
+    )
+    assert published == ["one: held"]  # the other process's call only
+    # The stale copy took nothing: the run goes on at once, answered anew.
+    with SQLiteStore(db) as store:
+        agent = _gated(db, published, [say("done")])
+        assert agent.resume_run_sync("r", store, APPROVE, unbound=True).status == "ok"
+    assert published == ["one: held", "two: held"]
+
+
+def test_from_its_claim_on_a_resume_holds_the_run(tmp_path: Path) -> None:
+    """Before the answer enters the machine (its middleware's hooks run), the run is
+    this process's: another's claim is refused."""
+    from agentfsm import Agent, HumanInTheLoop, tool
+    from agentfsm.providers import ScriptedModel, call_tool, say
+
+    db, tried = tmp_path / "runs.db", list[str]()
+
+    class Intruder:
+        def before_model(self, state: AgentState) -> AgentState:
+            try:
+                with SQLiteStore(db) as other:
+                    other.claim("r", "intruder", None)
+                tried.append("taken by another")
+            except RunInUseError:
+                tried.append("held")
+            return state
+
+    @tool
+    def publish(text: str) -> str:
+        """Publish."""
+        return f"published {text}"
+
+    def agent(script: list[Any], *middleware: Any) -> Agent:
+        gate = HumanInTheLoop({"publish": True})
+        return Agent(ScriptedModel(script), [publish], middleware=[gate, *middleware])
+
+    with SQLiteStore(db) as store:
+        start_run(
+            agent([call_tool("publish", text="one")]), AgentState.of("go"), store, run_id="r"
+        ).run_sync()
+        state = agent([say("done")], Intruder()).resume_run_sync("r", store, APPROVE, unbound=True)
+    assert (state.status, tried) == ("ok", ["held"])
