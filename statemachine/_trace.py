@@ -109,7 +109,10 @@ class Transition:
             describe, usage = self._describe, self._usage
             described = None
             if describe is not None:
-                described = describe(before, self._worked or Continue(chain=self._chain))
+                worked = self._worked
+                if worked is None:  # a Continue with this move's chain, not kept
+                    worked = Continue(chain=self._chain)
+                described = describe(before, worked)
             self._detail = described if usage is None else {**(described or {}), "usage": usage}
             self._describe = self._before = self._worked = None
         return self._detail

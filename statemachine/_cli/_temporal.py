@@ -13,15 +13,15 @@ import argparse
 import contextlib
 import json
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from agentfsm import Agent
+
+from ._worker import stop_on_signals
 
 __all__ = ["handle"]
 
@@ -35,16 +35,7 @@ def handle(args: argparse.Namespace, agent: Agent, out: TextIO | None = None) ->
     if not args.address:
         print("agentfsm worker: --engine temporal needs --address HOST:PORT", file=sys.stderr)
         return 2
-    if args.concurrency < 1:
-        print("agentfsm worker: --concurrency must be at least 1", file=sys.stderr)
-        return 2
-    stop = threading.Event()
-
-    def on_signal(signum: int, _: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     engine = Engine(
         args.address,
         namespace=args.namespace,

@@ -22,7 +22,9 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["add_parser", "handle"]
+from ._values import positive
+
+__all__ = ["add_parser", "handle", "stop_on_signals"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -72,7 +74,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "it is removed when the worker stops",
     )
     worker.add_argument(
-        "--concurrency", type=int, default=8, metavar="N", help="runs at once (default 8)"
+        "--concurrency", type=positive, default=8, metavar="N", help="runs at once (default 8)"
     )
     worker.add_argument(
         "--executor-id",
@@ -150,16 +152,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except UsageError as exc:
         print(f"agentfsm worker: {exc}", file=sys.stderr)
         return 2
-    if args.concurrency < 1:
-        print("agentfsm worker: --concurrency must be at least 1", file=sys.stderr)
-        return 2
-    stop = threading.Event()
-
-    def on_signal(signum: int, _: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals()
     # the command starts fast: only a worker loads it
     from ._durable_log import log_line, quiet_engine, run_logger
 
@@ -229,3 +222,15 @@ def _one_line(exc: BaseException) -> str:
     """An error's first line, without the SQL a driver error quotes after it."""
     text = str(getattr(exc, "orig", None) or exc).strip()
     return " ".join(text.splitlines()[0].split()) if text else type(exc).__name__
+
+
+def stop_on_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set: a worker drains and stops when it is set."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop
