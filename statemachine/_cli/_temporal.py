@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,21 +22,20 @@ from typing import Any, TextIO
 
 from agentfsm import Agent
 
-from ._worker import stop_on_signals
-
 __all__ = ["handle"]
 
 
-def handle(args: argparse.Namespace, agent: Agent, out: TextIO | None = None) -> int:
+def handle(
+    args: argparse.Namespace, agent: Agent, stop: threading.Event, out: TextIO | None = None
+) -> int:
     """Run the Temporal worker of ``agent`` (loaded from ``args.agent`` by the command)
-    until SIGTERM or SIGINT; the exit status."""
+    until ``stop`` is set (SIGTERM or SIGINT); the exit status."""
     from ..temporal import Engine  # the extra: loaded when a temporal worker starts
 
     out = out or sys.stdout
     if not args.address:
         print("agentfsm worker: --engine temporal needs --address HOST:PORT", file=sys.stderr)
         return 2
-    stop = stop_on_signals()
     engine = Engine(
         args.address,
         namespace=args.namespace,

@@ -129,7 +129,7 @@ def handle(args: argparse.Namespace, out: TextIO | None = None) -> int:
         from ._temporal import handle as temporal  # the temporal extra, only for it
 
         try:
-            return temporal(args, load_agent(args.agent), out)
+            return temporal(args, load_agent(args.agent), stop_on_signals(), out)
         except UsageError as exc:
             print(f"agentfsm worker: {exc}", file=sys.stderr)
             return 2
