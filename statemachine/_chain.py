@@ -53,25 +53,21 @@ def _needs_response(message: Message) -> bool:
     return message.role in ("user", "tool") or message.is_tool_call
 
 
-def _log(value: Iterable[Message]) -> MessageLog:
-    return MessageLog.of(value)
-
-
 def _tools(value: Iterable[Tool]) -> tuple[Tool, ...]:
     return value if type(value) is tuple else tuple(value)
 
 
 def _callbacks(value: Iterable[Callbacks]) -> tuple[Callbacks, ...]:
-    return value if type(value) is tuple else tuple(value)
-
-
-def _check_callbacks(_: Any, __: Any, value: tuple[Callbacks, ...]) -> None:
+    """The converter of ``callbacks``: a tuple of handler maps, each name a known one
+    (checked here rather than by a validator: one call per chain copy, not two)."""
+    value = tuple(value)
     for handlers in value:
         unknown = set(handlers) - CALLBACK_NAMES
         if unknown:
             raise ValueError(
                 f"Unknown callback name(s) {sorted(unknown)}. Known: {sorted(CALLBACK_NAMES)}"
             )
+    return value
 
 
 @attrs.frozen
@@ -84,14 +80,20 @@ class LLMChain:
 
     llm: ChatModel
     tools: tuple[Tool, ...] = attrs.field(default=(), converter=_tools)
-    messages: MessageLog = attrs.field(factory=MessageLog, converter=_log)
-    exchanged_messages: MessageLog = attrs.field(factory=MessageLog, converter=_log)
+    # A chain copy passes its logs as they are: ``MessageLog.of`` returns one in one call
+    # (the attrs plugin of mypy reads no classmethod converter; the field stays typed).
+    messages: MessageLog = attrs.field(
+        factory=MessageLog,
+        converter=MessageLog.of,  # type: ignore[misc]
+    )
+    exchanged_messages: MessageLog = attrs.field(
+        factory=MessageLog,
+        converter=MessageLog.of,  # type: ignore[misc]
+    )
     last_message: Message | None = attrs.field()
     needs_response: bool = attrs.field()
     custom_context: Mapping[str, Any] = attrs.field(factory=dict)
-    callbacks: tuple[Callbacks, ...] = attrs.field(
-        default=(), converter=_callbacks, validator=_check_callbacks
-    )
+    callbacks: tuple[Callbacks, ...] = attrs.field(default=(), converter=_callbacks)
     current_failure_count: int = 0
     max_retry_count: int = 3
 
@@ -220,23 +222,6 @@ class _Keep(enum.Enum):
 _KEEP: Final = _Keep.KEEP
 
 
-def _slot_setter(name: str) -> Callable[[LLMChain, Any], None]:
-    """The setter of ``LLMChain``'s slot ``name``: unlike ``object.__setattr__``, no look-up."""
-    return vars(LLMChain)[name].__set__  # type: ignore[no-any-return]
-
-
-_set_llm = _slot_setter("llm")
-_set_tools = _slot_setter("tools")
-_set_messages = _slot_setter("messages")
-_set_exchanged_messages = _slot_setter("exchanged_messages")
-_set_last_message = _slot_setter("last_message")
-_set_needs_response = _slot_setter("needs_response")
-_set_custom_context = _slot_setter("custom_context")
-_set_callbacks = _slot_setter("callbacks")
-_set_current_failure_count = _slot_setter("current_failure_count")
-_set_max_retry_count = _slot_setter("max_retry_count")
-
-
 def _replace(
     chain: LLMChain,
     *,
@@ -254,26 +239,24 @@ def _replace(
     """``attrs.evolve(chain, ...)`` written out for the run loop, which copies the chain
     a few times per model call with values that are already final.
 
-    Each field is written through its slot's setter: no converter or validator
-    runs and nothing is looked up by name: a third fewer instructions than a loop
-    over the fields (``tests/test_messages_and_chain.py`` checks every field is here).
+    The copy is built by keyword through the class's own ``__init__``, so its
+    converters and validators run as for any chain; only the introspection of
+    ``attrs.evolve`` is left out (``tests/test_messages_and_chain.py`` checks every
+    field is here).
     """
-    new = object.__new__(LLMChain)
-    _set_llm(new, chain.llm if llm is _KEEP else llm)
-    _set_tools(new, chain.tools if tools is _KEEP else tools)
-    _set_messages(new, chain.messages if messages is _KEEP else messages)
-    _set_exchanged_messages(
-        new, chain.exchanged_messages if exchanged_messages is _KEEP else exchanged_messages
+    return LLMChain(
+        llm=chain.llm if llm is _KEEP else llm,
+        tools=chain.tools if tools is _KEEP else tools,
+        messages=chain.messages if messages is _KEEP else messages,
+        exchanged_messages=(
+            chain.exchanged_messages if exchanged_messages is _KEEP else exchanged_messages
+        ),
+        last_message=chain.last_message if last_message is _KEEP else last_message,
+        needs_response=chain.needs_response if needs_response is _KEEP else needs_response,
+        custom_context=chain.custom_context if custom_context is _KEEP else custom_context,
+        callbacks=chain.callbacks if callbacks is _KEEP else callbacks,
+        current_failure_count=(
+            chain.current_failure_count if current_failure_count is _KEEP else current_failure_count
+        ),
+        max_retry_count=chain.max_retry_count if max_retry_count is _KEEP else max_retry_count,
     )
-    _set_last_message(new, chain.last_message if last_message is _KEEP else last_message)
-    _set_needs_response(new, chain.needs_response if needs_response is _KEEP else needs_response)
-    _set_custom_context(new, chain.custom_context if custom_context is _KEEP else custom_context)
-    _set_callbacks(new, chain.callbacks if callbacks is _KEEP else callbacks)
-    _set_current_failure_count(
-        new,
-        chain.current_failure_count if current_failure_count is _KEEP else current_failure_count,
-    )
-    _set_max_retry_count(
-        new, chain.max_retry_count if max_retry_count is _KEEP else max_retry_count
-    )
-    return new

@@ -65,8 +65,8 @@ class _Cursor:
 
 def _crashed(source: str, chain: LLMChain, exc: Exception) -> Failed:
     return Failed(
-        chain,
-        ChainError(
+        chain=chain,
+        error=ChainError(
             "step_error",
             f"The {source} step raised {type(exc).__name__}: {exc}",
             retryable=False,
@@ -252,11 +252,11 @@ class Run:
         self._busy = True
         if self._requested_pause is not None:
             reason, self._requested_pause = self._requested_pause, None
-            paused = Paused(chain, reason)
+            paused = Paused(chain=chain, reason=reason)
             return self._finish(source, chain, started, paused, {"requested": True}, worked=False)
         carried = self._carried  # the last state's Continue, when it is still the run's chain
         if carried is None or carried.chain is not chain:
-            carried = Continue(chain)
+            carried = Continue(chain=chain)
         work = self._work[source]
         try:
             out = work(carried, self.opts)
@@ -282,7 +282,7 @@ class Run:
             if result.__class__ not in RESULTS:  # a state of one step: the step's own value
                 raise TypeError(not_a_result(work, result))
         except asyncio.CancelledError:
-            cancelled = Paused(chain, "cancelled")
+            cancelled = Paused(chain=chain, reason="cancelled")
             self._finish(source, chain, started, cancelled, {"cancelled": True}, worked=False)
             raise
         except Exception as exc:  # a step's bug ends the run, it does not crash the host
@@ -313,7 +313,7 @@ class Run:
                 retryable=False,
                 details={"usage": total.to_dict(), "token_budget": budget},
             )
-            result = Failed(result.chain, error)
+            result = Failed(chain=result.chain, error=error)
         return result, counts
 
     def _recorded_usage(self) -> Usage:

@@ -112,7 +112,7 @@ async def _model_call(chain: LLMChain, *, count: bool) -> Continue | Failed:
     try:
         if chain.current_failure_count >= chain.max_retry_count:
             chain.fire("on_retries_exceeded", chain)
-            return Failed(chain, failure_budget_spent(chain))
+            return Failed(chain=chain, error=failure_budget_spent(chain))
         on_delta = None
         if chain.callbacks:
 
@@ -150,14 +150,14 @@ async def _model_call(chain: LLMChain, *, count: bool) -> Continue | Failed:
             chain.fire("on_llm_token_usage", chain, reply.metadata["usage"])
         if count:
             chain = chain.update_custom_context({"mode_state": _counted(chain.custom_context)})
-        return Continue(chain)
+        return Continue(chain=chain)
     except ChainError as error:  # a callback raised
-        return Failed(chain, error)
+        return Failed(chain=chain, error=error)
 
 
 def _model_failed(chain: LLMChain, error: ChainError) -> Failed:
     chain.fire("on_llm_error", chain, error)
-    return Failed(chain, error)
+    return Failed(chain=chain, error=error)
 
 
 @effects("model")
@@ -236,9 +236,9 @@ async def run_tool_calls(chain: LLMChain, calls: Sequence[ToolCall]) -> list[Too
         tool = chain.tool(call.name)
         if tool is None:
             results[index] = ToolResult(
-                call.call_id,
-                call.name,
-                f"Tool call made to {call.name} but tool not found",
+                tool_call_id=call.call_id,
+                name=call.name,
+                content=f"Tool call made to {call.name} but tool not found",
                 is_error=True,
             )
             continue
@@ -337,7 +337,7 @@ async def _execute_resumed(chain: LLMChain, calls: Sequence[ToolCall]) -> Pipeli
     try:
         ran = {r.tool_call_id: r for r in await run_tool_calls(chain, waiting)}
     except ChainError as error:
-        return Failed(chain, error)
+        return Failed(chain=chain, error=error)
     results = [have.get(c.call_id) or ran.get(c.call_id) or rejected(c) for c in reply.tool_calls]
     chain = _resumed(chain)
     if not have:
