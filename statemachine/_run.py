@@ -52,6 +52,11 @@ def current_run() -> Run | None:
     return _RUNNING.get()
 
 
+def _no_work(start: Continue, opts: Mapping[str, Any]) -> PipelineResult:
+    """The work ``Run._pending`` names before any state's work was awaited."""
+    return start
+
+
 class _Cursor:
     """The model ``transitions`` moves: one per run, holding only ``state``.
 
@@ -145,6 +150,8 @@ class Run:
         self._cursor = _Cursor()
         self._requested_pause: Any = None
         self._carried: Continue | None = None
+        #: The state, chain, start and work of the state whose work is being awaited.
+        self._pending: tuple[str, LLMChain, float, Work] = ("", chain, 0.0, _no_work)
         self._busy = False
         self._bridge: SyncBridge | None = None  # made by the first *_sync call
         self._usage = _NO_USAGE  # of the transitions counted so far
@@ -236,15 +243,23 @@ class Run:
             return moved
         running = _RUNNING.set(self)
         try:
-            return await moved  # type: ignore[misc, no-any-return]
+            try:  # as in ``run``: the work is awaited here, in no coroutine of its own
+                result = await moved  # type: ignore[misc]
+            except asyncio.CancelledError:
+                self._cancelled()
+                raise
+            except Exception as exc:  # a step's bug ends the run, it does not crash the host
+                return self._broke(exc)
+            return self._landed(result)
         finally:
             _RUNNING.reset(running)
 
-    def _advance(self, started: float) -> Transition | Coroutine[Any, Any, Transition]:
+    def _advance(self, started: float) -> Transition | Awaitable[PipelineResult]:
         """Start the current state's work (at ``started``): its transition when no step
-        awaited anything, else the coroutine that finishes it. Most states' steps are
-        plain functions, so a run pays for a coroutine only where a step awaits (a model
-        call, tools)."""
+        awaited anything, else the awaitable the caller awaits and hands to
+        :meth:`_landed` (what it needs to finish is kept in ``_pending``). Most
+        states' steps are plain functions, so a run pays for awaiting only where a
+        step awaits (a model call, tools)."""
         if self.result is not None:
             raise RuntimeError(f"The run is over (it ended in {self.state!r}); nothing to step.")
         source = self._cursor.state
@@ -260,34 +275,33 @@ class Run:
         work = self._work[source]
         try:
             out = work(carried, self.opts)
-            pending = out.__class__ not in RESULTS
-            if pending and out.__class__ is not COROUTINE and not inspect.isawaitable(out):
+            done = out.__class__ in RESULTS
+            if not done and out.__class__ is not COROUTINE and not inspect.isawaitable(out):
                 raise TypeError(not_a_result(work, out))
         except Exception as exc:  # a step's bug ends the run, it does not crash the host
             return self._finish(source, chain, started, _crashed(source, chain, exc), worked=False)
-        if pending:
-            return self._awaited(source, chain, started, out, work)  # type: ignore[arg-type]
-        return self._finish(source, chain, started, out, worked=True)  # type: ignore[arg-type]
+        if done:  # an illegal result raises from here, to the host: a machine's bug
+            return self._finish(source, chain, started, out, worked=True)  # type: ignore[arg-type]
+        self._pending = (source, chain, started, work)
+        return out  # type: ignore[return-value]
 
-    async def _awaited(
-        self,
-        source: str,
-        chain: LLMChain,
-        started: float,
-        pending: Awaitable[PipelineResult],
-        work: Work,
-    ) -> Transition:
-        try:
-            result = await pending
-            if result.__class__ not in RESULTS:  # a state of one step: the step's own value
-                raise TypeError(not_a_result(work, result))
-        except asyncio.CancelledError:
-            cancelled = Paused(chain=chain, reason="cancelled")
-            self._finish(source, chain, started, cancelled, {"cancelled": True}, worked=False)
-            raise
-        except Exception as exc:  # a step's bug ends the run, it does not crash the host
-            return self._finish(source, chain, started, _crashed(source, chain, exc), worked=False)
+    def _landed(self, result: Any) -> Transition:
+        """Finish the state whose work's awaitable gave ``result``."""
+        source, chain, started, work = self._pending
+        if result.__class__ not in RESULTS:  # a state of one step: the step's own value
+            return self._broke(TypeError(not_a_result(work, result)))
         return self._finish(source, chain, started, result, worked=True)
+
+    def _broke(self, exc: Exception) -> Transition:
+        """Finish the state whose awaited work raised ``exc``: the run fails."""
+        source, chain, started, _ = self._pending
+        return self._finish(source, chain, started, _crashed(source, chain, exc), worked=False)
+
+    def _cancelled(self) -> None:
+        """Finish the state whose awaited work was cancelled: the run pauses."""
+        source, chain, started, _ = self._pending
+        cancelled = Paused(chain=chain, reason="cancelled")
+        self._finish(source, chain, started, cancelled, {"cancelled": True}, worked=False)
 
     def _count_tokens(self, result: PipelineResult) -> tuple[PipelineResult, dict[str, int] | None]:
         """A new last message's usage, when it is a reply (the step's detail records it,
@@ -430,8 +444,17 @@ class Run:
         try:
             while self.result is None:
                 moved = self._advance(self._ended)
-                if moved.__class__ is not Transition:
-                    await moved  # type: ignore[misc]
+                if moved.__class__ is Transition:
+                    continue
+                try:  # awaited here: a coroutine per awaiting state would cost more
+                    result = await moved  # type: ignore[misc]
+                except asyncio.CancelledError:
+                    self._cancelled()
+                    raise
+                except Exception as exc:  # a step's bug ends the run, it does not crash the host
+                    self._broke(exc)
+                else:
+                    self._landed(result)
         finally:
             _RUNNING.reset(running)
         return self.result
