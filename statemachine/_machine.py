@@ -283,12 +283,18 @@ class MachineTable:
         return out
 
     @functools.cached_property
-    def exits(self) -> Mapping[str, Mapping[type[PipelineResult], tuple[str, Any]]]:
-        """``{state: {result type: (trigger, event)}}``: :attr:`triggers` with the shared
-        machine's event of each, so a run's step looks its way out up once."""
+    def exits(
+        self,
+    ) -> Mapping[str, Mapping[type[PipelineResult], tuple[str, Any, Detail | None]]]:
+        """``{state: {result type: (trigger, event, detail)}}``: :attr:`triggers` with the
+        shared machine's event of each and the state's :attr:`details`, so a run's step
+        looks up its way out and how to describe it at once."""
         events = self.machine.events
         return {
-            state: {kind: (trigger, events[trigger]) for kind, trigger in by_kind.items()}
+            state: {
+                kind: (trigger, events[trigger], self.details.get(state))
+                for kind, trigger in by_kind.items()
+            }
             for state, by_kind in self.triggers.items()
         }
 

@@ -143,7 +143,6 @@ class Run:
         #: the ``custom_context["pause_reason"]`` a step set before its plain ``Paused``.
         self.pause_reason: Any = None
         self._work = table.work(options.extra_steps)
-        self._details = table.details
         self._exits = table.exits
         self._terminals = table.terminals  # a few names: a tuple is as quick, and shared
         self._machine = table.machine
@@ -358,7 +357,7 @@ class Run:
         self._busy = False
         if self._children is not None:
             result = _counting(result, self._children)
-        worked_out: PipelineResult | None = result
+        worked_out = result  # what the steps returned, before a token budget fails it
         usage = None
         if result.chain.last_message is not chain.last_message and self._children is None:
             result, usage = self._count_tokens(result)  # a reply, maybe; a child's is its own
@@ -368,7 +367,7 @@ class Run:
                 f"The {source} step returned {type(result).__name__}, which is not a way out "
                 f"of {source!r}: the {self.table.name} machine has no edge on it from there."
             )
-        trigger, event = way_out
+        trigger, event, describe = way_out
         try:
             event.fire(self._cursor)
         except KeyError as exc:  # _fsm.Refused: no such trigger from here
@@ -378,10 +377,7 @@ class Run:
                 "of this state."
             ) from exc
         dest = self._cursor.state
-        describe = self._details.get(source) if worked else None
-        if worked_out is result and result.__class__ is Continue:
-            worked_out = None  # the record rebuilds it from its chain when asked
-        if describe is None and usage is None:
+        if (describe is None or not worked) and usage is None:
             transition = Transition(source, trigger, dest, result.chain, ended - started, detail)
         else:
             transition = Transition(
@@ -390,9 +386,10 @@ class Run:
                 dest,
                 result.chain,
                 ended - started,
-                describe=describe,
+                describe=describe if worked else None,
                 before=chain,
-                worked=worked_out,
+                # A Continue is rebuilt from the record's chain (its own) when asked.
+                worked=None if worked_out.__class__ is Continue else worked_out,
                 usage=usage,
             )
         if self._children is not None:
