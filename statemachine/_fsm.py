@@ -112,8 +112,7 @@ class LeanEvent(Event):
         if self._callbacks_seen != _Callbacks.added:
             self._destinations.clear()
             self._callbacks_seen = _Callbacks.added
-        attribute = self._machine_vars["model_attribute"]
-        source = getattr(model, attribute)
+        source = model.state  # type: ignore[attr-defined]  # a shared machine's runs' attribute
         try:
             dest = self._destinations[source]
         except KeyError:
@@ -123,7 +122,7 @@ class LeanEvent(Event):
                 return bool(super().trigger(model))
             except MachineError as exc:
                 raise Refused(exc.value) from None
-        setattr(model, attribute, dest)
+        model.state = dest  # type: ignore[attr-defined]
         return True
 
     def _lean_destination(self, source: str) -> str | None:
@@ -191,6 +190,9 @@ class SharedMachine(Machine):
     on_exception = _telling("on_exception")
 
     def __init__(self, **kwargs: Any) -> None:
+        if kwargs.get("model_attribute", "state") != "state":
+            # The lean events read and set ``state`` itself, not an attribute by name.
+            raise ValueError("a shared machine keeps its runs' state in their `state`")
         super().__init__(**kwargs)
         # Models are held weakly: a run that is dropped unfinished leaves with it.
         self.models: weakref.WeakSet[Any] = weakref.WeakSet()  # type: ignore[assignment]

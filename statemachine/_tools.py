@@ -244,7 +244,7 @@ class Tool:
                     return False
             elif not check(value):
                 return False
-        return all(name in arguments for name in self._required)
+        return arguments.keys() >= self._required
 
     def argument_error(self, arguments: Mapping[str, Any]) -> str | None:
         """Why ``arguments`` do not fit the schema, in words the model can act on."""
