@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import hmac
-import json
 import logging
 import secrets
 import shlex
@@ -30,7 +29,6 @@ from starlette.responses import (
     PlainTextResponse,
     RedirectResponse,
     Response,
-    StreamingResponse,
 )
 from starlette.routing import Route
 
@@ -56,6 +54,7 @@ from ..store import SavedRun, SQLiteStore, fork_run, load_run
 from ._catalog import Catalog
 from ._compare_page import compare_form, compare_page
 from ._evals_page import eval_compare_page, eval_of, eval_page, evals_page
+from ._live import LIVE, Referee, index_events, index_mark, run_events
 from ._pages import index_page
 
 __all__ = ["COOKIE", "CSRF_HEADER", "create_app"]
@@ -143,6 +142,7 @@ class _Studio:
         #: Agents runs recorded (``agentfsm run --agent``), by spec, when none was given.
         self._writer: SQLiteStore | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.referee = Referee()
 
     def agent(self, recorded: str | None = None) -> Agent:
         """The agent given, else the demo agent. A run ``recorded`` as started with an
@@ -304,8 +304,14 @@ def _listing(studio: _Studio, request: Request) -> dict[str, Any]:
 
 async def _index(request: Request) -> Response:
     studio = _studio(request)
+    mark = index_mark(await asyncio.to_thread(studio.catalog.store.runs))
     data = await asyncio.to_thread(_listing, studio, request)
-    return HTMLResponse(index_page(data, _filters(request), store=studio.db))
+    return HTMLResponse(index_page(data, _filters(request), store=studio.db, mark=mark))
+
+
+async def _index_events(request: Request) -> Response:
+    studio = _studio(request)
+    return index_events(request, studio.catalog, lambda: _listing(studio, request), poll=POLL)
 
 
 async def _runs_json(request: Request) -> Response:
@@ -328,8 +334,10 @@ def _run_page_text(studio: _Studio, run_id: str) -> str:
         "run_id": run_id,
         "status": saved.status,
         "head": studio.catalog.head(run_id),
-        "live": saved.status in ("running", "interrupted", "paused"),
+        "live": saved.status in LIVE,
         "events": f"/api/runs/{_quote(run_id)}/events",
+        "steps": len(data["steps"]),
+        "messages": len(data["messages"]),
         "decide": f"/api/runs/{_quote(run_id)}/decide",
         "csrf": studio.csrf,
         "requests": _requests(saved),
@@ -381,27 +389,7 @@ async def _run_json(request: Request) -> Response:
 
 async def _events(request: Request) -> Response:
     studio = _studio(request)
-    run_id = request.path_params["run_id"]
-    seen = request.query_params.get("head")
-
-    async def stream() -> AsyncIterator[str]:
-        nonlocal seen
-        quiet = 0.0
-        yield "retry: 1000\n\n"
-        while not await request.is_disconnected():
-            head = await asyncio.to_thread(studio.catalog.head, run_id)
-            if head != seen:
-                seen = head
-                yield f"event: change\ndata: {json.dumps({'head': head})}\n\n"
-                quiet = 0.0
-            elif quiet >= 10:
-                yield ": still here\n\n"
-                quiet = 0.0
-            await asyncio.sleep(POLL)
-            quiet += POLL
-
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+    return run_events(request, studio.catalog, request.path_params["run_id"], poll=POLL)
 
 
 @_refusing(_json, _DECIDING)
@@ -414,7 +402,14 @@ async def _decide(request: Request) -> Response:
         raise _Refused(400, "send {'decisions': [one object per request]}")
     if not all(isinstance(d.get("digest"), str) for d in decisions):
         raise _Refused(400, "every decision carries the digest of the request it answers")
-    run = await _resume(studio, run_id, decisions)
+    async with studio.referee.lock:  # one at a time: of two on one request, the first wins
+        saved = await asyncio.to_thread(studio.load, run_id)
+        table = machine_named(saved.trace.machine)
+        second, asked = studio.referee.first(saved, table, decisions)
+        if second is not None:
+            return JSONResponse(second, 409)
+        run = await _resume(studio, run_id, decisions)
+        studio.referee.remember(asked, decisions)
     task = asyncio.create_task(run.run())
     studio.tasks.add(task)
     task.add_done_callback(functools.partial(_finished, studio, run_id))
@@ -505,6 +500,7 @@ _ROUTES: Final = [
     Route("/evals/{eval_id:path}", _eval),
     Route("/api/compare", _compare_json),
     Route("/api/runs", _runs_json),
+    Route("/api/events", _index_events),
     Route("/runs/{run_id:path}", _run_page),
     Route("/api/runs/{run_id:path}/events", _events),
     Route("/api/runs/{run_id:path}/decide", _decide, methods=["POST"]),
