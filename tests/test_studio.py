@@ -186,22 +186,24 @@ def test_events_say_when_a_run_moves(store: pathlib.Path) -> None:
         with httpx.stream("GET", f"{base}/api/runs/finished/events", params=params) as r:
             assert r.headers["content-type"].startswith("text/event-stream")
             lines = r.iter_lines()
-            seen = [next(lines) for _ in range(5)]
+            seen = [next(lines) for _ in range(6)]
         messages = len(run["page"]["messages"])
-        assert seen[2:4] == [f"id: 29.{messages}", "event: change"]
-        change = json.loads(seen[4][6:])
+        assert seen[:5] == ["retry: 1000", "id: 20.5", "", f"id: 29.{messages}", "event: change"]
+        change = json.loads(seen[5][6:])
         assert change["head"] == run["head"] and change["status"] == "ok" and not change["live"]
         assert change["from"] == 20 and change["steps"] == run["page"]["steps"][20:]
         assert change["messages"] == run["page"]["messages"][5:]
         assert change["segments"] == run["page"]["segments"] and change["requests"] == []
-        # A browser that reconnects says what it holds (the last event's id): nothing lacks.
+        # A browser that reconnects says what it holds (the last event's id), and is sent
+        # the run as it stands at once (its page missed what happened while cut off).
         again = {"Last-Event-ID": f"29.{messages}"}
+        params["head"] = run["head"]
         with httpx.stream(
             "GET", f"{base}/api/runs/finished/events", params=params, headers=again
         ) as r:
             lines = r.iter_lines()
-            seen = [next(lines) for _ in range(5)]
-        change = json.loads(seen[4][6:])
+            seen = [next(lines) for _ in range(6)]
+        change = json.loads(seen[5][6:])
         assert change["from"] == 29 and change["steps"] == [] and change["messages"] == []
 
 

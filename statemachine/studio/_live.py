@@ -128,15 +128,20 @@ def stream(
     send: Callable[[str | None], Awaitable[tuple[str, Mapping[str, Any]]]],
     *,
     poll: float,
+    first_id: str,
 ) -> StreamingResponse:
     """Server-sent events: ``look`` every ``poll`` seconds, and a ``change`` event (its id
     and JSON from ``send``) whenever what it sees is not ``seen``, for :data:`STREAM_FOR`
-    seconds."""
+    seconds. The stream starts with ``first_id`` as its id, so the browser names it when
+    it reconnects, and a browser that reconnects is sent how things stand at once (its
+    page may have missed anything while it was cut off)."""
+    if request.headers.get("last-event-id"):
+        seen = None
 
     async def events() -> AsyncIterator[str]:
         nonlocal seen
         quiet = lived = 0.0
-        yield "retry: 1000\n\n"
+        yield f"retry: 1000\nid: {first_id}\n\n"
         while lived < STREAM_FOR and not await request.is_disconnected():
             now = await look()
             if now != seen:
@@ -178,7 +183,8 @@ def run_events(request: Request, catalog: Catalog, run_id: str, *, poll: float) 
         held[1] += len(body["messages"])
         return f"{held[0]}.{held[1]}", body
 
-    return stream(request, request.query_params.get("head"), look, send, poll=poll)
+    first = f"{held[0]}.{held[1]}"
+    return stream(request, request.query_params.get("head"), look, send, poll=poll, first_id=first)
 
 
 def index_events(
@@ -193,8 +199,8 @@ def index_events(
     async def send(mark: str | None) -> tuple[str, dict[str, Any]]:
         return mark or "", index_change(await asyncio.to_thread(listing))
 
-    seen = request.headers.get("last-event-id") or request.query_params.get("mark")
-    return stream(request, seen, look, send, poll=max(poll, 0.5))
+    seen = request.query_params.get("mark")
+    return stream(request, seen, look, send, poll=max(poll, 0.5), first_id=seen or "")
 
 
 class Referee:
