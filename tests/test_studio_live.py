@@ -120,6 +120,14 @@ def test_a_growing_run_is_appended_in_order_without_a_reload(
             assert f"steps {len(path)}" in browser.find_element(By.ID, "facts").text
             assert _updates(browser) >= 2
             assert _severe(browser) == []
+            # The machine counts what the run took as a page opened now draws it.
+            drawn = (
+                "return [...document.querySelectorAll('#machine g[id]')].map((g) =>"
+                " [g.id, g.getAttribute('class'), g.querySelector('text').textContent])"
+            )
+            followed = browser.execute_script(drawn)
+            browser.get(base + "/runs/growing")
+            assert browser.execute_script(drawn) == followed
             browser.get("about:blank")  # the page's stream ends before the server does
     finally:
         for _ in range(4):

@@ -431,9 +431,14 @@
   // What a live page is sent: the steps from "from" on, the messages from "messages_from"
   // on, and the run's segments, usage and time as they are now. Sent for another count
   // of steps or messages than the page holds, it is not applied (false).
+  // The machine counts what was taken: "called x2" on an edge, "Calling x2" on a state.
   function taken(selector, className) {
     const node = machine.querySelector(selector);
-    if (node) node.classList.add(className);
+    if (!node) return;
+    node.classList.add(className);
+    const text = node.querySelector("text");
+    const count = text ? /^(.*?)(?: x(\d+))?$/.exec(text.textContent) : null;
+    if (count) text.textContent = count[1] + " x" + (Number(count[2] || 0) + 1);
   }
   function grow(change) {
     if (change.from !== steps.length || change.messages_from !== messages.length) return false;
@@ -451,7 +456,10 @@
       if (s.edge >= 0) taken("#edge-" + s.edge, "taken");
       taken("#state-" + CSS.escape(s.dest), "visited");
     }
-    for (let k = before; k < segments.length; k++) taken("#entry-" + CSS.escape(segments[k].entry), "taken");
+    for (let k = before; k < segments.length; k++) {
+      taken("#entry-" + CSS.escape(segments[k].entry), "taken");
+      taken("#state-" + CSS.escape(segments[k].entry), "visited");
+    }
     header();
     timeline();
     if (!steps.length) return true;
