@@ -151,7 +151,7 @@ def test_watch_a_live_run_advance_and_approve_it(
     click = "const b = document.getElementById('approve'); if (b) b.click(); return !!b"
     _wait(lambda: browser.execute_script(click), what="a click on Approve all")
     badge = "const b = document.querySelector('#facts .badge'); return b ? b.textContent : ''"
-    # The page reloads as the run moves: read it in one script, never through a stale node.
+    # Read the page in one script: the run moves as it is read.
     _wait(lambda: browser.execute_script(badge) == "ok", what="the run to end ok")
     assert (tmp_path / "a.md").exists()
     text = _wait(lambda: browser.execute_script("return document.body.innerText"), what="text")

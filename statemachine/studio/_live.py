@@ -92,6 +92,10 @@ def run_change(
         result=saved.result,
         clock=clock,
     )
+    if len(data["steps"]) < steps_from or len(data["messages"]) < messages_from:
+        # Not the run the page holds (it was replaced): all of it, which the page refuses
+        # to append, and starts afresh from.
+        steps_from = messages_from = 0
     segments = data["segments"]
     ending = (segments[-1].get("outcome") or {}) if segments else {}
     waiting = saved.status == "interrupted"
