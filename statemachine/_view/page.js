@@ -384,16 +384,23 @@
     mark("#state-" + CSS.escape(s.dest), "here", on);
     if (s.index === 0) mark("#entry-" + CSS.escape(segmentOf(i).entry), "current", on);
   }
-  // A step chosen by the reader is brought into view; one followed as the run grows
-  // scrolls the timeline only, never the page the reader is looking at.
-  const timelineBox = document.getElementById("timeline");
-  function reveal(row) {
-    const r = row.getBoundingClientRect();
-    const box = timelineBox.getBoundingClientRect();
-    if (r.bottom > box.bottom) timelineBox.scrollTop += r.bottom - box.bottom;
-    else if (r.top < box.top) timelineBox.scrollTop -= box.top - r.top;
+  // The step's row shown in its list; on opening (``inPlace``) the page itself stays at
+  // its top: only a list that scrolls on its own moves (a narrow screen has none).
+  function reveal(row, inPlace) {
+    if (!inPlace) {
+      row.scrollIntoView({ block: "nearest" });
+      return;
+    }
+    for (let box = row.parentElement; box && box !== document.body; box = box.parentElement) {
+      const overflow = getComputedStyle(box).overflowY;
+      if ((overflow === "auto" || overflow === "scroll") && box.scrollHeight > box.clientHeight) {
+        const below = row.getBoundingClientRect().top - box.getBoundingClientRect().top;
+        box.scrollTop += below - box.clientHeight / 2;
+        return;
+      }
+    }
   }
-  function select(i, followed) {
+  function select(i, inPlace) {
     if (!steps.length) return;
     i = Math.max(0, Math.min(steps.length - 1, i));
     if (current >= 0) highlight(current, false);
@@ -407,8 +414,7 @@
       rows[k].classList.toggle("current", k === i);
       rows[k].classList.toggle("future", k > i);
     }
-    if (followed) reveal(rows[i]);
-    else rows[i].scrollIntoView({ block: "nearest" });
+    reveal(rows[i], inPlace);
     render(i);
     document.body.dataset.step = String(i);
     history.replaceState(null, "", "#step-" + (i + 1));
@@ -463,7 +469,6 @@
     header();
     timeline();
     if (!steps.length) return true;
-    placeholder.remove();
     if (following) select(steps.length - 1, true);
     else {
       for (let k = current + 1; k < rows.length; k++) rows[k].classList.add("future");
@@ -477,11 +482,10 @@
   document.addEventListener("agentfsm:grow", (event) => {
     event.detail.applied = grow(event.detail);
   });
-  const placeholder = el("p", "sub", "This run took no step.");
   if (!steps.length) {
-    panel.append(placeholder);
+    panel.append(el("p", "sub", "This run took no step."));
     return;
   }
   const wanted = /^#step-(\d+)$/.exec(location.hash);
-  select(wanted ? Number(wanted[1]) - 1 : steps.length - 1);
+  select(wanted ? Number(wanted[1]) - 1 : steps.length - 1, !wanted);
 })();
