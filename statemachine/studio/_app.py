@@ -45,7 +45,7 @@ from .._errors import (
     StoreError,
 )
 from .._evals._compare import compare
-from .._machine import MachineTable, UnknownMachineError, machine_named
+from .._machine import UnknownMachineError, machine_named
 from .._resumable import check_resumable, recorded_command
 from .._resume import restore_run
 from .._serialization import FormatError, UnknownToolError
@@ -54,7 +54,7 @@ from ..store import SavedRun, SQLiteStore, fork_run, load_run
 from ._catalog import Catalog
 from ._compare_page import compare_form, compare_page
 from ._evals_page import eval_compare_page, eval_of, eval_page, evals_page
-from ._live import LIVE, Referee, index_events, index_mark, run_events
+from ._live import LIVE, Referee, forkable, index_events, index_mark, run_events, waiting
 from ._pages import index_page
 
 __all__ = ["COOKIE", "CSRF_HEADER", "create_app"]
@@ -181,17 +181,6 @@ class _Studio:
 def _studio(request: Request) -> _Studio:
     studio: _Studio = request.app.state.studio
     return studio
-
-
-def _requests(saved: SavedRun) -> list[dict[str, Any]]:
-    """The action requests a waiting run shows, as the run page's outcome holds them."""
-    if saved.status != "interrupted":
-        return []
-    table = machine_named(saved.trace.machine)
-    data = page_data(saved.traces[-1:], table, title="", result=saved.result)
-    outcome = data["segments"][-1].get("outcome") or {}
-    requests: list[dict[str, Any]] = outcome.get("requests") or []
-    return requests
 
 
 def _filters(request: Request) -> dict[str, str]:
@@ -340,9 +329,9 @@ def _run_page_text(studio: _Studio, run_id: str) -> str:
         "messages": len(data["messages"]),
         "decide": f"/api/runs/{_quote(run_id)}/decide",
         "csrf": studio.csrf,
-        "requests": _requests(saved),
+        "requests": waiting(saved),
         "fork": f"/api/runs/{_quote(run_id)}/fork",
-        "forkable": _forkable(saved, table),
+        "forkable": forkable(saved, table),
         "forked_from": _parent(saved),
         "compare": "/compare?a=" + _quote(run_id),
     }
@@ -381,7 +370,7 @@ async def _run_json(request: Request) -> Response:
             "status": saved.status,
             "state": saved.state,
             "head": studio.catalog.head(run_id),
-            "requests": _requests(saved),
+            "requests": waiting(saved),
             "page": data,
         }
     )
@@ -553,12 +542,6 @@ async def _action(request: Request, csrf: str, what: str) -> Mapping[str, Any]:
     except ValueError:
         raise _Refused(400, "the body is not JSON") from None
     return body if isinstance(body, Mapping) else {}
-
-
-def _forkable(saved: SavedRun, table: MachineTable) -> list[int]:
-    """The page's numbers of the steps a fork may start from: those into a working state."""
-    dests = [t.dest for trace in saved.traces for t in trace]
-    return [n for n, dest in enumerate(dests, 1) if dest not in table.terminals]
 
 
 def _parent(saved: SavedRun) -> dict[str, Any] | None:

@@ -41,11 +41,13 @@ __all__ = [
     "STREAM_FOR",
     "Referee",
     "counts",
+    "forkable",
     "index_events",
     "index_mark",
     "run_change",
     "run_events",
     "stream",
+    "waiting",
 ]
 
 #: The statuses of a run that may still move: a page of one follows it.
@@ -99,7 +101,6 @@ def run_change(
     segments = data["segments"]
     ending = (segments[-1].get("outcome") or {}) if segments else {}
     waiting = saved.status == "interrupted"
-    dests = [step["dest"] for step in data["steps"]]
     return {
         "head": head,
         "status": saved.status,
@@ -113,8 +114,25 @@ def run_change(
         "elapsed": data["elapsed"],
         "version": data["version"],
         "requests": (ending.get("requests") or []) if waiting else [],
-        "forkable": [n for n, dest in enumerate(dests, 1) if dest not in table.terminals],
+        "forkable": forkable(saved, table),
     }
+
+
+def waiting(saved: SavedRun) -> list[dict[str, Any]]:
+    """The action requests a waiting run shows, as the run page's outcome holds them."""
+    if saved.status != "interrupted":
+        return []
+    table = machine_named(saved.trace.machine)
+    data = page_data(saved.traces[-1:], table, title="", result=saved.result)
+    outcome = data["segments"][-1].get("outcome") or {}
+    requests: list[dict[str, Any]] = outcome.get("requests") or []
+    return requests
+
+
+def forkable(saved: SavedRun, table: MachineTable) -> list[int]:
+    """The page's numbers of the steps a fork may start from: those into a working state."""
+    dests = [t.dest for trace in saved.traces for t in trace]
+    return [n for n, dest in enumerate(dests, 1) if dest not in table.terminals]
 
 
 def index_mark(infos: Sequence[RunInfo]) -> str:
