@@ -377,8 +377,7 @@ async def _run_json(request: Request) -> Response:
 
 
 async def _events(request: Request) -> Response:
-    studio = _studio(request)
-    return run_events(request, studio.catalog, request.path_params["run_id"], poll=POLL)
+    return run_events(request, _studio(request).catalog, request.path_params["run_id"], poll=POLL)
 
 
 @_refusing(_json, _DECIDING)
@@ -393,8 +392,7 @@ async def _decide(request: Request) -> Response:
         raise _Refused(400, "every decision carries the digest of the request it answers")
     async with studio.referee.lock:  # one at a time: of two on one request, the first wins
         saved = await asyncio.to_thread(studio.load, run_id)
-        table = machine_named(saved.trace.machine)
-        second, asked = studio.referee.first(saved, table, decisions)
+        second, asked = studio.referee.first(saved, decisions)
         if second is not None:
             return JSONResponse(second, 409)
         run = await _resume(studio, run_id, decisions)

@@ -248,12 +248,13 @@ class Referee:
                 }
 
     def first(
-        self, saved: SavedRun, table: MachineTable, decisions: Sequence[Mapping[str, Any]]
+        self, saved: SavedRun, decisions: Sequence[Mapping[str, Any]]
     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """The run's waiting requests, and the answer to ``decisions`` if they come second:
         when a request they answer was decided already (here, or by whoever resumed the
         run), what was decided. None when they answer the run's requests as they stand,
         or requests the run never asked (the resume refuses those)."""
+        table = machine_named(saved.trace.machine)
         data = page_data(saved.traces, table, title="", run_id=saved.run_id, result=saved.result)
         segments: list[dict[str, Any]] = data["segments"]
         waiting = saved.status == "interrupted" and bool(segments)
