@@ -265,6 +265,32 @@ def test_a_decision_needs_the_csrf_token_and_the_digest(
         assert saved.status == "ok" and len(saved.traces) == 2
 
 
+def test_a_late_decision_is_told_what_its_own_run_took(
+    store: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Two runs of one script ask the same request (one digest): a decision the studio
+    took on one is never said to have answered the other."""
+    with SQLiteStore(store) as writer:
+        start_run(
+            approval_agent(tmp_path), AgentState.of("again"), writer, run_id="twin"
+        ).run_sync()
+    with serving(create_app(str(store), agent=approval_agent(tmp_path, resumed=True))) as base:
+        extra = addon_data(httpx.get(f"{base}/runs/waiting").text)
+        twin = addon_data(httpx.get(f"{base}/runs/twin").text)
+        (request,) = extra["requests"]
+        assert twin["requests"] == extra["requests"]  # the same call, the same digest
+        approve = {"decisions": [{"type": "approve", "digest": request["digest"]}]}
+        token = {CSRF_HEADER: extra["csrf"]}
+        assert httpx.post(base + extra["decide"], json=approve, headers=token).status_code == 202
+        with SQLiteStore(store) as writer:  # another process rejects the twin's
+            reject = [{"type": "reject", "digest": request["digest"]}]
+            approval_agent(tmp_path, resumed=True).resume_run_sync("twin", writer, reject)
+        late = httpx.post(base + twin["decide"], json=approve, headers=token)
+        assert late.status_code == 409
+        said = f"decided elsewhere: rejected write_file ({request['call_id']})"
+        assert late.json()["error"] == said
+
+
 def test_loopback_only_without_a_token(store: pathlib.Path) -> None:
     with serving(create_app(str(store))) as base:
         assert httpx.get(base + "/").status_code == 200

@@ -396,7 +396,7 @@ async def _decide(request: Request) -> Response:
         if second is not None:
             return JSONResponse(second, 409)
         run = await _resume(studio, run_id, decisions)
-        studio.referee.remember(asked, decisions)
+        studio.referee.remember(run_id, asked, decisions)
     task = asyncio.create_task(run.run())
     studio.tasks.add(task)
     task.add_done_callback(functools.partial(_finished, studio, run_id))

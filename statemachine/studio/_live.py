@@ -230,18 +230,22 @@ class Referee:
 
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
-        #: What was decided on a request, by the request's digest: in this studio.
-        self._decided: dict[str, dict[str, Any]] = {}
+        #: What was decided on a request in this studio, by run and the request's digest
+        #: (two runs of one script ask the same call ids, with the same digests).
+        self._decided: dict[tuple[str, str], dict[str, Any]] = {}
 
     def remember(
-        self, requests: Sequence[Mapping[str, Any]], decisions: Sequence[Mapping[str, Any]]
+        self,
+        run_id: str,
+        requests: Sequence[Mapping[str, Any]],
+        decisions: Sequence[Mapping[str, Any]],
     ) -> None:
-        """``decisions`` were taken on ``requests`` (the run resumed with them)."""
+        """``decisions`` were taken on run ``run_id``'s ``requests`` (it resumed with them)."""
         by_digest = {r["digest"]: r for r in requests}
         for decision in decisions:
             request = by_digest.get(decision.get("digest"))
             if request is not None:
-                self._decided[request["digest"]] = {
+                self._decided[(run_id, request["digest"])] = {
                     "tool": request["tool"],
                     "call_id": request["call_id"],
                     "decision": _SAID.get(str(decision.get("type")), str(decision.get("type"))),
@@ -261,15 +265,18 @@ class Referee:
         ending = (segments[-1].get("outcome") or {}) if waiting else {}
         now: list[dict[str, Any]] = list(ending.get("requests") or [])
         sent = [str(d.get("digest")) for d in decisions]
+        mine = {
+            digest: said for (run, digest), said in self._decided.items() if run == saved.run_id
+        }
         if all(s in {r["digest"] for r in now} for s in sent):
             return None, now
         asked = _asked(saved)
-        if not any(s in asked or s in self._decided for s in sent):
+        if not any(s in asked or s in mine for s in sent):
             return None, now
         decided = []
         for digest in sent:
-            if digest in self._decided:
-                decided.append({**self._decided[digest], "where": "in another window"})
+            if digest in mine:
+                decided.append({**mine[digest], "where": "in another window"})
             elif digest in asked:
                 number, call_id, tool = asked[digest]
                 later = segments[number + 1] if number + 1 < len(segments) else {}
