@@ -31,6 +31,7 @@ from starlette.responses import Response, StreamingResponse
 from .._approval import request_digest
 from .._errors import AgentfsmError
 from .._machine import MachineTable, machine_named
+from .._messages import ToolCall
 from .._view import page_data
 from ..store import RunInfo, SavedRun, load_run
 from ._catalog import Catalog
@@ -302,17 +303,21 @@ def _asked(saved: SavedRun) -> dict[str, tuple[int, str, str]]:
     for number, trace in enumerate(saved.traces):
         if not trace.transitions or trace.terminal != "interrupted":
             continue
-        messages = trace.transitions[-1].chain.messages
-        answered = {r.tool_call_id for m in messages for r in m.tool_results}
-        for m in messages:
-            for call in m.tool_calls if m.role == "assistant" else ():
-                if call.call_id not in answered:
-                    shown = {
-                        "tool_call_id": call.call_id,
-                        "tool_name": call.name,
-                        "arguments": dict(call.arguments),
-                    }
-                    asked[request_digest(shown)] = (number, call.call_id, call.name)
+        # In order: a call answered earlier does not answer a later call of the same id
+        # (a scripted model numbers its calls afresh in each process that resumes a run).
+        pending: dict[str, ToolCall] = {}
+        for m in trace.transitions[-1].chain.messages:
+            if m.role == "assistant":
+                pending.update((c.call_id, c) for c in m.tool_calls)
+            for r in m.tool_results:
+                pending.pop(r.tool_call_id, None)
+        for call in pending.values():
+            shown = {
+                "tool_call_id": call.call_id,
+                "tool_name": call.name,
+                "arguments": dict(call.arguments),
+            }
+            asked[request_digest(shown)] = (number, call.call_id, call.name)
     return asked
 
 
