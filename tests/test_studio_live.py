@@ -322,3 +322,26 @@ def test_the_index_shows_new_runs_and_their_status_as_they_change(
         assert browser.execute_script("return window.pwned === undefined")
         assert _severe(browser) == []
         browser.get("about:blank")  # the page's stream ends before the server does
+
+
+def test_an_empty_index_shows_the_first_run_as_it_is_saved(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    tmp_path: pathlib.Path,
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    db = tmp_path / "runs.db"
+    SQLiteStore(db).close()
+    with serving(create_app(str(db))) as base:
+        browser.get(base + "/")
+        browser.execute_script(MARK)
+        assert browser.find_elements(By.CSS_SELECTOR, "#runs td.empty")
+        agent = Agent(ScriptedModel([Message.assistant("hello")]), [])
+        with SQLiteStore(db) as store:
+            start_run(agent, AgentState.of("hi"), store, run_id="first").run_sync()
+        rows = "return [...document.querySelectorAll('#runs tbody tr')].map((tr) => tr.dataset.run)"
+        _wait(lambda: browser.execute_script(rows) == ["first"], what="the first run")
+        assert browser.find_elements(By.CSS_SELECTOR, "#runs td.empty") == []
+        assert browser.find_element(By.ID, "tally").text == "1 runs · ok 1"
+        assert browser.execute_script(KEPT), "the index reloaded"
+        browser.get("about:blank")  # the page's stream ends before the server does

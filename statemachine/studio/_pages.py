@@ -137,6 +137,8 @@ def index_change(listing: Mapping[str, Any]) -> dict[str, Any]:
         "runs": [cells(r) for r in listing["runs"]],
         "tally": _tally(listing),
         "shown": f"{listing['total']} shown",
+        "all": listing["all"],
+        "empty": "No runs match." if listing["all"] else "No runs yet.",
     }
 
 

@@ -59,9 +59,12 @@
       return tr;
     });
     if (!order.length) {
-      const none = el("td", "empty", "No runs match.");
+      // The row the server wrote says it best; else the words the server sent.
+      const shown = body.querySelector("td.empty");
+      const same = shown && shown.textContent.startsWith(change.empty.replace(/\.$/, ""));
+      const none = same ? shown : el("td", "empty", change.empty);
       none.colSpan = 11;
-      const tr = el("tr");
+      const tr = none.parentElement || el("tr");
       tr.append(none);
       order.push(tr);
     }
