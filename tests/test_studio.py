@@ -141,7 +141,10 @@ def test_the_index_lists_every_run_waiting_first(store: pathlib.Path) -> None:
         assert page.headers["content-security-policy"] == "frame-ancestors 'none'"
         assert page.headers["x-frame-options"] == "DENY"
         assert HOSTILE not in page.text and "&lt;/script&gt;" in page.text
-        assert "<script" not in page.text  # the index runs no script at all
+        # One script, the studio's own (allowed by its hash), keeps the table live.
+        assert page.text.count("<script>") == 1 and "<script " not in page.text
+        assert "script-src 'sha256-" in html_unescape(meta.group(1))
+        assert "connect-src 'self'" in html_unescape(meta.group(1))
         assert page.text.index("waiting") < page.text.index("finished")
 
 
@@ -176,13 +179,32 @@ def test_a_run_page_and_its_json(store: pathlib.Path) -> None:
 
 
 def test_events_say_when_a_run_moves(store: pathlib.Path) -> None:
+    """A page holding 20 of the run's 29 steps is sent the 9 it lacks, as data."""
     with serving(create_app(str(store))) as base:
-        head = httpx.get(f"{base}/api/runs/finished").json()["head"]
-        with httpx.stream("GET", f"{base}/api/runs/finished/events", params={"head": "old"}) as r:
+        run = httpx.get(f"{base}/api/runs/finished").json()
+        params = {"head": "old", "steps": "20", "messages": "5"}
+        with httpx.stream("GET", f"{base}/api/runs/finished/events", params=params) as r:
             assert r.headers["content-type"].startswith("text/event-stream")
             lines = r.iter_lines()
-            seen = [next(lines) for _ in range(4)]
-        assert seen[2] == "event: change" and json.loads(seen[3][6:]) == {"head": head}
+            seen = [next(lines) for _ in range(6)]
+        messages = len(run["page"]["messages"])
+        assert seen[:5] == ["retry: 1000", "id: 20.5", "", f"id: 29.{messages}", "event: change"]
+        change = json.loads(seen[5][6:])
+        assert change["head"] == run["head"] and change["status"] == "ok" and not change["live"]
+        assert change["from"] == 20 and change["steps"] == run["page"]["steps"][20:]
+        assert change["messages"] == run["page"]["messages"][5:]
+        assert change["segments"] == run["page"]["segments"] and change["requests"] == []
+        # A browser that reconnects says what it holds (the last event's id), and is sent
+        # the run as it stands at once (its page missed what happened while cut off).
+        again = {"Last-Event-ID": f"29.{messages}"}
+        params["head"] = run["head"]
+        with httpx.stream(
+            "GET", f"{base}/api/runs/finished/events", params=params, headers=again
+        ) as r:
+            lines = r.iter_lines()
+            seen = [next(lines) for _ in range(6)]
+        change = json.loads(seen[5][6:])
+        assert change["from"] == 29 and change["steps"] == [] and change["messages"] == []
 
 
 def test_a_decision_needs_the_csrf_token_and_the_digest(
@@ -216,11 +238,57 @@ def test_a_decision_needs_the_csrf_token_and_the_digest(
             time.sleep(0.05)
         assert httpx.get(f"{base}/api/runs/waiting").json()["status"] == "ok"
         assert (tmp_path / "a.md").read_text(encoding="utf-8").startswith("hello ")
+        # The same request decided again (a second window's click): what the first decided.
         again = httpx.post(url, json=approve, headers=good)
-        assert again.status_code == 400 and "nothing to resume" in again.json()["error"]
+        assert again.status_code == 409, again.text
+        assert again.json()["decided"] == [
+            {
+                "tool": "write_file",
+                "call_id": request["call_id"],
+                "decision": "approved",
+                "where": "in another window",
+            }
+        ]
+        said = f"decided in another window: approved write_file ({request['call_id']})"
+        assert again.json()["error"] == said
+    # Another studio (or the command line) did not see it decided: the store says what was.
+    with serving(create_app(str(store), agent=approval_agent(tmp_path, resumed=True))) as base:
+        extra = addon_data(httpx.get(f"{base}/runs/waiting").text)
+        late = httpx.post(
+            base + extra["decide"], json=approve, headers={CSRF_HEADER: extra["csrf"]}
+        )
+        assert late.status_code == 409
+        said = f"decided elsewhere: approved write_file ({request['call_id']})"
+        assert late.json()["error"] == said and late.json()["status"] == "ok"
     with SQLiteStore(store, read_only=True) as done:
         saved = load_run(done, "waiting", strict=False)
         assert saved.status == "ok" and len(saved.traces) == 2
+
+
+def test_a_late_decision_is_told_what_its_own_run_took(
+    store: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Two runs of one script ask the same request (one digest): a decision the studio
+    took on one is never said to have answered the other."""
+    with SQLiteStore(store) as writer:
+        start_run(
+            approval_agent(tmp_path), AgentState.of("again"), writer, run_id="twin"
+        ).run_sync()
+    with serving(create_app(str(store), agent=approval_agent(tmp_path, resumed=True))) as base:
+        extra = addon_data(httpx.get(f"{base}/runs/waiting").text)
+        twin = addon_data(httpx.get(f"{base}/runs/twin").text)
+        (request,) = extra["requests"]
+        assert twin["requests"] == extra["requests"]  # the same call, the same digest
+        approve = {"decisions": [{"type": "approve", "digest": request["digest"]}]}
+        token = {CSRF_HEADER: extra["csrf"]}
+        assert httpx.post(base + extra["decide"], json=approve, headers=token).status_code == 202
+        with SQLiteStore(store) as writer:  # another process rejects the twin's
+            reject = [{"type": "reject", "digest": request["digest"]}]
+            approval_agent(tmp_path, resumed=True).resume_run_sync("twin", writer, reject)
+        late = httpx.post(base + twin["decide"], json=approve, headers=token)
+        assert late.status_code == 409
+        said = f"decided elsewhere: rejected write_file ({request['call_id']})"
+        assert late.json()["error"] == said
 
 
 def test_loopback_only_without_a_token(store: pathlib.Path) -> None:

@@ -151,7 +151,7 @@ def test_watch_a_live_run_advance_and_approve_it(
     click = "const b = document.getElementById('approve'); if (b) b.click(); return !!b"
     _wait(lambda: browser.execute_script(click), what="a click on Approve all")
     badge = "const b = document.querySelector('#facts .badge'); return b ? b.textContent : ''"
-    # The page reloads as the run moves: read it in one script, never through a stale node.
+    # Read the page in one script: the run moves as it is read.
     _wait(lambda: browser.execute_script(badge) == "ok", what="the run to end ok")
     assert (tmp_path / "a.md").exists()
     text = _wait(lambda: browser.execute_script("return document.body.innerText"), what="text")
@@ -230,10 +230,9 @@ def test_typing_into_the_edit_box_types_what_the_reviewer_typed(
 ) -> None:
     """The run page's step keys (j, k, arrows, Home, End) belong to the page, not to a
     decision's controls: an edited argument is sent as typed, and arrows on the decision
-    menu choose a decision instead of moving the step."""
+    choices choose a decision instead of moving the step."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import Select
 
     from agentfsm import HumanInTheLoop, tool
     from agentfsm.providers import ScriptedModel, call_tool
@@ -253,13 +252,16 @@ def test_typing_into_the_edit_box_types_what_the_reviewer_typed(
         start_run(agent, AgentState.of("restore it"), store, run_id="waiting").run_sync()
     with serving(create_app(str(db), agent=agent)) as base:
         browser.get(base + "/runs/waiting")
-        menus = _wait(lambda: browser.find_elements(By.CSS_SELECTOR, "#act select"), what="menu")
+        choices = "#act input[type=radio]"
+        menus = _wait(lambda: browser.find_elements(By.CSS_SELECTOR, choices), what="choices")
         step = browser.execute_script("return document.body.dataset.step")
-        Select(menus[0]).select_by_value("edit")
+        edit = browser.find_element(By.CSS_SELECTOR, "#act input[value=edit]")
+        edit.click()
         box = browser.find_element(By.CSS_SELECTOR, "#act textarea")
         box.clear()
         typed = '{"entry": "jackknife backup.json"}'
         box.send_keys(typed, Keys.ARROW_LEFT, Keys.HOME, Keys.END, Keys.ARROW_UP)
         assert box.get_attribute("value") == typed
-        menus[0].send_keys(Keys.ARROW_UP)  # on the menu: another decision, never another step
+        edit.send_keys(Keys.ARROW_UP)  # on the choices: another decision, never another step
         assert browser.execute_script("return document.body.dataset.step") == step
+        assert [m.is_selected() for m in menus] == [True, False, False]  # approve, now

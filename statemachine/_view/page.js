@@ -57,74 +57,123 @@
   }
 
   // ------------------------------------------------------------ the header
-  const segments = data.segments;
-  const last = segments.length ? segments[segments.length - 1] : null;
-  const ended = last && last.outcome ? last.outcome.terminal : "not ended";
+  // A live page (the studio's) grows: "agentfsm:grow" on the document brings the run's
+  // new steps and messages, and the header, the timeline and the machine are brought up
+  // to date in place; the chosen step stays chosen (the newest is followed).
+  let segments = data.segments;
   document.getElementById("title").textContent = data.title;
   const facts = document.getElementById("facts");
-  const badge = el("span", "badge " + (last && last.outcome ? ended : ""), ended);
-  const calls = steps.filter((s) => s.source === "calling" && !(s.detail && s.detail.requested)).length;
-  const toolCalls = messages.reduce((n, m) => n + m.calls.length, 0);
-  const toolResults = messages.reduce((n, m) => n + m.results.length, 0);
+  const own = el("span", "facts");
+  facts.append(own);
+  const badge = el("span", "badge");
+  own.append(badge);
+  const factValues = {};
   function fact(label, value) {
+    if (factValues[label]) {
+      factValues[label].textContent = String(value);
+      return;
+    }
     const span = el("span", "", label + " ");
-    span.append(el("b", "", value));
-    facts.append(span);
+    const b = el("b", "", value);
+    span.append(b);
+    own.append(span);
+    factValues[label] = b;
   }
-  facts.append(badge);
-  if (data.run_id !== null) fact("run", data.run_id);
-  if (data.forked_from) fact("forked from", data.forked_from.run_id + " at step " + data.forked_from.step);
-  fact("machine", data.machine);
-  if (data.version) fact("version", data.version);
-  fact("steps", steps.length);
-  fact("segments", segments.length);
-  fact("model calls", calls);
-  fact("tool calls", toolCalls);
-  fact("tool results", toolResults);
-  fact("time", ms(data.elapsed));
-  const walls = steps.map((s) => s.wall).filter((w) => w !== null && w !== undefined);
-  if (walls.length) {
-    fact("started", clock(walls[0]));
-    fact("last saved", clock(walls[walls.length - 1]));
+  function header() {
+    const last = segments.length ? segments[segments.length - 1] : null;
+    const ended = last && last.outcome ? last.outcome.terminal : "not ended";
+    badge.className = "badge " + (last && last.outcome ? ended : "");
+    badge.textContent = ended;
+    const calls = steps.filter((s) => s.source === "calling" && !(s.detail && s.detail.requested)).length;
+    const toolCalls = messages.reduce((n, m) => n + m.calls.length, 0);
+    const toolResults = messages.reduce((n, m) => n + m.results.length, 0);
+    if (data.run_id !== null) fact("run", data.run_id);
+    if (data.forked_from) fact("forked from", data.forked_from.run_id + " at step " + data.forked_from.step);
+    fact("machine", data.machine);
+    if (data.version) fact("version", data.version);
+    fact("steps", steps.length);
+    fact("segments", segments.length);
+    fact("model calls", calls);
+    fact("tool calls", toolCalls);
+    fact("tool results", toolResults);
+    fact("time", ms(data.elapsed));
+    const walls = steps.map((s) => s.wall).filter((w) => w !== null && w !== undefined);
+    if (walls.length) {
+      fact("started", clock(walls[0]));
+      fact("last saved", clock(walls[walls.length - 1]));
+    }
+    const usage = Object.entries(data.usage);
+    if (usage.length) fact("tokens", usage.map(([k, v]) => k.replace(/_tokens$/, "") + " " + v).join(", "));
   }
-  const usage = Object.entries(data.usage);
-  if (usage.length) fact("tokens", usage.map(([k, v]) => k.replace(/_tokens$/, "") + " " + v).join(", "));
+  header();
 
   // ------------------------------------------------------------ the timeline
   const list = document.getElementById("steps");
   const rows = [];
-  const longest = Math.max(1e-9, ...steps.map((s) => s.elapsed));
-  segments.forEach((segment, number) => {
-    const head = segments.length > 1 ? "segment " + (number + 1) + " · " : "";
-    const before = number > 0 ? segments[number - 1].version : null;
-    const moved = before && segment.version && before !== segment.version
-      ? " · migrated to " + segment.version
-        + (segment.migrated_from ? ", moved from " + segment.migrated_from : "") : "";
-    for (const d of segment.decisions || []) {
-      const row = el("li", "decision " + d.decision, "human decision: " + decisionLine(d));
-      row.dataset.decision = d.decision;
-      list.append(row);
-    }
-    list.append(el("li", "segment", head + "entered at " + segment.entry + moved));
-    for (let i = segment.first; i < segment.first + segment.steps; i++) {
-      const s = steps[i];
-      const row = el("li");
-      row.dataset.step = String(i);
-      const what = el("span", "what");
-      what.append(s.source + " ", el("span", "trigger", s.trigger), " → " + s.dest);
-      if (s.children) what.append(el("span", "tag kids", plural(s.children.length, "child run")));
-      const bar = el("span", "bar");
-      const fill = el("span");
-      fill.style.width = Math.max(0.5, (100 * s.elapsed) / longest).toFixed(1) + "%";
-      bar.append(fill);
-      row.append(el("span", "n", i + 1), what, el("span", "ms", ms(s.elapsed)), bar);
-      row.title = s.source + " --" + s.trigger + "--> " + s.dest + " at " + ms(s.at) +
-        (s.wall !== null && s.wall !== undefined ? " · saved " + clock(s.wall) : "");
-      row.addEventListener("click", () => select(i));
-      list.append(row);
-      rows.push(row);
-    }
-  });
+  const fills = [];
+  const shown = [];  // per segment: its header row, its decision rows, what they say
+  let longest = 1e-9;
+  function widths() {
+    const most = Math.max(1e-9, ...steps.map((s) => s.elapsed));
+    if (most === longest) return;
+    longest = most;
+    fills.forEach((fill, i) => {
+      fill.style.width = Math.max(0.5, (100 * steps[i].elapsed) / longest).toFixed(1) + "%";
+    });
+  }
+  function stepRow(i) {
+    const s = steps[i];
+    const row = el("li");
+    row.dataset.step = String(i);
+    const what = el("span", "what");
+    what.append(s.source + " ", el("span", "trigger", s.trigger), " → " + s.dest);
+    if (s.children) what.append(el("span", "tag kids", plural(s.children.length, "child run")));
+    const bar = el("span", "bar");
+    const fill = el("span");
+    fill.style.width = Math.max(0.5, (100 * s.elapsed) / longest).toFixed(1) + "%";
+    bar.append(fill);
+    row.append(el("span", "n", i + 1), what, el("span", "ms", ms(s.elapsed)), bar);
+    row.title = s.source + " --" + s.trigger + "--> " + s.dest + " at " + ms(s.at) +
+      (s.wall !== null && s.wall !== undefined ? " · saved " + clock(s.wall) : "");
+    row.addEventListener("click", () => select(i));
+    fills.push(fill);
+    return row;
+  }
+  // The rows the timeline lacks, appended; a segment's decision rows are rewritten when
+  // what it says of them changes (they are known once the decided calls have run).
+  function timeline() {
+    widths();
+    segments.forEach((segment, number) => {
+      const head = segments.length > 1 ? "segment " + (number + 1) + " · " : "";
+      const before = number > 0 ? segments[number - 1].version : null;
+      const moved = before && segment.version && before !== segment.version
+        ? " · migrated to " + segment.version
+          + (segment.migrated_from ? ", moved from " + segment.migrated_from : "") : "";
+      if (!shown[number]) {
+        shown[number] = { head: el("li", "segment"), decisions: [], said: "[]" };
+        list.append(shown[number].head);
+      }
+      const known = shown[number];
+      known.head.textContent = head + "entered at " + segment.entry + moved;
+      const said = JSON.stringify(segment.decisions || []);
+      if (said !== known.said) {
+        for (const row of known.decisions) row.remove();
+        known.decisions = (segment.decisions || []).map((d) => {
+          const row = el("li", "decision " + d.decision, "human decision: " + decisionLine(d));
+          row.dataset.decision = d.decision;
+          known.head.before(row);
+          return row;
+        });
+        known.said = said;
+      }
+      for (let i = Math.max(segment.first, rows.length); i < segment.first + segment.steps; i++) {
+        const row = stepRow(i);
+        list.append(row);
+        rows.push(row);
+      }
+    });
+  }
+  timeline();
 
   // ------------------------------------------------------------ one step
   const panel = document.getElementById("step");
@@ -197,12 +246,14 @@
     return card;
   }
 
+  let heading = null;
   function render(i) {
     const s = steps[i];
     const shown = indices(s.messages);
     const before = new Set(i > 0 ? indices(steps[i - 1].messages) : []);
     panel.replaceChildren();
-    panel.append(el("h2", "", "Step " + (i + 1) + " of " + steps.length));
+    heading = el("h2", "", "Step " + (i + 1) + " of " + steps.length);
+    panel.append(heading);
     const line = el("div");
     line.append(s.source + " ", el("strong", "", "--" + s.trigger + "-->"), " " + s.dest);
     panel.append(line);
@@ -333,7 +384,23 @@
     mark("#state-" + CSS.escape(s.dest), "here", on);
     if (s.index === 0) mark("#entry-" + CSS.escape(segmentOf(i).entry), "current", on);
   }
-  function select(i) {
+  // The step's row shown in its list; on opening (``inPlace``) the page itself stays at
+  // its top: only a list that scrolls on its own moves (a narrow screen has none).
+  function reveal(row, inPlace) {
+    if (!inPlace) {
+      row.scrollIntoView({ block: "nearest" });
+      return;
+    }
+    for (let box = row.parentElement; box && box !== document.body; box = box.parentElement) {
+      const overflow = getComputedStyle(box).overflowY;
+      if ((overflow === "auto" || overflow === "scroll") && box.scrollHeight > box.clientHeight) {
+        const below = row.getBoundingClientRect().top - box.getBoundingClientRect().top;
+        box.scrollTop += below - box.clientHeight / 2;
+        return;
+      }
+    }
+  }
+  function select(i, inPlace) {
     if (!steps.length) return;
     i = Math.max(0, Math.min(steps.length - 1, i));
     if (current >= 0) highlight(current, false);
@@ -347,7 +414,7 @@
       rows[k].classList.toggle("current", k === i);
       rows[k].classList.toggle("future", k > i);
     }
-    rows[i].scrollIntoView({ block: "nearest" });
+    reveal(rows[i], inPlace);
     render(i);
     document.body.dataset.step = String(i);
     history.replaceState(null, "", "#step-" + (i + 1));
@@ -365,10 +432,60 @@
     else return;
     event.preventDefault();
   });
+
+  // ------------------------------------------------------------ growing
+  // What a live page is sent: the steps from "from" on, the messages from "messages_from"
+  // on, and the run's segments, usage and time as they are now. Sent for another count
+  // of steps or messages than the page holds, it is not applied (false).
+  // The machine counts what was taken: "called x2" on an edge, "Calling x2" on a state.
+  function taken(selector, className) {
+    const node = machine.querySelector(selector);
+    if (!node) return;
+    node.classList.add(className);
+    const text = node.querySelector("text");
+    const count = text ? /^(.*?)(?: x(\d+))?$/.exec(text.textContent) : null;
+    if (count) text.textContent = count[1] + " x" + (Number(count[2] || 0) + 1);
+  }
+  function grow(change) {
+    if (change.from !== steps.length || change.messages_from !== messages.length) return false;
+    const following = current === steps.length - 1;
+    const before = segments.length;
+    const ending = current >= 0 ? JSON.stringify(segmentOf(current).outcome || null) : "";
+    for (const m of change.messages) messages.push(m);
+    for (const s of change.steps) steps.push(s);
+    segments = change.segments;
+    data.segments = segments;
+    data.usage = change.usage;
+    data.elapsed = change.elapsed;
+    data.version = change.version;
+    for (const s of change.steps) {
+      if (s.edge >= 0) taken("#edge-" + s.edge, "taken");
+      taken("#state-" + CSS.escape(s.dest), "visited");
+    }
+    for (let k = before; k < segments.length; k++) {
+      taken("#entry-" + CSS.escape(segments[k].entry), "taken");
+      taken("#state-" + CSS.escape(segments[k].entry), "visited");
+    }
+    header();
+    timeline();
+    if (!steps.length) return true;
+    if (following) select(steps.length - 1, true);
+    else {
+      for (let k = current + 1; k < rows.length; k++) rows[k].classList.add("future");
+      // The step shown stays as the reader left it (what they opened stays open),
+      // unless how its segment ended changed: then it is shown again.
+      if (JSON.stringify(segmentOf(current).outcome || null) !== ending) render(current);
+      else heading.textContent = "Step " + (current + 1) + " of " + steps.length;
+    }
+    return true;
+  }
+  document.addEventListener("agentfsm:grow", (event) => {
+    event.detail.applied = grow(event.detail);
+  });
   if (!steps.length) {
     panel.append(el("p", "sub", "This run took no step."));
     return;
   }
   const wanted = /^#step-(\d+)$/.exec(location.hash);
-  select(wanted ? Number(wanted[1]) - 1 : steps.length - 1);
+  select(wanted ? Number(wanted[1]) - 1 : steps.length - 1, !wanted);
 })();

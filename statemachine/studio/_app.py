@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import hmac
-import json
 import logging
 import secrets
 import shlex
@@ -30,7 +29,6 @@ from starlette.responses import (
     PlainTextResponse,
     RedirectResponse,
     Response,
-    StreamingResponse,
 )
 from starlette.routing import Route
 
@@ -47,7 +45,7 @@ from .._errors import (
     StoreError,
 )
 from .._evals._compare import compare
-from .._machine import MachineTable, UnknownMachineError, machine_named
+from .._machine import UnknownMachineError, machine_named
 from .._resumable import check_resumable, recorded_command
 from .._resume import restore_run
 from .._serialization import FormatError, UnknownToolError
@@ -56,6 +54,7 @@ from ..store import SavedRun, SQLiteStore, fork_run, load_run
 from ._catalog import Catalog
 from ._compare_page import compare_form, compare_page
 from ._evals_page import eval_compare_page, eval_of, eval_page, evals_page
+from ._live import LIVE, Referee, forkable, index_events, index_mark, run_events, waiting
 from ._pages import index_page
 
 __all__ = ["COOKIE", "CSRF_HEADER", "create_app"]
@@ -143,6 +142,7 @@ class _Studio:
         #: Agents runs recorded (``agentfsm run --agent``), by spec, when none was given.
         self._writer: SQLiteStore | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.referee = Referee()
 
     def agent(self, recorded: str | None = None) -> Agent:
         """The agent given, else the demo agent. A run ``recorded`` as started with an
@@ -181,17 +181,6 @@ class _Studio:
 def _studio(request: Request) -> _Studio:
     studio: _Studio = request.app.state.studio
     return studio
-
-
-def _requests(saved: SavedRun) -> list[dict[str, Any]]:
-    """The action requests a waiting run shows, as the run page's outcome holds them."""
-    if saved.status != "interrupted":
-        return []
-    table = machine_named(saved.trace.machine)
-    data = page_data(saved.traces[-1:], table, title="", result=saved.result)
-    outcome = data["segments"][-1].get("outcome") or {}
-    requests: list[dict[str, Any]] = outcome.get("requests") or []
-    return requests
 
 
 def _filters(request: Request) -> dict[str, str]:
@@ -304,8 +293,14 @@ def _listing(studio: _Studio, request: Request) -> dict[str, Any]:
 
 async def _index(request: Request) -> Response:
     studio = _studio(request)
+    mark = index_mark(await asyncio.to_thread(studio.catalog.store.runs))
     data = await asyncio.to_thread(_listing, studio, request)
-    return HTMLResponse(index_page(data, _filters(request), store=studio.db))
+    return HTMLResponse(index_page(data, _filters(request), store=studio.db, mark=mark))
+
+
+async def _index_events(request: Request) -> Response:
+    studio = _studio(request)
+    return index_events(request, studio.catalog, lambda: _listing(studio, request), poll=POLL)
 
 
 async def _runs_json(request: Request) -> Response:
@@ -328,13 +323,15 @@ def _run_page_text(studio: _Studio, run_id: str) -> str:
         "run_id": run_id,
         "status": saved.status,
         "head": studio.catalog.head(run_id),
-        "live": saved.status in ("running", "interrupted", "paused"),
+        "live": saved.status in LIVE,
         "events": f"/api/runs/{_quote(run_id)}/events",
+        "steps": len(data["steps"]),
+        "messages": len(data["messages"]),
         "decide": f"/api/runs/{_quote(run_id)}/decide",
         "csrf": studio.csrf,
-        "requests": _requests(saved),
+        "requests": waiting(saved),
         "fork": f"/api/runs/{_quote(run_id)}/fork",
-        "forkable": _forkable(saved, table),
+        "forkable": forkable(saved, table),
         "forked_from": _parent(saved),
         "compare": "/compare?a=" + _quote(run_id),
     }
@@ -373,35 +370,14 @@ async def _run_json(request: Request) -> Response:
             "status": saved.status,
             "state": saved.state,
             "head": studio.catalog.head(run_id),
-            "requests": _requests(saved),
+            "requests": waiting(saved),
             "page": data,
         }
     )
 
 
 async def _events(request: Request) -> Response:
-    studio = _studio(request)
-    run_id = request.path_params["run_id"]
-    seen = request.query_params.get("head")
-
-    async def stream() -> AsyncIterator[str]:
-        nonlocal seen
-        quiet = 0.0
-        yield "retry: 1000\n\n"
-        while not await request.is_disconnected():
-            head = await asyncio.to_thread(studio.catalog.head, run_id)
-            if head != seen:
-                seen = head
-                yield f"event: change\ndata: {json.dumps({'head': head})}\n\n"
-                quiet = 0.0
-            elif quiet >= 10:
-                yield ": still here\n\n"
-                quiet = 0.0
-            await asyncio.sleep(POLL)
-            quiet += POLL
-
-    headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+    return run_events(request, _studio(request).catalog, request.path_params["run_id"], poll=POLL)
 
 
 @_refusing(_json, _DECIDING)
@@ -414,7 +390,13 @@ async def _decide(request: Request) -> Response:
         raise _Refused(400, "send {'decisions': [one object per request]}")
     if not all(isinstance(d.get("digest"), str) for d in decisions):
         raise _Refused(400, "every decision carries the digest of the request it answers")
-    run = await _resume(studio, run_id, decisions)
+    async with studio.referee.lock:  # one at a time: of two on one request, the first wins
+        saved = await asyncio.to_thread(studio.load, run_id)
+        second, asked = studio.referee.first(saved, decisions)
+        if second is not None:
+            return JSONResponse(second, 409)
+        run = await _resume(studio, run_id, decisions)
+        studio.referee.remember(run_id, asked, decisions)
     task = asyncio.create_task(run.run())
     studio.tasks.add(task)
     task.add_done_callback(functools.partial(_finished, studio, run_id))
@@ -505,6 +487,7 @@ _ROUTES: Final = [
     Route("/evals/{eval_id:path}", _eval),
     Route("/api/compare", _compare_json),
     Route("/api/runs", _runs_json),
+    Route("/api/events", _index_events),
     Route("/runs/{run_id:path}", _run_page),
     Route("/api/runs/{run_id:path}/events", _events),
     Route("/api/runs/{run_id:path}/decide", _decide, methods=["POST"]),
@@ -557,12 +540,6 @@ async def _action(request: Request, csrf: str, what: str) -> Mapping[str, Any]:
     except ValueError:
         raise _Refused(400, "the body is not JSON") from None
     return body if isinstance(body, Mapping) else {}
-
-
-def _forkable(saved: SavedRun, table: MachineTable) -> list[int]:
-    """The page's numbers of the steps a fork may start from: those into a working state."""
-    dests = [t.dest for trace in saved.traces for t in trace]
-    return [n for n, dest in enumerate(dests, 1) if dest not in table.terminals]
 
 
 def _parent(saved: SavedRun) -> dict[str, Any] | None:

@@ -1,7 +1,9 @@
 """The index page: every run of the store as a table, written on the server.
 
-Every value from a run goes through :func:`html.escape`; the page runs no script
-and its policy lets it load nothing but its own style.
+Every value from a run goes through :func:`html.escape`. The page's one script keeps
+the table live: it is sent the rows as the server writes them (:func:`index_change`,
+text only) and puts them on the page as text; the page's policy lets it load nothing
+but its own style and that script, and talk to nothing but its own server.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from importlib.resources import files
 from typing import Any
 from urllib.parse import quote, urlencode
 
-__all__ = ["document", "index_page", "policy"]
+__all__ = ["cells", "document", "index_change", "index_page", "policy"]
 
 
 def _asset(name: str) -> str:
@@ -26,10 +28,11 @@ def _hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
-def policy(style: str) -> str:
+def policy(style: str, script: str = "") -> str:
+    scripts = f"; script-src {_hash(script)}; connect-src 'self'" if script else ""
     return (
         f"default-src 'none'; style-src {_hash(style)}; img-src data:; "
-        "base-uri 'none'; form-action 'self'"
+        f"base-uri 'none'; form-action 'self'{scripts}"
     )
 
 
@@ -59,14 +62,17 @@ def _select(name: str, label: str, options: list[str], chosen: str) -> str:
     return f'<label>{_e(label)} <select name="{name}">{"".join(items)}</select></label>'
 
 
-def document(title: str, style: str, body: str, *, body_class: str = "") -> str:
-    """A studio page written on the server: ``body`` under its own style and policy."""
+def document(title: str, style: str, body: str, *, body_class: str = "", script: str = "") -> str:
+    """A studio page written on the server: ``body`` under its own style and policy
+    (and ``script``, the one script the policy then allows)."""
     classes = f' class="{_e(body_class)}"' if body_class else ""
+    if script:
+        body += f"\n<script>{script}</script>"
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="{_e(policy(style))}">
+<meta http-equiv="Content-Security-Policy" content="{_e(policy(style, script))}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{_e(title)} · agentfsm studio</title>
 <style>{style}</style>
@@ -78,32 +84,71 @@ def document(title: str, style: str, body: str, *, body_class: str = "") -> str:
 """
 
 
+def cells(run: Mapping[str, Any]) -> dict[str, str]:
+    """One run's row of the index, as the text of its cells (and its link)."""
+    return {
+        "run_id": str(run["run_id"]),
+        "link": "/runs/" + quote(str(run["run_id"]), safe=""),
+        "status": str(run["status"]),
+        "machine": str(run["machine"] or "?"),
+        "state": str(run["state"]),
+        "started": _when(run["created"]),
+        "duration": _duration(run["duration"]),
+        "steps": str(run["steps"]),
+        "model_calls": str(run["model_calls"]),
+        "tokens": str(run["tokens"]),
+        "summary": str(run["problem"] or run["summary"] or ""),
+    }
+
+
 def _row(run: Mapping[str, Any]) -> str:
-    link = "/runs/" + quote(str(run["run_id"]), safe="")
-    summary = run["problem"] or run["summary"] or ""
+    c = {k: _e(v) for k, v in cells(run).items()}
     return (
-        f'<tr class="{_e(run["status"])}" data-run="{_e(run["run_id"])}">'
+        f'<tr class="{c["status"]}" data-run="{c["run_id"]}">'
         f'<td class="pick"><input type="checkbox" form="compare-runs" name="run" '
-        f'value="{_e(run["run_id"])}" aria-label="pick {_e(run["run_id"])} to compare"></td>'
-        f'<td><a href="{_e(link)}">{_e(run["run_id"])}</a></td>'
-        f'<td><span class="badge {_e(run["status"])}">{_e(run["status"])}</span></td>'
-        f"<td>{_e(run['machine'] or '?')}</td>"
-        f"<td>{_e(run['state'])}</td>"
-        f"<td>{_e(_when(run['created']))}</td>"
-        f"<td class='num'>{_e(_duration(run['duration']))}</td>"
-        f"<td class='num'>{run['steps']}</td>"
-        f"<td class='num'>{run['model_calls']}</td>"
-        f"<td class='num'>{run['tokens']}</td>"
-        f'<td class="summary">{_e(summary)}</td>'
+        f'value="{c["run_id"]}" aria-label="pick {c["run_id"]} to compare"></td>'
+        f'<td><a href="{c["link"]}">{c["run_id"]}</a></td>'
+        f'<td><span class="badge {c["status"]}">{c["status"]}</span></td>'
+        f"<td>{c['machine']}</td>"
+        f"<td>{c['state']}</td>"
+        f"<td>{c['started']}</td>"
+        f"<td class='num'>{c['duration']}</td>"
+        f"<td class='num'>{c['steps']}</td>"
+        f"<td class='num'>{c['model_calls']}</td>"
+        f"<td class='num'>{c['tokens']}</td>"
+        f'<td class="summary">{c["summary"]}</td>'
         "</tr>"
     )
 
 
-def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store: str) -> str:
-    """The index of ``listing`` (from :meth:`Catalog.page`) with the ``filters`` it used."""
-    style = _asset("studio.css")
-    statuses = ["interrupted", "paused", "running", "ok", "error"]
+_STATUSES = ("interrupted", "paused", "running", "ok", "error")
+
+
+def _tally(listing: Mapping[str, Any]) -> str:
     counts = listing["statuses"]
+    return " · ".join(
+        [f"{listing['all']} runs"] + [f"{s} {counts[s]}" for s in _STATUSES if counts.get(s)]
+    )
+
+
+def index_change(listing: Mapping[str, Any]) -> dict[str, Any]:
+    """What a live index is sent of ``listing``: its rows' text, and its counts."""
+    return {
+        "runs": [cells(r) for r in listing["runs"]],
+        "tally": _tally(listing),
+        "shown": f"{listing['total']} shown",
+        "all": listing["all"],
+        "empty": "No runs match." if listing["all"] else "No runs yet.",
+    }
+
+
+def index_page(
+    listing: Mapping[str, Any], filters: Mapping[str, str], *, store: str, mark: str = ""
+) -> str:
+    """The index of ``listing`` (from :meth:`Catalog.page`) with the ``filters`` it used;
+    with ``mark`` (:func:`~agentfsm.studio._live.index_mark` of the runs it lists), live."""
+    style = _asset("studio.css")
+    statuses = list(_STATUSES)
     rows = "\n".join(_row(r) for r in listing["runs"]) or (
         '<tr><td colspan="11" class="empty">No runs match.</td></tr>'
     )
@@ -117,10 +162,14 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
         pager.insert(0, page_link(listing["page"] - 1, "← newer"))
     if listing["page"] < listing["pages"]:
         pager.append(page_link(listing["page"] + 1, "older →"))
-    tally = " · ".join(f"{_e(s)} {counts[s]}" for s in statuses if counts.get(s))
+    events = ""
+    if mark:
+        query = {**{k: v for k, v in filters.items() if v}, "page": listing["page"], "mark": mark}
+        events = f' data-events="{_e("/api/events?" + urlencode(query))}"'
     body = f"""<header>
   <h1>agentfsm studio</h1>
-  <div class="sub">{_e(store)} · {listing["all"]} runs · {tally} · <a href="/evals">evals</a></div>
+  <div class="sub">{_e(store)} · <span id="tally">{_e(_tally(listing))}</span> ·
+    <a href="/evals">evals</a> <span id="live" class="live"></span></div>
 </header>
 <form id="filters" method="get" action="/">
   {_select("status", "status", statuses, filters.get("status", ""))}
@@ -131,7 +180,7 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
   <button type="submit">Show</button>
 </form>
 <div class="scroll">
-<table id="runs">
+<table id="runs"{events}>
 <thead><tr><th></th><th>run</th><th>status</th><th>machine</th><th>state</th><th>started</th>
 <th>duration</th><th>steps</th><th>model calls</th><th>tokens</th><th>summary</th></tr></thead>
 <tbody>
@@ -142,5 +191,5 @@ def index_page(listing: Mapping[str, Any], filters: Mapping[str, str], *, store:
 <form id="compare-runs" method="get" action="/compare">
   <button type="submit">Compare the two picked runs</button>
 </form>
-<nav id="pager">{listing["total"]} shown · {" · ".join(pager)}</nav>"""
-    return document("runs", style, body)
+<nav id="pager"><span id="shown">{listing["total"]} shown</span> · {" · ".join(pager)}</nav>"""
+    return document("runs", style, body, script=_asset("index.js") if mark else "")
