@@ -15,7 +15,10 @@ same conversation; each adds one layer to the rung before it:
    state's check written inline (the expansions, the failure budget, the reply's status,
    the pause, approvals, answers, state updates, interrupts, the until-tool targets,
    the run count against ``max_runs``). This is the design floor: what a run of this
-   design costs with no engine around it.
+   design costs with no engine around it;
+6. ``engine``: plus the engine's own parts of a move, each once: the standard machine's
+   real trigger fired per move, the record of what builds each step's detail when read,
+   and the reply's token count: the engine at unit cost, with none of its generality.
 
 Before measuring, every rung is run at a small K and its conversation checked equal to
 the Agent's (and the traced rung's moves to the Agent's trace); ``tests/test_floor.py``
@@ -59,13 +62,17 @@ from agentfsm import (  # noqa: E402
     AgentState,
     LLMChain,
     Message,
+    Ok,
     ToolCall,
     ToolContext,
     ToolResult,
     Transition,
+    Usage,
 )
 from agentfsm._approval import ANSWER, DECIDED  # noqa: E402
+from agentfsm._modes.standard import STANDARD  # noqa: E402
 from agentfsm.providers import ScriptedModel  # noqa: E402
+from agentfsm.steps import Continue  # noqa: E402
 
 #: The model's name a reply carries (``ScriptedModel`` writes it into its metadata).
 MODEL_NAME = "scripted"
@@ -76,6 +83,7 @@ RUNGS = {
     "attrs": "frozen attrs classes, keyword construction",
     "values": "agentfsm's values: Message, chain copies, Tool.invoke, ScriptedModel",
     "traced": "+ one Transition and one clock reading per move, checks inline (design floor)",
+    "engine": "+ the machine's 7 real triggers, step details, token count (engine at unit cost)",
 }
 DESIGN_FLOOR = "traced"
 #: The tool the rungs below agentfsm's values call, as the asyncio floor does.
@@ -410,6 +418,130 @@ async def traced(ctx: w.RunCtx) -> Ran:
         MODEL.requests.clear()
 
 
+# ---------------------------------------------------------------- 6. the engine's parts, once
+
+
+class _Cursor:
+    """What the shared machine moves: one per run, as the engine's."""
+
+    __slots__ = ("__weakref__", "state")
+    state: str
+
+
+async def engine_parts(ctx: w.RunCtx) -> Ran:
+    """``traced`` with the parts of the engine a move is made of, each once: the move
+    fires the standard machine's real trigger, the record keeps what builds the step's
+    detail when read, and the two moves that grew the chain count the reply's tokens."""
+    chain = _chain().update_custom_context({"mode_state": {"run_count": 0}})
+    max_runs, should_pause, tool_names, middleware = ctx.k + 5, None, (), ()
+    exits, details, machine = STANDARD.exits, STANDARD.details, STANDARD.machine
+    cursor = _Cursor()
+    machine.add_model(cursor, initial="expanding")
+    trace: list[Transition] = []
+    clock = time.perf_counter
+    started = clock()
+
+    def move(source: str, before: LLMChain, after: LLMChain, kind: type[Any] = Continue) -> None:
+        nonlocal started
+        ended = clock()
+        usage = None
+        reply = after.last_message
+        if reply is not before.last_message and reply is not None and reply.role == "assistant":
+            counts = Usage.of(reply)
+            usage = None if counts is None else counts.to_dict()
+        trigger, event = exits[source][kind]
+        event.fire(cursor)
+        describe = details.get(source)
+        if describe is None and usage is None:
+            moved = Transition(source, trigger, cursor.state, after, ended - started)
+        else:
+            moved = Transition(
+                source,
+                trigger,
+                cursor.state,
+                after,
+                ended - started,
+                describe=describe,
+                before=before,
+                usage=usage,
+            )
+        trace.append(moved)
+        started = ended
+
+    try:
+        while True:
+            last = chain.last_message
+            if last is not None and last.role == "tool":
+                for result in last.tool_results:
+                    if result.expansion is not None and result.expandable:
+                        raise Unmodelled("an expansion")
+            move("expanding", chain, chain)
+            before = chain
+            if chain.current_failure_count >= chain.max_retry_count:
+                raise Unmodelled("a spent failure budget")
+            reply = await chain.llm.complete(chain.messages, chain.tools, on_delta=None)
+            if not isinstance(reply, Message) or reply.role != "assistant":
+                raise Unmodelled("an invalid reply")
+            changes: dict[str, Any] = {} if reply.tool_calls else {"current_failure_count": 0}
+            context = chain.custom_context
+            mode_state = context["mode_state"]
+            counted = {**mode_state, "run_count": mode_state["run_count"] + 1}
+            chain = chain.add_message(
+                reply, custom_context={**context, "mode_state": counted}, **changes
+            )
+            if reply.status != "complete":
+                raise Unmodelled("a cut-off reply")
+            if not reply.tool_calls and not reply.text.strip():
+                raise Unmodelled("an empty reply")
+            if should_pause is not None:
+                raise Unmodelled("a pause")
+            move("calling", before, chain)
+            for gate in middleware:
+                raise Unmodelled(f"an approval gate {gate}")
+            move("interrupt_check", chain, chain)
+            before = chain
+            last = chain.last_message
+            assert last is not None
+            calls = (
+                last.tool_calls if last.role == "assistant" and last.status == "complete" else ()
+            )
+            context = chain.custom_context
+            if DECIDED in context or ANSWER in context:
+                raise Unmodelled("a resumed batch")
+            if calls:
+                results = await _results(chain, last)
+                failures = 0
+                for result in results:
+                    if result.is_error:
+                        failures = chain.current_failure_count + 1
+                        break
+                tool_message = Message(role="tool", tool_results=results)
+                chain = chain.add_message(tool_message, current_failure_count=failures)
+            move("executing", before, chain)
+            if chain.custom_context.get(ANSWER) is not None:
+                raise Unmodelled("an answer")
+            last = chain.last_message
+            if last is not None and last.role == "tool":
+                for result in last.tool_results:
+                    if result.state_updates and not result.is_interrupt:
+                        raise Unmodelled("state updates")
+                    if result.is_interrupt:
+                        raise Unmodelled("an interrupt")
+            move("propagating", chain, chain)
+            if tool_names:
+                raise Unmodelled("until-tool targets")
+            move("until_check", chain, chain)
+            if not chain.needs_response:
+                move("deciding", chain, chain, Ok)
+                return Ran(chain.messages, trace)
+            if chain.custom_context["mode_state"]["run_count"] >= max_runs:
+                raise Unmodelled("max_runs reached")
+            move("deciding", chain, chain)
+    finally:
+        machine.remove_model(cursor)
+        MODEL.requests.clear()
+
+
 # ---------------------------------------------------------------- checked against the Agent
 
 Rung = Callable[[w.RunCtx], Awaitable[Ran]]
@@ -420,6 +552,7 @@ LOOPS: dict[str, Rung] = {
     "attrs": attrs_values,
     "values": values,
     "traced": traced,
+    "engine": engine_parts,
 }
 
 
