@@ -45,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -322,6 +322,7 @@ async def values(ctx: w.RunCtx) -> Ran:
 async def traced(ctx: w.RunCtx) -> Ran:
     """``values`` as the standard machine's seven moves per model call, each recorded."""
     chain = _chain().update_custom_context({"mode_state": {"run_count": 0}})
+    gate: Any  # of the middleware: none here
     max_runs, should_pause, tool_names, middleware = ctx.k + 5, None, (), ()
     trace: list[Transition] = []
     record, clock = trace.append, time.perf_counter
@@ -433,6 +434,7 @@ async def engine_parts(ctx: w.RunCtx) -> Ran:
     fires the standard machine's real trigger, the record keeps what builds the step's
     detail when read, and the two moves that grew the chain count the reply's tokens."""
     chain = _chain().update_custom_context({"mode_state": {"run_count": 0}})
+    gate: Any  # of the middleware: none here
     max_runs, should_pause, tool_names, middleware = ctx.k + 5, None, (), ()
     exits, details, machine = STANDARD.exits, STANDARD.details, STANDARD.machine
     cursor = _Cursor()
@@ -561,7 +563,7 @@ def _last_text(messages: Sequence[Any]) -> str:
     return str(last["content"] if isinstance(last, dict) else last.content)
 
 
-def runner(name: str) -> Callable[[int], Awaitable[None]]:
+def runner(name: str) -> Callable[[int], Coroutine[Any, Any, None]]:
     """``run_once(k)`` of the rung ``name``: one run, checked by the workload, as a peer
     adapter's (what ``speed.py``'s worker runs for ``floor.<name>``)."""
     loop = LOOPS[name]
@@ -582,7 +584,9 @@ def as_messages(messages: Sequence[Any]) -> list[Message]:
         if isinstance(message, Message):
             out.append(message)
             continue
-        get = message.get if isinstance(message, dict) else message.__getattribute__
+        get: Callable[[str], Any] = (
+            message.get if isinstance(message, dict) else message.__getattribute__
+        )
         out.append(
             Message(
                 role=get("role"),
@@ -747,6 +751,7 @@ def _ladder_rows(counts: dict[str, float]) -> list[list[str]]:
             ]
         )
         before = count
+    assert before is not None
     rows.append(
         [
             f"Agent row (Agent.execute, median of {LAYOUTS} layouts)",

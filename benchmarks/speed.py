@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,16 +81,15 @@ def _run_adapter(name: str, k: int, collect: bool = False) -> None:
     standard mode, which has no agent around it; ``steps`` is that run's work driven
     by a loop written by hand, without the engine.
     """
+    run_once: Callable[[int], Coroutine[Any, Any, Any]]
     if name == "chain":
         from overhead import _one
 
-        def run_once(size: int) -> Any:
-            return _one(size)
+        run_once = _one
     elif name == "steps":
         from overhead import steps_alone
 
-        def run_once(size: int) -> Any:
-            return steps_alone(size)
+        run_once = steps_alone
     elif name == "store":
         run_once = _stored_runs()
     elif name.startswith("floor."):
@@ -109,7 +108,7 @@ def _run_adapter(name: str, k: int, collect: bool = False) -> None:
     asyncio.run(run_once(k))
 
 
-def _stored_runs() -> Callable[[int], Awaitable[None]]:
+def _stored_runs() -> Callable[[int], Coroutine[Any, Any, None]]:
     """The peer benchmark's agentfsm run, saved to a fresh SQLiteStore as it goes."""
     sys.path.insert(0, str(PEERS))
     import workload as w
