@@ -32,8 +32,9 @@ per interpreter is built once under the temp folder (``agentfsm-bench/``) with t
 package installed (so its dependencies are there), and every count imports this tree's
 copy of the package from ``PYTHONPATH``, as the running interpreter's does.
 
-Run from the repository's root, by hand: ``python benchmarks/floor.py`` (about ten
-minutes; needs valgrind); ``--markdown`` prints the tables for the docs.
+Run from the repository's root, by hand: ``python benchmarks/floor.py`` (about half an
+hour on a busy 2-core machine; needs valgrind; each count is written to stderr as it is
+taken); ``--markdown`` prints the tables for the docs.
 """
 
 from __future__ import annotations
@@ -705,7 +706,9 @@ def ladder(k: int, repeat: int, python: str) -> dict[str, float]:
         subprocess.run(checked, env=_env(package), check=True)
         for name in RUNGS:
             counts[name] = per_call(f"floor.{name}", k, repeat, path=package, python=python)
+            print(f"{python}: {name} {counts[name]:,.0f}", file=sys.stderr, flush=True)
     counts["Agent"] = laid_out(_copied, k, repeat, python=python)
+    print(f"{python}: Agent {counts['Agent']:,.0f}", file=sys.stderr, flush=True)
     return counts
 
 

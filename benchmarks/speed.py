@@ -29,6 +29,8 @@
 
 Run from the repository's root, by hand: ``python benchmarks/speed.py`` (a few
 minutes; needs valgrind and git). ``--markdown`` prints the table for the docs.
+``benchmarks/floor.py`` counts the Agent row's design floor the same way (its workers
+are this script's, ``--worker floor.<rung>``).
 """
 
 from __future__ import annotations
