@@ -1,5 +1,8 @@
 """The design floor: the Agent row's run written by hand, one layer of design at a time.
 
+One idea: the Agent row's run, written by hand at each layer of its design, held to the
+Agent's conversation and counted as ``speed.py`` counts it.
+
 Each rung is a loop doing the observable work of ``speed.py``'s Agent row (the peers'
 workload: K model calls asking for ``add`` once each, then the answer), ending with the
 same conversation; each adds one layer to the rung before it:
