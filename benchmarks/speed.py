@@ -29,6 +29,8 @@
 
 Run from the repository's root, by hand: ``python benchmarks/speed.py`` (a few
 minutes; needs valgrind and git). ``--markdown`` prints the table for the docs.
+``benchmarks/floor.py`` counts the Agent row's design floor the same way (its workers
+are this script's, ``--worker floor.<rung>``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,18 +83,21 @@ def _run_adapter(name: str, k: int, collect: bool = False) -> None:
     standard mode, which has no agent around it; ``steps`` is that run's work driven
     by a loop written by hand, without the engine.
     """
+    run_once: Callable[[int], Coroutine[Any, Any, Any]]
     if name == "chain":
         from overhead import _one
 
-        def run_once(size: int) -> Any:
-            return _one(size)
+        run_once = _one
     elif name == "steps":
         from overhead import steps_alone
 
-        def run_once(size: int) -> Any:
-            return steps_alone(size)
+        run_once = steps_alone
     elif name == "store":
         run_once = _stored_runs()
+    elif name.startswith("floor."):
+        from floor import runner
+
+        run_once = runner(name.removeprefix("floor."))
     else:
         sys.path.insert(0, str(PEERS))
         from adapters import load
@@ -105,7 +110,7 @@ def _run_adapter(name: str, k: int, collect: bool = False) -> None:
     asyncio.run(run_once(k))
 
 
-def _stored_runs() -> Callable[[int], Awaitable[None]]:
+def _stored_runs() -> Callable[[int], Coroutine[Any, Any, None]]:
     """The peer benchmark's agentfsm run, saved to a fresh SQLiteStore as it goes."""
     sys.path.insert(0, str(PEERS))
     import workload as w
@@ -250,10 +255,12 @@ def per_call(
     small: int = SMALL,
     path: Path | None = None,
     collect: bool = False,
+    python: str | None = None,
 ) -> float:
     """Instructions per model call of the worker ``name`` (per event for the SSE ones),
-    importing agentfsm from ``path`` (None: as installed), the collector on if ``collect``."""
-    worker = [sys.executable, __file__, "--worker", name, *(["--gc"] if collect else [])]
+    importing agentfsm from ``path`` (None: as installed), the collector on if ``collect``,
+    on the interpreter ``python`` (None: this one)."""
+    worker = [python or sys.executable, __file__, "--worker", name, *(["--gc"] if collect else [])]
     env = _env(path)
     subprocess.run([*worker, "-k", str(small)], env=env, check=True)  # writes the bytecode
     large = _median([*worker, "-k", str(k)], env, repeat)
@@ -261,16 +268,25 @@ def per_call(
     return (large - few) / (k - small)
 
 
-def laid_out(package: Callable[[Path], Path], k: int, repeat: int, collect: bool = False) -> float:
+def laid_out(
+    package: Callable[[Path], Path],
+    k: int,
+    repeat: int,
+    collect: bool = False,
+    python: str | None = None,
+) -> float:
     """The Agent row's instructions per model call, the median over :data:`LAYOUTS`
     copies of a package, each in a folder of another name: where the files sit moves
     the count by up to 3% (the interpreter's memory is laid out differently), more
-    than most changes a comparison is after. ``collect`` runs with the collector on."""
+    than most changes a comparison is after. ``collect`` runs with the collector on,
+    ``python`` is the interpreter (None: this one)."""
     counts = []
     for layout in range(LAYOUTS):
         with tempfile.TemporaryDirectory(prefix="agentfsm" + "-" * 5 * layout) as scratch:
             path = package(Path(scratch))
-            counts.append(per_call("agentfsm", k, repeat, path=path, collect=collect))
+            counts.append(
+                per_call("agentfsm", k, repeat, path=path, collect=collect, python=python)
+            )
     return statistics.median(counts)
 
 
