@@ -497,6 +497,20 @@ class SQLiteStore(EvalRows):
             except sqlite3.DatabaseError:
                 return None
 
+    def search_index(self) -> _search.SearchIndex | None:
+        """The store's search index (:class:`~agentfsm.store._search.SearchIndex`) on a
+        connection of its own, which writes the index's tables as it catches up with the
+        log; None for a store made before the log, or one kept in memory."""
+        if "log" not in self._tables or "segments" in self._tables:
+            return None
+        if self.path in ("", ":memory:"):
+            return None
+        with _guard(self.path):
+            con = sqlite3.connect(
+                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+            )
+        return _search.SearchIndex(con)
+
     @contextlib.contextmanager
     def _scanning(self) -> Iterator[sqlite3.Connection]:
         """A read-only connection for a long read; an in-memory store has only its own,

@@ -12,6 +12,7 @@ and a run's last change are the store's to say too.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
@@ -90,6 +91,7 @@ class Row:
 
 
 def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
+    # made once (a large store's index lists every run from its listing alone)
     base = Row(
         run_id=info.run_id,
         status=info.status,
@@ -100,9 +102,10 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
         created=info.created,
         updated=info.updated,
         text=info.run_id.lower(),
+        problem=problem if saved is None else None,
     )
     if saved is None:
-        return attrs.evolve(base, problem=problem)
+        return base
     calls = sum(
         1
         for trace in saved.traces
@@ -157,9 +160,36 @@ class Catalog:
         self._infos: dict[str, RunInfo] = {}
         self._facts: dict[str, _Facts] = {}
         self._lock = threading.Lock()
+        #: The store's search index once opened; None before, False when it cannot be had.
+        self._index: Any = None
+        self._index_lock = threading.Lock()
 
     def close(self) -> None:
         self.store.close()
+        if self._index:
+            self._index.close()
+
+    def _search(self, **filters: str) -> tuple[set[str] | None, list[str], list[str]] | None:
+        """The runs the index finds for ``filters`` (None: no filter), with every machine
+        and tool of the store; None when the store has no index to keep (one made before
+        the log, or one this user may not write), and the runs are read instead."""
+        with self._index_lock:
+            if self._index is None:
+                try:
+                    self._index = self.store.search_index() or False
+                except sqlite3.Error:
+                    self._index = False
+            if not self._index:
+                return None
+            try:
+                self._index.catch_up()
+                found = self._index.find(**filters) if any(filters.values()) else None
+                machines, tools = self._index.choices()
+            except sqlite3.Error:
+                self._index.close()
+                self._index = False
+                return None
+        return found, machines, tools
 
     def rows(self, *, detailed: bool = True, infos: Sequence[RunInfo] | None = None) -> list[Row]:
         """Every run, waiting ones first, then the most recently changed.
@@ -221,9 +251,9 @@ class Catalog:
     ) -> dict[str, Any]:
         """One page of the index, filtered by status, machine and tool, searched for text.
 
-        A store of up to :data:`EAGER` runs is read whole; a larger one only as far as
-        the page needs (every run for a machine, tool or text filter), and its machine
-        and tool choices are those of the runs read so far.
+        A store of up to :data:`EAGER` runs is read whole; a larger one is filtered,
+        searched and offered every machine and tool by the store's search index (kept in
+        the store, caught up with its log here), and only the page's runs are read.
         """
         needle = query.strip().lower()
         infos = self.store.runs()
@@ -233,7 +263,12 @@ class Catalog:
         for r in rows:
             counts[r.status] = counts.get(r.status, 0) + 1
         picked = [r for r in rows if not status or r.status == status]
-        if machine or tool or needle:
+        indexed = None if eager else self._search(machine=machine, tool=tool, text=needle)
+        if indexed is not None:
+            found, every_machine, every_tool = indexed
+            if found is not None:
+                picked = [r for r in picked if r.run_id in found]
+        elif machine or tool or needle:
             if eager:
                 known = {r.run_id: (r.machine, r.tools, r.text) for r in rows}
             else:
@@ -256,10 +291,15 @@ class Catalog:
         with self._lock:
             read = [row for _, row in self._rows.values()]
             seen = [f.digest for f in self._facts.values()]
-        machines = sorted(
-            {r.machine for r in read if r.machine} | {f.machine for f in seen if f.machine}
-        )
-        tools = sorted({t for r in read for t in r.tools} | {t for f in seen for t in f.tools})
+        if indexed is not None:
+            machines, tools = every_machine, every_tool
+        else:
+            if not eager and not seen:  # the choices are every run's: read their facts
+                seen = [f.digest for f in self._facts_of(infos).values()]
+            machines = sorted(
+                {r.machine for r in read if r.machine} | {f.machine for f in seen if f.machine}
+            )
+            tools = sorted({t for r in read for t in r.tools} | {t for f in seen for t in f.tools})
         return {
             "runs": [r.as_json() for r in shown],
             "total": len(picked),
