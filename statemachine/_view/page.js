@@ -333,7 +333,23 @@
     mark("#state-" + CSS.escape(s.dest), "here", on);
     if (s.index === 0) mark("#entry-" + CSS.escape(segmentOf(i).entry), "current", on);
   }
-  function select(i) {
+  // The step's row shown in its list; on opening (``inPlace``) the page itself stays at
+  // its top: only a list that scrolls on its own moves (a narrow screen has none).
+  function reveal(row, inPlace) {
+    if (!inPlace) {
+      row.scrollIntoView({ block: "nearest" });
+      return;
+    }
+    for (let box = row.parentElement; box && box !== document.body; box = box.parentElement) {
+      const overflow = getComputedStyle(box).overflowY;
+      if ((overflow === "auto" || overflow === "scroll") && box.scrollHeight > box.clientHeight) {
+        const below = row.getBoundingClientRect().top - box.getBoundingClientRect().top;
+        box.scrollTop += below - box.clientHeight / 2;
+        return;
+      }
+    }
+  }
+  function select(i, inPlace) {
     if (!steps.length) return;
     i = Math.max(0, Math.min(steps.length - 1, i));
     if (current >= 0) highlight(current, false);
@@ -347,7 +363,7 @@
       rows[k].classList.toggle("current", k === i);
       rows[k].classList.toggle("future", k > i);
     }
-    rows[i].scrollIntoView({ block: "nearest" });
+    reveal(rows[i], inPlace);
     render(i);
     document.body.dataset.step = String(i);
     history.replaceState(null, "", "#step-" + (i + 1));
@@ -370,5 +386,5 @@
     return;
   }
   const wanted = /^#step-(\d+)$/.exec(location.hash);
-  select(wanted ? Number(wanted[1]) - 1 : steps.length - 1);
+  select(wanted ? Number(wanted[1]) - 1 : steps.length - 1, !wanted);
 })();

@@ -164,6 +164,15 @@ class _Studio:
             return recorded
         return self.agent_spec or ("the given agent" if self._agent else DEFAULT_AGENT)
 
+    def agent_words(self, recorded: str | None = None) -> str:
+        """The studio's agent as a refusal of its tools names it."""
+        if self.agent_spec is not None:
+            return f"the studio's agent (--agent {self.agent_spec})"
+        if self._agent is not None and recorded is None:
+            tools = ", ".join(sorted(t.name for t in self._agent.tools)) or "no tools"
+            return f"the agent the studio was given (with {tools})"
+        return f"the studio's agent ({self.agent_named(recorded)})"
+
     def writer(self) -> SQLiteStore:
         if self._writer is None:
             self._writer = SQLiteStore(self.db)
@@ -351,7 +360,13 @@ def _run_page_text(studio: _Studio, run_id: str) -> str:
 @_refusing(_text, _READING)
 async def _run_page(request: Request) -> Response:
     run_id = request.path_params["run_id"]
-    return HTMLResponse(await asyncio.to_thread(_run_page_text, _studio(request), run_id))
+    try:
+        return HTMLResponse(await asyncio.to_thread(_run_page_text, _studio(request), run_id))
+    except UnknownMachineError as exc:
+        # one page of it for both studios: the durable one's
+        from ._durable import unknown_machine_page
+
+        return HTMLResponse(unknown_machine_page(run_id, exc), 422)
 
 
 @_refusing(_json, _READING)
@@ -580,7 +595,16 @@ async def _resume(studio: _Studio, run_id: str, decisions: Sequence[Mapping[str,
     spec = command.get("agent")
     agent = studio.agent(spec)
     before = load_run(store, run_id, strict=False)
-    check_resumable(before, decisions, agent, studio.agent_named(spec), studio.db, command)
+    check_resumable(
+        before,
+        decisions,
+        agent,
+        studio.agent_named(spec),
+        studio.db,
+        command,
+        named=studio.agent_words(spec),
+        fix="start the studio with --agent MODULE:ATTR, the agent the run was made with",
+    )
     return await restore_run(agent, run_id, store, list(decisions))
 
 

@@ -22,6 +22,7 @@ import attrs
 from .._errors import AgentfsmError, StoreError
 from .._machine import UnknownMachineError
 from .._serialization import FormatError, UnknownToolError
+from .._steps import get_run_count
 from .._view import wall_clock
 from ..store import RunDigest, RunInfo, SavedRun, SQLiteStore, load_run
 
@@ -106,7 +107,11 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
     )
     if saved is None:
         return base
-    calls = sum(
+    # Each segment's chain counts the model calls its machine made, whatever its states
+    # are named; a chain that counts none (a machine that keeps no count) is read by its
+    # standard state instead.
+    calls = sum(get_run_count(t.transitions[-1].chain) for t in saved.traces if t.transitions)
+    calls = calls or sum(
         1
         for trace in saved.traces
         for t in trace

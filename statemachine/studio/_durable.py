@@ -52,7 +52,7 @@ from ..store import SavedRun
 from ._compare_page import compare_form, compare_page
 from ._pages import document
 
-__all__ = ["create_durable_app"]
+__all__ = ["create_durable_app", "unknown_machine_page"]
 
 #: The order of the index: runs waiting for a human first, then those nothing runs.
 _FIRST: Final = {"waiting": 0, "orphaned": 1, "running": 2, "queued": 3}
@@ -340,6 +340,20 @@ async def _decide_json(request: Request) -> Response:
 # ---------------------------------------------------------------- showing
 
 
+def unknown_machine_page(run_id: str, exc: UnknownMachineError) -> str:
+    """The page of a run made on a machine the studio was not told of, and the flag that
+    tells it."""
+    body = f"""<header>
+  <a class="back" href="/">← all runs</a>
+  <h1>run {_e(run_id)} cannot be drawn</h1>
+</header>
+<p class="problem">{_e(_one_line(exc))}</p>
+<p>Start the studio with <code>--machines MODULE</code>, the module that declares the
+machine (repeatable; or <code>AGENTFSM_MACHINES=MODULE</code>):
+<code>agentfsm studio --db STORE --machines MODULE</code>.</p>"""
+    return document(f"run {run_id}", _style(), body)
+
+
 def _run_html(durable: _Durable, run_id: str, *, path: bool = False, said: str = "") -> str:
     record, result, waiting = read_run(durable.engine(), run_id)
     approval = _approval(record, result, waiting)
@@ -399,7 +413,9 @@ async def _run_page(request: Request) -> Response:
         text = await asyncio.to_thread(_run_html, _state(request), run_id, path=path, said=said)
     except RunNotFoundError as exc:
         return PlainTextResponse(_one_line(exc), 404)
-    except (_Unshown, UnknownMachineError) as exc:
+    except UnknownMachineError as exc:
+        return HTMLResponse(unknown_machine_page(run_id, exc), 422)
+    except _Unshown as exc:
         return PlainTextResponse(_one_line(exc), 422)
     return HTMLResponse(text)
 
