@@ -81,6 +81,9 @@ def test_a_durable_run_is_listed_shown_compared_and_decided_first_decision_wins(
         body = late.json()
         assert body["run_id"] == "waits" and "waits" in body["error"]
         assert [d["type"] for d in body["decisions"]] == ["approve"]
+        [decided] = body["decided"]  # the tool named while the run still shows the request
+        assert decided["tool"] in ("record", None) and decided["call_id"] == "c1"
+        assert (decided["decision"], decided["where"]) == ("approved", "elsewhere")
         # the same decisions again (a retry) change nothing and are not refused
         again = httpx.post(f"{base}/api/runs/waits/decide", json=approve, headers=headers)
         assert again.status_code == 202

@@ -266,10 +266,35 @@ def _decide_now(
     """Send ``decisions`` through the engine's own ``decide``; None when sent (or a repeat
     of the ones the run took), else the refusal: why, and the decisions that won."""
     engine = durable.engine()
+    record, result, waiting = read_run(engine, run_id)
+    approval = _approval(record, result, waiting)
+    asked = {r.tool_call_id: r for r in approval.requests} if approval is not None else {}
+    by_digest = {r.digest: r for r in asked.values()}
     try:
         engine.decide(run_id, list(decisions))
     except ResumeError as exc:
-        return {"error": _one_line(exc), "run_id": run_id, "decisions": _won(engine, run_id, exc)}
+        won = _won(engine, run_id, exc)
+        decided = []
+        for d in won or ():
+            request = by_digest.get(str(d.get("digest"))) or asked.get(str(d.get("tool_call_id")))
+            decided.append(
+                {
+                    "tool": request.tool_name if request is not None else None,
+                    "call_id": d.get("tool_call_id")
+                    or (request.tool_call_id if request is not None else None),
+                    "decision": "rejected" if d.get("type") == "reject" else "approved",
+                    "where": "elsewhere",
+                }
+            )
+        status = engine.status(run_id).status
+        # the store's studio's shape (error, decided, status), and the decisions that won
+        return {
+            "error": _one_line(exc),
+            "decided": decided,
+            "status": status,
+            "run_id": run_id,
+            "decisions": won,
+        }
     return None
 
 
