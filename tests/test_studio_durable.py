@@ -23,6 +23,7 @@ from agentfsm.studio import create_app
 from tests import _durable_agent
 from tests.test_durable import db, launched, pg_server  # noqa: F401  (the fixtures)
 from tests.test_studio import serving
+from tests.test_studio_browser import _wait
 from tests.test_view import browser  # noqa: F401  (the fixture)
 
 
@@ -117,7 +118,7 @@ def test_a_durable_run_is_decided_from_its_page_in_a_browser(
             assert legend == "record (c1)"
             Select(browser.find_element(By.NAME, "decision-0")).select_by_value("approve")
             browser.find_element(By.ID, "send").click()
-            assert browser.current_url.endswith("/runs/waits?said=decided")
+            _wait(lambda: browser.current_url.endswith("/runs/waits?said=decided"), what="sent")
             result = engine.result("waits", timeout=10)
             assert result.state.status == "ok"
             browser.get(f"{base}/runs/waits")

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from ._base import RunDigest
+from ._base import RunDigest, StoreError
 
 #: Runs past this many are read in one pass over the log, not one by one.
 _ONE_PASS: Final = 64
@@ -286,6 +286,19 @@ class SearchIndex:
         if where:
             query += " WHERE " + " AND ".join(where)
         return {run_id for (run_id,) in self.con.execute(query, args)}
+
+    def search(
+        self, *, machine: str = "", tool: str = "", text: str = ""
+    ) -> tuple[set[str] | None, list[str], list[str]]:
+        """Caught up, the runs :meth:`find` finds (None when no filter is given), and
+        :meth:`choices`; a :class:`StoreError` when the index cannot be kept (a store
+        this user may only read)."""
+        try:
+            self.catch_up()
+            found = self.find(machine=machine, tool=tool, text=text)
+            return (found if machine or tool or text else None), *self.choices()
+        except sqlite3.Error as exc:
+            raise StoreError(f"the store's search index cannot be kept: {exc}") from exc
 
     def choices(self) -> tuple[list[str], list[str]]:
         """Every machine and every tool of the store's runs, sorted."""

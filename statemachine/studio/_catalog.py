@@ -12,7 +12,6 @@ and a run's last change are the store's to say too.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
@@ -143,6 +142,15 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
     )
 
 
+def _shown(row: Row, resting: set[str]) -> dict[str, Any]:
+    """The row as the index shows it: a fork nothing runs (saved running, no lease on it)
+    waits to be resumed."""
+    out = row.as_json()
+    if row.run_id in resting and (row.summary or "").startswith("forked from"):
+        out["status"] = "waiting"
+    return out
+
+
 class _Facts(NamedTuple):
     """What the filters need of a run, read from its checkpoints: kept until it moves (a
     tuple: a large store's index makes one per run)."""
@@ -182,19 +190,17 @@ class Catalog:
             if self._index is None:
                 try:
                     self._index = self.store.search_index() or False
-                except sqlite3.Error:
+                except StoreError:
                     self._index = False
             if not self._index:
                 return None
             try:
-                self._index.catch_up()
-                found = self._index.find(**filters) if any(filters.values()) else None
-                machines, tools = self._index.choices()
-            except sqlite3.Error:
+                found: tuple[set[str] | None, list[str], list[str]] = self._index.search(**filters)
+            except StoreError:
                 self._index.close()
                 self._index = False
                 return None
-        return found, machines, tools
+        return found
 
     def rows(self, *, detailed: bool = True, infos: Sequence[RunInfo] | None = None) -> list[Row]:
         """Every run, waiting ones first, then the most recently changed.
@@ -305,8 +311,9 @@ class Catalog:
                 {r.machine for r in read if r.machine} | {f.machine for f in seen if f.machine}
             )
             tools = sorted({t for r in read for t in r.tools} | {t for f in seen for t in f.tools})
+        resting = self.store.unheld() if any(r.status == "running" for r in shown) else set()
         return {
-            "runs": [r.as_json() for r in shown],
+            "runs": [_shown(r, resting) for r in shown],
             "total": len(picked),
             "all": len(rows),
             "page": page,
