@@ -196,10 +196,11 @@ class Catalog:
                 return None
             try:
                 found: tuple[set[str] | None, list[str], list[str]] = self._index.search(**filters)
-            except StoreError:
-                self._index.close()
-                self._index = False
-                return None
+            except StoreError as exc:
+                if "readonly" in str(exc).replace(" ", "") or "read-only" in str(exc):
+                    self._index.close()  # a store this user may only read: never kept
+                    self._index = False
+                return None  # (a store busy now: read as before, and tried again next time)
         return found
 
     def rows(self, *, detailed: bool = True, infos: Sequence[RunInfo] | None = None) -> list[Row]:
