@@ -8,7 +8,8 @@ for the next time when given), then times the index as the studio serves it
 (it builds the store's search index, once), a fresh studio's first page, another page,
 a status filter, a tool filter, a text search (the first, in a fresh studio, and
 again), and a search once one more run was saved. It prints one table, the median of
-``--repeat`` fresh studios for the first-time rows. Run it by hand; no test times anything.
+``--repeat`` fresh studios for the first-time rows (``--no-index``: as the studio searched
+before its index, for comparison). Run it by hand; no test times anything.
 """
 
 from __future__ import annotations
@@ -84,7 +85,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--db", help="the store to fill (and keep); default: a temporary file")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--no-index", action="store_true", help="search as before the index: every checkpoint"
+    )
     args = parser.parse_args()
+    if args.no_index:
+        SQLiteStore.search_index = lambda self: None  # type: ignore[method-assign]
     folder = tempfile.mkdtemp()
     path = args.db or os.path.join(folder, "index.db")
     filled = _fill(path, args.runs)
