@@ -228,6 +228,13 @@ def _decision_html(
     return document(f"run {run_id}", _style(), body)
 
 
+#: What a page reached after a decision says (``?said=``).
+_SAID: Final = {
+    "decided": "Your decision was sent; the run takes it and goes on.",
+    "gone": "This run no longer waits for a decision.",
+}
+
+
 def _decisions_of(form: Mapping[str, list[str]], approval: Approval) -> list[dict[str, Any]]:
     """The decisions a posted form names, one per request, each bound to its digest."""
     everyone = (form.get("all") or [""])[0]
@@ -383,7 +390,7 @@ def _run_html(durable: _Durable, run_id: str, *, path: bool = False, said: str =
     record, result, waiting = read_run(durable.engine(), run_id)
     approval = _approval(record, result, waiting)
     if approval is not None and not path:
-        return _decision_html(durable, record, result, approval, said)
+        return _decision_html(durable, record, result, approval, _SAID.get(said, ""))
     if result is None or not result.traces:
         done = "the decision was sent: " if said == "decided" else ""
         what = "waits for decisions" if waiting is not None else f"is {record.status}"
