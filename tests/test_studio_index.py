@@ -199,3 +199,20 @@ def test_the_search_index_is_kept_in_the_store_and_follows_runs_made_anew(
         assert "write_file" in catalog.page()["tools"]
     finally:
         catalog.close()
+
+
+def test_a_store_whose_sqlite_has_no_fts5_is_searched_from_its_checkpoints(
+    large: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentfsm.store import _search
+
+    bare = ("CREATE VIRTUAL TABLE IF NOT EXISTS search_text USING no_such_module(text)",)
+    monkeypatch.setattr(_search, "_INDEX_SCHEMA", bare)
+    catalog = _catalog.Catalog(str(large))
+    try:
+        assert _page(catalog, query="ünïcode answer 3") == ["sum-3"]
+        assert _page(catalog, tool="add") == [f"sum-{i}" for i in range(5)]
+        assert "write_file" in catalog.page()["tools"]  # every run's, read from the log
+    finally:
+        catalog.close()
+    assert "search_text" not in (SQLiteStore.tables_in(large) or set())  # nothing half made

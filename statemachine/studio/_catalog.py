@@ -197,8 +197,9 @@ class Catalog:
             try:
                 found: tuple[set[str] | None, list[str], list[str]] = self._index.search(**filters)
             except StoreError as exc:
-                if "readonly" in str(exc).replace(" ", "") or "read-only" in str(exc):
-                    self._index.close()  # a store this user may only read: never kept
+                if not any(word in str(exc) for word in ("locked", "busy")):
+                    # a store this user may only read, an SQLite without FTS5: never kept
+                    self._index.close()
                     self._index = False
                 return None  # (a store busy now: read as before, and tried again next time)
         return found
