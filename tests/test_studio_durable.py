@@ -97,6 +97,10 @@ def test_a_durable_run_is_listed_shown_compared_and_decided_first_decision_wins(
         assert "waits" in httpx.get(f"{base}/compare?a=job-1&b=waits").text
         missing = httpx.post(f"{base}/api/runs/nobody/decide", json=approve, headers=headers)
         assert missing.status_code == 404 and "nobody" in missing.json()["error"]
+        form = httpx.post(f"{base}/runs/nobody/decide", data={"csrf": csrf})
+        assert form.status_code == 404 and "nobody" in form.text
+        gone = httpx.post(f"{base}/runs/waits/decide", data={"csrf": csrf})
+        assert gone.status_code == 303 and gone.headers["location"] == "/runs/waits?said=gone"
 
 
 def test_a_durable_run_is_decided_from_its_page_in_a_browser(

@@ -324,7 +324,10 @@ async def _decide_form(request: Request) -> Response:
     refused = _check_action(request, (form.get("csrf") or [""])[0], durable)
     if refused is not None:
         return PlainTextResponse(refused, 403)
-    record, result, waiting = await asyncio.to_thread(read_run, durable.engine(), run_id)
+    try:
+        record, result, waiting = await asyncio.to_thread(read_run, durable.engine(), run_id)
+    except RunNotFoundError as exc:
+        return PlainTextResponse(_one_line(exc), 404)
     approval = _approval(record, result, waiting)
     if approval is None:
         return RedirectResponse(_link(run_id) + "?said=gone", 303)
