@@ -4,16 +4,19 @@
 
 It saves ``--runs`` runs (a tool call and an answer each, 14 steps; kept in ``--db``
 for the next time when given), then times the index as the studio serves it
-(:class:`agentfsm.studio._catalog.Catalog`): a fresh studio's first page, a status
-filter, a text search (the first, in a fresh studio, and again), a tool filter, and a
-search once one more run was saved. It prints one table, the median of ``--repeat``
-fresh studios for the first-time rows. Run it by hand; no test times anything.
+(:class:`agentfsm.studio._catalog.Catalog`): the first page of a store never indexed
+(it builds the store's search index, once), a fresh studio's first page, another page,
+a status filter, a tool filter, a text search (the first, in a fresh studio, and
+again), and a search once one more run was saved. It prints one table, the median of
+``--repeat`` fresh studios for the first-time rows (``--no-index``: as the studio searched
+before its index, for comparison). Run it by hand; no test times anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -68,12 +71,26 @@ def _timed(catalog: Catalog, **filters: Any) -> tuple[float, Any]:
     return time.perf_counter() - started, found
 
 
+def _drop_index(path: str) -> None:
+    """The store as one made before the search index: its runs, no index."""
+    con = sqlite3.connect(path)
+    con.executescript("DROP TABLE IF EXISTS search_runs; DROP TABLE IF EXISTS search_text;")
+    con.execute("DELETE FROM meta WHERE key = 'search_upto'")
+    con.commit()
+    con.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--db", help="the store to fill (and keep); default: a temporary file")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--no-index", action="store_true", help="search as before the index: every checkpoint"
+    )
     args = parser.parse_args()
+    if args.no_index:
+        SQLiteStore.search_index = lambda self: None  # type: ignore[method-assign]
     folder = tempfile.mkdtemp()
     path = args.db or os.path.join(folder, "index.db")
     filled = _fill(path, args.runs)
@@ -87,14 +104,19 @@ def main() -> int:
 
     counts: dict[str, int] = {}
     for _ in range(args.repeat):
+        _drop_index(path)
         catalog = Catalog(path)
-        note("first page, fresh studio", *_timed(catalog))
+        note("first page, store never indexed", *_timed(catalog))
         catalog.close()
         catalog = Catalog(path)
-        note("search, fresh studio", *_timed(catalog, query="word4242"))
-        note("search again", *_timed(catalog, query="topic13"))
+        note("first page, fresh studio", *_timed(catalog))
+        note("another page", *_timed(catalog, page=5))
         note("status filter", *_timed(catalog, status="ok", page=3))
         note("tool filter", *_timed(catalog, tool="multiply"))
+        catalog.close()
+        catalog = Catalog(path)
+        note("first search, fresh studio", *_timed(catalog, query="word4242"))
+        note("search again", *_timed(catalog, query="topic13"))
         with SQLiteStore(path) as store:
             _save(store, args.runs + 1000)
         note("search after one more run", *_timed(catalog, query="word"))

@@ -134,9 +134,14 @@ def check_resumable(
     spec: str,
     db: str,
     command: Mapping[str, Any] | None = None,
+    *,
+    named: str | None = None,
+    fix: str = "pass the --agent the run was made with",
 ) -> None:
     """Refuse, in the command line's own words, what the store would refuse in Python's
-    (``command``: how the command line started the run, for the commands it names)."""
+    (``command``: how the command line started the run, for the commands it names;
+    ``named``: how a refusal names the agent, when no ``--agent`` gave it; ``fix``: what
+    to do about an agent that lacks the run's tools)."""
     run_id = saved.run_id
     if saved.status in ("ok", "error"):
         raise UsageError(f"run {run_id} ended {saved.status}: there is nothing to resume")
@@ -155,10 +160,8 @@ def check_resumable(
     have = {t.name for t in agent.tools}
     missing = sorted({n for n in saved.chain.tool_names if n not in have})
     if missing:
-        raise UsageError(
-            f"the agent of --agent {spec} lacks tools run {run_id} used: {', '.join(missing)}; "
-            "pass the --agent the run was made with"
-        )
+        who = named or f"the agent of --agent {spec}"
+        raise UsageError(f"{who} lacks tools run {run_id} used: {', '.join(missing)}; {fix}")
 
 
 def _check_bound(

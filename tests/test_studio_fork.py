@@ -165,3 +165,53 @@ def test_compare_two_runs_picked_on_the_index(
     cells[2].find_element(By.TAG_NAME, "a").click()
     _wait(lambda: browser.current_url.endswith("/runs/rejected#step-19"), what="the step")
     assert _severe(browser) == []
+
+
+def test_a_fork_waits_until_resumed_from_its_page_on_a_chosen_model(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    tmp_path: pathlib.Path,
+) -> None:
+    """A fork nothing runs is shown waiting (not running, not live); its page resumes it
+    with the studio's agent (here the demo agent) on a model named from the registry,
+    the scripted one, and the run goes on in the studio's process to its end."""
+    from selenium.webdriver.common.by import By
+
+    db = make_store(tmp_path)
+    with SQLiteStore(db) as store:
+        steps = [t for trace in load_run(store, "finished", strict=False).traces for t in trace]
+        at = next(n for n, t in enumerate(steps, 1) if t.dest == "calling")
+        fork_run(store, "finished", at, new_id="fork-1")
+    with serving(create_app(str(db))) as base:
+        listed = {r["run_id"]: r["status"] for r in httpx.get(f"{base}/api/runs").json()["runs"]}
+        assert listed["fork-1"] == "waiting" and listed["finished"] == "ok"
+        data = addon_data(httpx.get(f"{base}/runs/fork-1").text)
+        assert (data["status"], data["live"], data["resting"]) == ("waiting", False, True)
+        assert data["agents"] == ["agentfsm._demo:demo_agent"] or len(data["agents"]) == 1
+        headers = {CSRF_HEADER: data["csrf"]}
+        wrong = httpx.post(base + data["resume"], json={"agent": "x:y"}, headers=headers)
+        assert wrong.status_code == 400 and "start it with --agent" in wrong.json()["error"]
+        unknown = httpx.post(base + data["resume"], json={"model": "nope:x"}, headers=headers)
+        assert unknown.status_code == 400 and "Unknown provider 'nope'" in unknown.json()["error"]
+        assert httpx.post(base + data["resume"], json={}).status_code == 403
+
+        browser.get_log("browser")
+        browser.get(f"{base}/runs/fork-1")
+        form = _wait(lambda: browser.find_elements(By.ID, "resume"), what="the resume form")[0]
+        assert "This fork waits" in form.text and not browser.find_elements(By.ID, "live")
+        badges = [b.text for b in browser.find_elements(By.CSS_SELECTOR, "#facts .badge")]
+        assert "waiting" in badges
+        browser.find_element(By.ID, "resume-model").send_keys("scripted:echo")
+        browser.find_element(By.ID, "resume-go").click()
+
+        def ended() -> bool:
+            with SQLiteStore(db, read_only=True) as store:
+                return load_run(store, "fork-1", strict=False).status == "ok"
+
+        _wait(ended, timeout=20, what="the resumed fork to end")
+        browser.get(f"{base}/runs/fork-1")
+        _wait(lambda: browser.find_elements(By.CSS_SELECTOR, ".outcome.ok"), what="its end")
+        assert "You said:" in browser.page_source  # the scripted model's answer
+        assert not browser.find_elements(By.ID, "resume")
+        assert _severe(browser) == []
+        again = httpx.post(base + data["resume"], json={}, headers=headers)
+        assert again.status_code == 409 and "fork-1 is ok" in again.json()["error"]

@@ -158,3 +158,61 @@ def test_the_store_says_when_a_run_moved_and_when_each_step_was_saved(
     assert {"runs", "log", "meta"} <= (SQLiteStore.tables_in(large) or set())
     (tmp_path / "text.db").write_text("not a database")
     assert SQLiteStore.tables_in(tmp_path / "text.db") is None
+
+
+def test_the_search_index_is_kept_in_the_store_and_follows_runs_made_anew(
+    large: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentfsm.store import _search
+
+    with SQLiteStore(large, read_only=True) as store:
+        before = {i.run_id: load_run(store, i.run_id, strict=False) for i in store.runs()}
+    assert "search_text" not in (SQLiteStore.tables_in(large) or set())  # made when searched
+    catalog = _catalog.Catalog(str(large))
+    try:
+        assert _page(catalog, query="ünïcode answer 4") == ["sum-4"]
+        with SQLiteStore(large) as store:  # the same id, another run
+            store.delete("sum-4")
+            model = ScriptedModel([Message.assistant("made anew")])
+            start_run(Agent(model, []), AgentState.of("again"), store, run_id="sum-4").run_sync()
+        assert _page(catalog, query="ünïcode answer 4") == []
+        assert _page(catalog, query="made anew") == ["sum-4"]
+        assert _page(catalog, tool="add") == ["sum-0", "sum-1", "sum-2", "sum-3"]
+    finally:
+        catalog.close()
+    assert {"search_runs", "search_text"} <= (SQLiteStore.tables_in(large) or set())
+    with SQLiteStore(large, read_only=True) as store:  # the runs themselves are as they were
+        for run_id, saved in before.items():
+            if run_id != "sum-4":
+                assert load_run(store, run_id, strict=False) == saved
+    # An SQLite without JSON functions builds the same index from whole documents.
+    con = sqlite3.connect(large)
+    con.executescript("DROP TABLE search_runs; DROP TABLE search_text;")
+    con.execute("DELETE FROM meta WHERE key = 'search_upto'")
+    con.commit()
+    con.close()
+    monkeypatch.setattr(_search, "_MESSAGES", "no_such_function(doc)")
+    catalog = _catalog.Catalog(str(large))
+    try:
+        assert _page(catalog, query="made anew") == ["sum-4"]
+        assert _page(catalog, query="finite-state") == ["finished"]
+        assert "write_file" in catalog.page()["tools"]
+    finally:
+        catalog.close()
+
+
+def test_a_store_whose_sqlite_has_no_fts5_is_searched_from_its_checkpoints(
+    large: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentfsm.store import _search
+
+    bare = ("CREATE VIRTUAL TABLE IF NOT EXISTS search_text USING no_such_module(text)",)
+    monkeypatch.setattr(_search, "_INDEX_SCHEMA", bare)
+    catalog = _catalog.Catalog(str(large))
+    try:
+        assert _page(catalog, query="ünïcode answer 3") == ["sum-3"]
+        assert _page(catalog, tool="add") == [f"sum-{i}" for i in range(5)]
+        assert "write_file" in catalog.page()["tools"]  # every run's, read from the log
+    finally:
+        catalog.close()
+    assert "search_text" not in (SQLiteStore.tables_in(large) or set())  # nothing half made

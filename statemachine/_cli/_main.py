@@ -385,6 +385,11 @@ def _cmd_studio(args: argparse.Namespace) -> int:
         _store(db).close()  # refuse a missing file, or one that is not a store, now
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port {args.port} is not a port")
+    if args.token is not None and not args.token.strip():
+        raise UsageError(
+            "--token is empty: every request would be refused; leave --token out and a "
+            "new token is made and printed"
+        )
     try:
         studio.serve(db, host=args.host, port=args.port, token=args.token, agent=args.agent)
     except OSError as exc:

@@ -148,10 +148,15 @@ def _pending_calls(trace: Trace) -> list[ToolCall] | None:
     """The tool calls an interrupted segment left unanswered (None if it did not interrupt)."""
     if not trace.transitions or trace.terminal != "interrupted":
         return None
-    messages = trace.transitions[-1].chain.messages
-    answered = {r.tool_call_id for m in messages for r in m.tool_results}
-    asked = [c for m in messages if m.role == "assistant" for c in m.tool_calls]
-    return [c for c in asked if c.call_id not in answered]
+    # In order: a call answered earlier does not answer a later call of the same id (a
+    # scripted model numbers its calls afresh in each process that resumes the run).
+    pending: dict[str, ToolCall] = {}
+    for m in trace.transitions[-1].chain.messages:
+        if m.role == "assistant":
+            pending.update((c.call_id, c) for c in m.tool_calls)
+        for r in m.tool_results:
+            pending.pop(r.tool_call_id, None)
+    return list(pending.values())
 
 
 def _requests(data: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -195,7 +200,14 @@ def _decisions(pending: Sequence[ToolCall], trace: Trace) -> list[dict[str, Any]
     results: dict[str, ToolResult] = {}
     calls = {c.call_id: c for c in pending}
     for transition in trace.transitions:
-        messages = transition.chain.messages
+        # From the message that asked on: a call id may repeat in one conversation (a
+        # scripted model numbers its calls afresh in each process that resumes the run),
+        # and an earlier call's result under the same id is not this one's.
+        everything = transition.chain.messages
+        asks = [
+            k for k, m in enumerate(everything) if any(c.call_id in calls for c in m.tool_calls)
+        ]
+        messages = tuple(everything)[asks[-1] :] if asks else tuple(everything)
         results = {r.tool_call_id: r for m in messages for r in m.tool_results}
         if all(c.call_id in results for c in pending):
             calls.update(

@@ -40,6 +40,7 @@ def _positions(table: MachineTable) -> dict[str, _Point]:
     """Centre of every state: working states down one column, terminals down another."""
     at = {s: (float(_SPINE_X), float(_TOP + i * _ROW)) for i, s in enumerate(table.working)}
     step = max(len(table.working) - 1, 1) * _ROW / max(len(table.terminals), 1)
+    step = max(step, _NODE_H + 12.0)  # a small machine's terminals never overlap
     for j, t in enumerate(table.terminals):
         at[t] = (float(_TERMINAL_X), _TOP + step * (j + 0.5))
     return at

@@ -4,6 +4,10 @@
 A running run's writer holds a lease on it (renewed by a checkpoint once half of
 it is spent, given up when the run ends), so a second process resuming the same
 run is refused until the run ends or the lease expires (the holder died).
+
+One idea: the one class that holds the store's SQLite connection, so every statement
+on the file (writes, claims, listings, the search index's connection) takes its lock
+and its error translation.
 """
 
 from __future__ import annotations
@@ -496,6 +500,34 @@ class SQLiteStore(EvalRows):
                 return _search.digests(con, run_ids)
             except sqlite3.DatabaseError:
                 return None
+
+    def unheld(self) -> set[str]:
+        """The runs saved running that no live lease holds: nothing runs them now (a
+        fork, a migration, a run whose process died); a resume may take them at once."""
+        with self._lock, _guard(self.path):
+            columns = {r[1] for r in self._con.execute("PRAGMA table_info(runs)")}
+            if "lease_until" not in columns:  # a store written before leases
+                return set()
+            rows = self._con.execute(
+                "SELECT run_id FROM runs WHERE status = 'running' "
+                "AND (owner IS NULL OR lease_until IS NULL OR lease_until < ?)",
+                (time.time(),),
+            ).fetchall()
+        return {run_id for (run_id,) in rows}
+
+    def search_index(self) -> _search.SearchIndex | None:
+        """The store's search index (:class:`~agentfsm.store._search.SearchIndex`) on a
+        connection of its own, which writes the index's tables as it catches up with the
+        log; None for a store made before the log, or one kept in memory."""
+        if "log" not in self._tables or "segments" in self._tables:
+            return None
+        if self.path in ("", ":memory:"):
+            return None
+        with _guard(self.path):  # a file that cannot be opened: a StoreError
+            con = sqlite3.connect(
+                self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+            )
+        return _search.SearchIndex(con)
 
     @contextlib.contextmanager
     def _scanning(self) -> Iterator[sqlite3.Connection]:

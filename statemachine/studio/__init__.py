@@ -14,7 +14,8 @@ from __future__ import annotations
 import secrets
 import socket
 import sys
-from typing import TextIO
+import threading
+from typing import Any, TextIO
 
 from .._moved import forward
 from ._app import create_app
@@ -37,12 +38,17 @@ def serve(
     """Serve the studio over ``db`` until interrupted; its address goes to ``out``.
 
     Without ``host`` it listens on 127.0.0.1 and answers loopback requests only. With
-    ``host`` every request needs ``token`` (one is made and printed if not given).
-    Port 0 takes a free port.
+    ``host`` every request needs ``token`` (one is made and printed if not given; an
+    empty one is refused, ValueError, before anything listens). Port 0 takes a free port.
     """
     # import time: only serving needs the server
     import uvicorn
 
+    if token is not None and not token.strip():
+        raise ValueError(
+            "--token is empty: every request would be refused; leave --token out and a "
+            "new token is made and printed"
+        )
     out = out or sys.stdout
     if host is not None and token is None:
         token = secrets.token_urlsafe(24)
@@ -55,6 +61,11 @@ def serve(
     shown = f"[{bind.strip('[]')}]" if family == socket.AF_INET6 else bind
     url = f"http://{shown}:{sock.getsockname()[1]}/"
     app = create_app(db, agent=agent, token=token)
+    studio = getattr(app.state, "studio", None)
+    if studio is not None:
+        # The store's search index is caught up (built, the first time) before the first
+        # search asks: a large store's first index costs seconds once.
+        threading.Thread(target=_warm, args=(studio,), daemon=True).start()
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
     server = uvicorn.Server(config)
     print(f"agentfsm studio: {db} at {url}" + (f"?token={token}" if token else ""), file=out)
@@ -62,3 +73,10 @@ def serve(
         print("every request needs the token: open the link above once", file=out)
     out.flush()
     server.run(sockets=[sock])
+
+
+def _warm(studio: Any) -> None:
+    try:
+        studio.catalog.page()
+    except Exception:  # the index is built again when first searched, and says why then
+        return

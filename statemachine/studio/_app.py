@@ -4,6 +4,10 @@ Reading is open to whoever can reach the server; the server listens on loopback
 unless told otherwise, and then every request needs the access token. A decision
 also needs the page's CSRF token (a header no other site can send) and carries
 each request's digest, so it approves exactly what the page showed.
+
+One idea: the app over a store, its routes and the checks every action shares (the
+token, the CSRF token, how a refusal is answered), kept together so that no action
+can leave one out.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from ..store import SavedRun, SQLiteStore, fork_run, load_run
 from ._catalog import Catalog
 from ._compare_page import compare_form, compare_page
 from ._evals_page import eval_compare_page, eval_of, eval_page, evals_page
+from ._forks import naming, resting, resume_fork
 from ._live import LIVE, Referee, forkable, index_events, index_mark, run_events, waiting
 from ._pages import index_page
 
@@ -139,6 +144,8 @@ class _Studio:
         self.agent_spec = agent if isinstance(agent, str) else None
         self.csrf = secrets.token_urlsafe(32)
         self._agent: Agent | None = agent if isinstance(agent, Agent) else None
+        #: Whether the agent was given as an object (not named by a spec).
+        self.given = isinstance(agent, Agent)
         #: Agents runs recorded (``agentfsm run --agent``), by spec, when none was given.
         self._writer: SQLiteStore | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -335,11 +342,12 @@ def _run_page_text(studio: _Studio, run_id: str) -> str:
         "forked_from": _parent(saved),
         "compare": "/compare?a=" + _quote(run_id),
     }
+    extra.update(resting(studio, saved))
     return render_page(
         data,
         saved.traces,
         table=table,
-        addon=_asset("studio.js"),
+        addon=_asset("studio.js") + _asset("resume.js"),
         addon_data=extra,
         connect=True,
     )
@@ -348,7 +356,13 @@ def _run_page_text(studio: _Studio, run_id: str) -> str:
 @_refusing(_text, _READING)
 async def _run_page(request: Request) -> Response:
     run_id = request.path_params["run_id"]
-    return HTMLResponse(await asyncio.to_thread(_run_page_text, _studio(request), run_id))
+    try:
+        return HTMLResponse(await asyncio.to_thread(_run_page_text, _studio(request), run_id))
+    except UnknownMachineError as exc:
+        # one page of it for both studios: the durable one's
+        from ._durable import unknown_machine_page
+
+        return HTMLResponse(unknown_machine_page(run_id, exc), 422)
 
 
 @_refusing(_json, _READING)
@@ -413,6 +427,19 @@ async def _fork(request: Request) -> Response:
         raise _Refused(400, "send {'step': the step's number on the page}")
     fork_id = await asyncio.to_thread(fork_run, studio.writer(), run_id, step)
     return JSONResponse({"run_id": fork_id, "url": "/runs/" + _quote(fork_id)}, 201)
+
+
+@_refusing(_json, _DECIDING)
+async def _resume_fork(request: Request) -> Response:
+    """Go on with a fork nothing runs, in this process, on the agent and model chosen."""
+    studio = _studio(request)
+    run_id = request.path_params["run_id"]
+    body = await _action(request, studio.csrf, "a resume")
+    run, said = await resume_fork(studio, run_id, body)
+    task = asyncio.create_task(run.run())
+    studio.tasks.add(task)
+    task.add_done_callback(functools.partial(_finished, studio, run_id))
+    return JSONResponse(said, 202)
 
 
 def _comparison(studio: _Studio, a: str, b: str) -> str:
@@ -492,6 +519,7 @@ _ROUTES: Final = [
     Route("/api/runs/{run_id:path}/events", _events),
     Route("/api/runs/{run_id:path}/decide", _decide, methods=["POST"]),
     Route("/api/runs/{run_id:path}/fork", _fork, methods=["POST"]),
+    Route("/api/runs/{run_id:path}/resume", _resume_fork, methods=["POST"]),
     Route("/api/runs/{run_id:path}", _run_json),
 ]
 
@@ -557,7 +585,8 @@ async def _resume(studio: _Studio, run_id: str, decisions: Sequence[Mapping[str,
     spec = command.get("agent")
     agent = studio.agent(spec)
     before = load_run(store, run_id, strict=False)
-    check_resumable(before, decisions, agent, studio.agent_named(spec), studio.db, command)
+    named = studio.agent_named(spec)
+    check_resumable(before, decisions, agent, named, studio.db, command, **naming(studio, spec))
     return await restore_run(agent, run_id, store, list(decisions))
 
 

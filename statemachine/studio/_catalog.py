@@ -21,6 +21,7 @@ import attrs
 from .._errors import AgentfsmError, StoreError
 from .._machine import UnknownMachineError
 from .._serialization import FormatError, UnknownToolError
+from .._steps import get_run_count
 from .._view import wall_clock
 from ..store import RunDigest, RunInfo, SavedRun, SQLiteStore, load_run
 
@@ -90,6 +91,7 @@ class Row:
 
 
 def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
+    # made once (a large store's index lists every run from its listing alone)
     base = Row(
         run_id=info.run_id,
         status=info.status,
@@ -100,10 +102,15 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
         created=info.created,
         updated=info.updated,
         text=info.run_id.lower(),
+        problem=problem if saved is None else None,
     )
     if saved is None:
-        return attrs.evolve(base, problem=problem)
-    calls = sum(
+        return base
+    # Each segment's chain counts the model calls its machine made, whatever its states
+    # are named; a chain that counts none (a machine that keeps no count) is read by its
+    # standard state instead.
+    calls = sum(get_run_count(t.transitions[-1].chain) for t in saved.traces if t.transitions)
+    calls = calls or sum(
         1
         for trace in saved.traces
         for t in trace
@@ -135,6 +142,15 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
     )
 
 
+def _shown(row: Row, resting: set[str]) -> dict[str, Any]:
+    """The row as the index shows it: a fork nothing runs (saved running, no lease on it)
+    waits to be resumed."""
+    out = row.as_json()
+    if row.run_id in resting and (row.summary or "").startswith("forked from"):
+        out["status"] = "waiting"
+    return out
+
+
 class _Facts(NamedTuple):
     """What the filters need of a run, read from its checkpoints: kept until it moves (a
     tuple: a large store's index makes one per run)."""
@@ -157,9 +173,36 @@ class Catalog:
         self._infos: dict[str, RunInfo] = {}
         self._facts: dict[str, _Facts] = {}
         self._lock = threading.Lock()
+        #: The store's search index once opened; None before, False when it cannot be had.
+        self._index: Any = None
+        self._index_lock = threading.Lock()
 
     def close(self) -> None:
         self.store.close()
+        if self._index:
+            self._index.close()
+
+    def _search(self, **filters: str) -> tuple[set[str] | None, list[str], list[str]] | None:
+        """The runs the index finds for ``filters`` (None: no filter), with every machine
+        and tool of the store; None when the store has no index to keep (one made before
+        the log, or one this user may not write), and the runs are read instead."""
+        with self._index_lock:
+            if self._index is None:
+                try:
+                    self._index = self.store.search_index() or False
+                except StoreError:
+                    self._index = False
+            if not self._index:
+                return None
+            try:
+                found: tuple[set[str] | None, list[str], list[str]] = self._index.search(**filters)
+            except StoreError as exc:
+                if not any(word in str(exc) for word in ("locked", "busy")):
+                    # a store this user may only read, an SQLite without FTS5: never kept
+                    self._index.close()
+                    self._index = False
+                return None  # (a store busy now: read as before, and tried again next time)
+        return found
 
     def rows(self, *, detailed: bool = True, infos: Sequence[RunInfo] | None = None) -> list[Row]:
         """Every run, waiting ones first, then the most recently changed.
@@ -221,9 +264,9 @@ class Catalog:
     ) -> dict[str, Any]:
         """One page of the index, filtered by status, machine and tool, searched for text.
 
-        A store of up to :data:`EAGER` runs is read whole; a larger one only as far as
-        the page needs (every run for a machine, tool or text filter), and its machine
-        and tool choices are those of the runs read so far.
+        A store of up to :data:`EAGER` runs is read whole; a larger one is filtered,
+        searched and offered every machine and tool by the store's search index (kept in
+        the store, caught up with its log here), and only the page's runs are read.
         """
         needle = query.strip().lower()
         infos = self.store.runs()
@@ -233,7 +276,12 @@ class Catalog:
         for r in rows:
             counts[r.status] = counts.get(r.status, 0) + 1
         picked = [r for r in rows if not status or r.status == status]
-        if machine or tool or needle:
+        indexed = None if eager else self._search(machine=machine, tool=tool, text=needle)
+        if indexed is not None:
+            found, every_machine, every_tool = indexed
+            if found is not None:
+                picked = [r for r in picked if r.run_id in found]
+        elif machine or tool or needle:
             if eager:
                 known = {r.run_id: (r.machine, r.tools, r.text) for r in rows}
             else:
@@ -256,12 +304,18 @@ class Catalog:
         with self._lock:
             read = [row for _, row in self._rows.values()]
             seen = [f.digest for f in self._facts.values()]
-        machines = sorted(
-            {r.machine for r in read if r.machine} | {f.machine for f in seen if f.machine}
-        )
-        tools = sorted({t for r in read for t in r.tools} | {t for f in seen for t in f.tools})
+        if indexed is not None:
+            machines, tools = every_machine, every_tool
+        else:
+            if not eager and not seen:  # the choices are every run's: read their facts
+                seen = [f.digest for f in self._facts_of(infos).values()]
+            machines = sorted(
+                {r.machine for r in read if r.machine} | {f.machine for f in seen if f.machine}
+            )
+            tools = sorted({t for r in read for t in r.tools} | {t for f in seen for t in f.tools})
+        resting = self.store.unheld() if any(r.status == "running" for r in shown) else set()
         return {
-            "runs": [r.as_json() for r in shown],
+            "runs": [_shown(r, resting) for r in shown],
             "total": len(picked),
             "all": len(rows),
             "page": page,

@@ -12,6 +12,7 @@ import base64
 import datetime
 import hashlib
 import html
+import shlex
 from collections.abc import Mapping
 from importlib.resources import files
 from typing import Any
@@ -151,6 +152,11 @@ def index_page(
     statuses = list(_STATUSES)
     rows = "\n".join(_row(r) for r in listing["runs"]) or (
         '<tr><td colspan="11" class="empty">No runs match.</td></tr>'
+        if listing["all"]
+        else '<tr><td colspan="11" class="empty">No runs yet. Save one to this store: '
+        f"<code>agentfsm demo --later --db {_e(shlex.quote(store))}</code> (a run waiting for your "
+        f"approval), or <code>agentfsm run --agent MODULE:ATTR --db {_e(shlex.quote(store))} PROMPT"
+        "</code>; this page shows it as it runs.</td></tr>"
     )
 
     def page_link(number: int, text: str) -> str:
