@@ -215,3 +215,69 @@ def test_a_fork_waits_until_resumed_from_its_page_on_a_chosen_model(
         assert _severe(browser) == []
         again = httpx.post(base + data["resume"], json={}, headers=headers)
         assert again.status_code == 409 and "fork-1 is ok" in again.json()["error"]
+
+
+def test_a_resting_fork_stays_waiting_as_the_index_updates_until_resumed_from_its_page(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    tmp_path: pathlib.Path,
+) -> None:
+    """The live index and the run page's live updates show a fork nothing runs as its
+    page does, waiting: another run saved updates the index and leaves the fork's row
+    waiting and its page not live; resumed from its page, its row goes on live to ok."""
+    import json
+
+    from selenium.webdriver.common.by import By
+
+    from agentfsm import Agent, AgentState, Message, start_run
+    from agentfsm.providers import ScriptedModel
+
+    db = make_store(tmp_path)
+    with SQLiteStore(db) as store:
+        steps = [t for trace in load_run(store, "finished", strict=False).traces for t in trace]
+        at = next(n for n, t in enumerate(steps, 1) if t.dest == "calling")
+        fork_run(store, "finished", at, new_id="fork-1")
+
+    def status_of(run_id: str) -> str:
+        return str(
+            browser.execute_script(
+                "const r = document.querySelector(`#runs tr[data-run='${arguments[0]}']`);"
+                "return r ? r.querySelector('.badge').textContent : ''",
+                run_id,
+            )
+        )
+
+    with serving(create_app(str(db))) as base:
+        # the run page's live payload says what its page says
+        with httpx.stream("GET", f"{base}/api/runs/fork-1/events", timeout=10) as events:
+            lines = events.iter_lines()
+            change = next(json.loads(x[6:]) for x in lines if x.startswith("data: "))
+        assert (change["status"], change["live"]) == ("waiting", False)
+        browser.get_log("browser")
+        browser.get(base + "/")
+        index = browser.current_window_handle
+        browser.execute_script("window.marker = 'kept'")
+        assert status_of("fork-1") == "waiting"
+        browser.switch_to.new_window("tab")
+        browser.get(f"{base}/runs/fork-1")
+        fork_page = browser.current_window_handle
+        _wait(lambda: browser.find_elements(By.ID, "resume"), what="the resume form")
+        browser.switch_to.window(index)
+        with SQLiteStore(db) as store:
+            plain = Agent(ScriptedModel([Message.assistant("hi")]), [])
+            start_run(plain, AgentState.of("another"), store, run_id="another").run_sync()
+        _wait(lambda: status_of("another") == "ok", what="the index's update")
+        assert status_of("fork-1") == "waiting"
+        assert int(browser.execute_script("return Number(document.body.dataset.updates)")) >= 1
+        browser.switch_to.window(fork_page)
+        assert not browser.find_elements(By.ID, "live")
+        assert browser.execute_script("return document.body.dataset.updates") is None
+        browser.find_element(By.ID, "resume-model").send_keys("scripted:echo")
+        browser.find_element(By.ID, "resume-go").click()
+        browser.switch_to.window(index)
+        _wait(lambda: status_of("fork-1") == "ok", timeout=20, what="the resumed fork, ok")
+        assert browser.execute_script("return window.marker === 'kept'"), "the index reloaded"
+        assert _severe(browser) == []
+        browser.get("about:blank")  # the pages' streams end before the server does
+        browser.switch_to.window(fork_page)
+        browser.close()
+        browser.switch_to.window(index)

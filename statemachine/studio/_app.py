@@ -58,7 +58,7 @@ from ..store import SavedRun, SQLiteStore, fork_run, load_run
 from ._catalog import Catalog
 from ._compare_page import compare_form, compare_page
 from ._evals_page import eval_compare_page, eval_of, eval_page, evals_page
-from ._forks import naming, resting, resume_fork
+from ._forks import naming, resting, resume_fork, shown_status
 from ._live import LIVE, Referee, forkable, index_events, index_mark, run_events, waiting
 from ._pages import index_page
 
@@ -326,11 +326,14 @@ def _run_page_text(studio: _Studio, run_id: str) -> str:
         result=saved.result,
         clock=clock,
     )
+    status = shown_status(
+        run_id, saved.status, saved.forked_from is not None, studio.catalog.store.unheld
+    )
     extra = {
         "run_id": run_id,
-        "status": saved.status,
+        "status": status,
         "head": studio.catalog.head(run_id),
-        "live": saved.status in LIVE,
+        "live": status in LIVE,
         "events": f"/api/runs/{_quote(run_id)}/events",
         "steps": len(data["steps"]),
         "messages": len(data["messages"]),

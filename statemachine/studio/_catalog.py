@@ -12,8 +12,9 @@ and a run's last change are the store's to say too.
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 import attrs
@@ -24,6 +25,7 @@ from .._serialization import FormatError, UnknownToolError
 from .._steps import get_run_count
 from .._view import wall_clock
 from ..store import RunDigest, RunInfo, SavedRun, SQLiteStore, load_run
+from ._forks import shown_status
 
 __all__ = ["EAGER", "PAGE_SIZE", "Catalog", "Row"]
 
@@ -66,6 +68,8 @@ class Row:
     text: str = attrs.field(default="", repr=False)
     #: Why the run cannot be shown, if it cannot.
     problem: str | None = None
+    #: Whether the run is a fork (its first segment another run's past).
+    forked: bool = False
 
     @property
     def duration(self) -> float:
@@ -103,6 +107,8 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
         updated=info.updated,
         text=info.run_id.lower(),
         problem=problem if saved is None else None,
+        # a row not loaded says it by the summary a fork is saved with
+        forked=(info.summary or "").startswith("forked from"),
     )
     if saved is None:
         return base
@@ -135,6 +141,7 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
     return attrs.evolve(
         base,
         machine=saved.trace.machine,
+        forked=saved.forked_from is not None,
         model_calls=calls,
         tokens=tokens,
         tools=tuple(sorted(tools)),
@@ -142,12 +149,11 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
     )
 
 
-def _shown(row: Row, resting: set[str]) -> dict[str, Any]:
-    """The row as the index shows it: a fork nothing runs (saved running, no lease on it)
-    waits to be resumed."""
+def _shown(row: Row, unheld: Callable[[], Container[str]]) -> dict[str, Any]:
+    """The row as the index shows it, in the status every page shows the run with
+    (:func:`~agentfsm.studio._forks.shown_status`: a fork nothing runs is waiting)."""
     out = row.as_json()
-    if row.run_id in resting and (row.summary or "").startswith("forked from"):
-        out["status"] = "waiting"
+    out["status"] = shown_status(row.run_id, row.status, row.forked, unheld)
     return out
 
 
@@ -313,9 +319,9 @@ class Catalog:
                 {r.machine for r in read if r.machine} | {f.machine for f in seen if f.machine}
             )
             tools = sorted({t for r in read for t in r.tools} | {t for f in seen for t in f.tools})
-        resting = self.store.unheld() if any(r.status == "running" for r in shown) else set()
+        unheld = functools.cache(self.store.unheld)  # read once, and only for a fork
         return {
-            "runs": [_shown(r, resting) for r in shown],
+            "runs": [_shown(r, unheld) for r in shown],
             "total": len(picked),
             "all": len(rows),
             "page": page,

@@ -10,7 +10,7 @@ providers' registry (``scripted:echo`` runs offline).
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -20,7 +20,7 @@ from .._resumable import check_resumable
 from .._resume import restore_run
 from ..store import SavedRun
 
-__all__ = ["MODELS", "agent_label", "naming", "resting", "resume_fork"]
+__all__ = ["MODELS", "agent_label", "naming", "resting", "resume_fork", "shown_status"]
 
 #: The models a resume offers by name (any PROVIDER:NAME may be typed).
 MODELS: Final = ("scripted:echo", "openai:gpt-4.1-mini", "anthropic:claude-sonnet-4-5")
@@ -50,17 +50,26 @@ def naming(studio: Any, recorded: str | None = None) -> dict[str, str]:
     return {"named": named, "fix": _FIX}
 
 
+def shown_status(
+    run_id: str, status: str, forked: bool, unheld: Callable[[], Container[str]]
+) -> str:
+    """The status the studio shows a run with, on every page and in every live update:
+    ``waiting`` for a fork nothing runs (saved running, and in ``unheld()``, the store's
+    runs no lease holds, read only for such a fork), else the run's own."""
+    if status == "running" and forked and run_id in unheld():
+        return "waiting"
+    return status
+
+
 def resting(studio: Any, saved: SavedRun) -> dict[str, Any]:
-    """A fork nothing runs (saved running, no lease holds it): shown waiting, not live,
-    with what resumes it from the page (the studio's agent; a model by name). Empty for
-    any other run."""
-    if saved.status != "running" or saved.forked_from is None:
-        return {}
-    if saved.run_id not in studio.catalog.store.unheld():
+    """A fork nothing runs (:func:`shown_status`, which makes its page waiting and not
+    live): what resumes it from the page (the studio's agent; a model by name). Empty for any other
+    run."""
+    forked = saved.forked_from is not None
+    unheld = studio.catalog.store.unheld
+    if shown_status(saved.run_id, saved.status, forked, unheld) != "waiting":
         return {}
     return {
-        "status": "waiting",
-        "live": False,
         "resting": True,
         "resume": f"/api/runs/{quote(saved.run_id, safe='')}/resume",
         "agents": [agent_label(studio)],

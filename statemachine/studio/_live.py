@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Container, Mapping, Sequence
 from typing import Any, Final
 
 from starlette.requests import Request
@@ -35,6 +35,7 @@ from .._messages import ToolCall
 from .._view import page_data
 from ..store import RunInfo, SavedRun, load_run
 from ._catalog import Catalog
+from ._forks import shown_status
 from ._pages import index_change
 
 __all__ = [
@@ -84,9 +85,12 @@ def run_change(
     head: str | None,
     steps_from: int,
     messages_from: int,
+    unheld: Callable[[], Container[str]],
 ) -> dict[str, Any]:
     """What a run page holding ``steps_from`` steps and ``messages_from`` messages lacks,
-    and the run as it is now (``from``/``messages_from`` say where the new rows go)."""
+    and the run as it is now (``from``/``messages_from`` say where the new rows go), in
+    the status its page shows it with (``unheld``: the store's runs no lease holds, see
+    :func:`~agentfsm.studio._forks.shown_status`)."""
     data = page_data(
         saved.traces,
         table,
@@ -102,10 +106,11 @@ def run_change(
     segments = data["segments"]
     ending = (segments[-1].get("outcome") or {}) if segments else {}
     waiting = saved.status == "interrupted"
+    status = shown_status(saved.run_id, saved.status, saved.forked_from is not None, unheld)
     return {
         "head": head,
-        "status": saved.status,
-        "live": saved.status in LIVE,
+        "status": status,
+        "live": status in LIVE,
         "from": steps_from,
         "steps": data["steps"][steps_from:],
         "messages_from": messages_from,
@@ -192,7 +197,15 @@ def run_events(request: Request, catalog: Catalog, run_id: str, *, poll: float) 
         saved = load_run(catalog.store, run_id, strict=False)
         clock = catalog.clock(run_id, saved.steps)
         table = machine_named(saved.trace.machine)
-        return run_change(saved, table, clock, head=head, steps_from=held[0], messages_from=held[1])
+        return run_change(
+            saved,
+            table,
+            clock,
+            head=head,
+            steps_from=held[0],
+            messages_from=held[1],
+            unheld=catalog.store.unheld,
+        )
 
     async def look() -> str | None:
         return await asyncio.to_thread(catalog.head, run_id)

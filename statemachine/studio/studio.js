@@ -261,6 +261,12 @@
       document.body.dataset.updates = String(updates);
       if (!change.live) {
         source.close();
+        if (change.status === "waiting") {
+          // A fork nothing runs (any more): not live, and its page is the one that resumes it.
+          live.textContent = "waiting: nothing runs it";
+          location.reload();
+          return;
+        }
         live.textContent = "ended " + change.status;
       }
     });
