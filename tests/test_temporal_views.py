@@ -30,7 +30,7 @@ pytest.importorskip("starlette", reason="the studio needs the studio extra")
 
 from starlette.testclient import TestClient
 
-from agentfsm import AgentState, Approval, DecisionConflictError
+from agentfsm import AgentState, Approval, DecisionConflictError, HumanInTheLoop
 from agentfsm.studio import create_app
 from agentfsm.temporal import Engine
 from agentfsm.temporal._engine import task_queue
@@ -364,3 +364,55 @@ def test_a_temporal_db_named_wrong_or_unreachable_is_one_line_and_exit_2() -> No
     [line] = down.stderr.splitlines()
     assert line.startswith(f"agentfsm runs: the Temporal server at 127.0.0.1:{port} cannot be used")
     assert line.endswith("is it up (temporal server start-dev), and the address right?")
+
+
+def test_the_studio_decides_a_temporal_run_through_the_engine_first_decision_wins(
+    server: str,
+) -> None:
+    """``agentfsm studio --db temporal://...`` decides a waiting run over HTTP through the
+    engine's own ``decide``: the first decision is taken (202), a later different one is
+    answered 409 in the store's studio's shape (what won, where, the run's status), and
+    the same decision again changes nothing."""
+    import httpx
+
+    from agentfsm import Agent, Message
+    from agentfsm.providers import ScriptedModel, call_tool
+    from tests._durable_agent import record
+    from tests.test_studio import serving
+
+    name, run_id = _name("studio"), _name("decided")
+    url = f"temporal://{server}/default"
+    model = ScriptedModel([call_tool("record", note="x", call_id="c1"), Message.assistant("done")])
+    agent = Agent(model, [record], middleware=[HumanInTheLoop({"record": True})])
+    with Engine(server) as worker, serving(create_app(url)) as base:
+        worker.register(name, agent)
+        worker.launch(executor_id="studio-worker")
+        worker.submit(AgentState.of(run_id), agent=name, run_id=run_id)
+        _until(lambda: worker.status(run_id).status == "waiting", "waiting")
+        [request] = httpx.get(f"{base}/api/runs/{run_id}").json()["requests"]
+        assert (request["tool_name"], request["tool_call_id"]) == ("record", "c1")
+        page = httpx.get(f"{base}/runs/{run_id}").text
+        assert "This run waits for your decision" in page
+        start = page.index('name="csrf" value="') + len('name="csrf" value="')
+        headers = {"X-CSRF-Token": page[start : page.index('"', start)]}
+        approve = {"decisions": [{"type": "approve", "digest": request["digest"]}]}
+        reject = {"decisions": [{"type": "reject", "digest": request["digest"]}]}
+        decide = f"{base}/api/runs/{run_id}/decide"
+        assert httpx.post(decide, json=approve).status_code == 403  # no CSRF token
+        first = httpx.post(decide, json=approve, headers=headers, timeout=30)
+        assert first.status_code == 202 and first.json() == {"run_id": run_id, "resumed": True}
+        late = httpx.post(decide, json=reject, headers=headers, timeout=30)
+        assert late.status_code == 409, late.text
+        body = late.json()
+        assert f"Run {run_id!r} took other decisions first" in body["error"]
+        [decided] = body["decided"]
+        assert decided["tool"] in ("record", None) and decided["call_id"] in ("c1", None)
+        assert (decided["decision"], decided["where"]) == ("approved", "elsewhere")
+        assert body["status"] in ("running", "ok")
+        assert [d["type"] for d in body["decisions"]] == ["approve"]
+        again = httpx.post(decide, json=approve, headers=headers, timeout=30)
+        assert again.status_code == 202, again.text
+        result = worker.result(run_id, timeout=30)
+        assert result.status == "ok" and result.state.messages[-1].text == "done"
+        assert [m.role for m in result.state.messages] == ["user", "assistant", "tool", "assistant"]
+        assert result.ends == ("interrupted", "ok")

@@ -71,6 +71,7 @@ from ._workflow import (
     RunWorkflow,
     SubagentWorkflow,
     bound_decisions,
+    claim_of,
     waits_on,
 )
 
@@ -647,10 +648,11 @@ class Engine:
 
         An update of the run's workflow, compare-and-set inside it: of two processes
         deciding one wait at once, one is taken and the other raises
-        :class:`DecisionConflictError` naming the decisions that won. Decisions the run
-        took, sent again, change nothing and raise nothing. Decisions that do not answer
-        the request are a ValueError, a run not waiting a :class:`ResumeError`; refused
-        decisions leave nothing in the run's history.
+        :class:`DecisionConflictError` naming the decisions that won (after the run
+        ended too). Decisions the run took, sent again, change nothing and raise
+        nothing. Decisions that do not answer the request are a ValueError, a run not
+        waiting a :class:`ResumeError`; refused decisions leave nothing in the run's
+        history.
 
         A run whose wait timed out (it ended ``interrupted``) goes on later: its
         continuation, the workflow ``RUN/resume-N``, starts from the ended state with
@@ -709,6 +711,14 @@ class Engine:
             return
         state = converter.structure(output["state"], AgentState) if "state" in output else None
         if state is None or state.status != "interrupted" or not waits_on(state.interrupt_data):
+            if claims:  # as the run answered while it ran: its wait was decided first
+                won = claim_of(decisions, claims) or claims[0]
+                raise DecisionConflictError(
+                    f"Run {run_id!r} took other decisions first: {json.dumps(won)[:300]}; "
+                    "these were not sent.",
+                    run_id=run_id,
+                    decisions=won,
+                )
             ended = state.status if state is not None else desc.status
             raise ResumeError(
                 f"Run {run_id!r} is not waiting for decisions and did not end waiting for "

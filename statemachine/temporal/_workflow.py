@@ -94,6 +94,7 @@ __all__ = [
     "RunWorkflow",
     "SubagentWorkflow",
     "bound_decisions",
+    "claim_of",
     "waits_on",
 ]
 
@@ -117,6 +118,24 @@ _FOREVER: Final = 365 * 24 * 3600.0
 def waits_on(data: Mapping[str, Any] | None) -> bool:
     """Whether a run interrupted with ``data`` waits for decisions (an approval request)."""
     return bool(data) and "hitl_tool_call_ids" in (data or {})
+
+
+def claim_of(decisions: Any, claims: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]] | None:
+    """Of a run's ``claims`` (the decisions each wait took, newest first), the one taken
+    for the wait ``decisions`` name (by call id or digest); None when they name none."""
+    if not isinstance(decisions, list | tuple):
+        return None
+    named = {
+        d.get(key)
+        for d in decisions
+        if isinstance(d, Mapping)
+        for key in ("tool_call_id", "digest")
+        if d.get(key) is not None
+    }
+    for claim in claims:
+        if named & {c.get(k) for c in claim for k in ("tool_call_id", "digest")}:
+            return claim
+    return None
 
 
 def bound_decisions(
@@ -494,19 +513,7 @@ class _Flow:
 
     def _claim_of(self, decisions: Any) -> list[dict[str, Any]] | None:
         """The decisions taken for the wait ``decisions`` name (by call id or digest)."""
-        if not isinstance(decisions, list | tuple):
-            return None
-        named = {
-            d.get(key)
-            for d in decisions
-            if isinstance(d, Mapping)
-            for key in ("tool_call_id", "digest")
-            if d.get(key) is not None
-        }
-        for claim in self._claims:
-            if named & {c.get(k) for c in claim for k in ("tool_call_id", "digest")}:
-                return claim
-        return None
+        return claim_of(decisions, self._claims)
 
     def _conflict(self, won: list[dict[str, Any]]) -> ApplicationError:
         return _refuse(
