@@ -529,7 +529,7 @@ _ROUTES: Final = [
 
 def create_app(db: str, *, agent: str | Agent | None = None, token: str | None = None) -> Starlette:
     """The studio over the SQLite store at ``db`` (a DBOS database or a Temporal server,
-    ``temporal://HOST:PORT/NAMESPACE``: their durable runs, read-only).
+    ``temporal://HOST:PORT/NAMESPACE``: their durable runs, decided through the engine).
 
     ``agent`` (an :class:`~agentfsm.Agent`, or ``module:attribute`` as ``agentfsm runs
     resume --agent`` takes it; the demo agent by default) is the agent decisions resume
