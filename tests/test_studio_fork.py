@@ -6,6 +6,7 @@ A fork is an action (a POST with the page's CSRF token); comparing is a page tha
 from __future__ import annotations
 
 import html
+import json
 import pathlib
 import re
 from collections.abc import Iterator
@@ -16,8 +17,9 @@ import pytest
 
 pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
 
-from agentfsm import Approval
+from agentfsm import Agent, AgentState, Approval, Message, start_run
 from agentfsm._demo import demo_agent
+from agentfsm.providers import ScriptedModel
 from agentfsm.store import SQLiteStore, fork_run, load_run
 from agentfsm.studio import create_app
 from agentfsm.studio._app import CSRF_HEADER
@@ -224,12 +226,7 @@ def test_a_resting_fork_stays_waiting_as_the_index_updates_until_resumed_from_it
     """The live index and the run page's live updates show a fork nothing runs as its
     page does, waiting: another run saved updates the index and leaves the fork's row
     waiting and its page not live; resumed from its page, its row goes on live to ok."""
-    import json
-
     from selenium.webdriver.common.by import By
-
-    from agentfsm import Agent, AgentState, Message, start_run
-    from agentfsm.providers import ScriptedModel
 
     db = make_store(tmp_path)
     with SQLiteStore(db) as store:

@@ -2,7 +2,8 @@
 view`` and ``agentfsm studio`` with ``--db temporal://HOST:PORT/NAMESPACE``; the worker
 that ran a run, and a run whose worker is gone (``orphaned``); and a machine the user
 declared, its states its own, run to its end through an approval decided from
-other clients.
+other clients; and a waiting run decided from the studio over HTTP, the first decision
+winning.
 
 One dev server for the module, its long poll shortened to 2 s so that a worker's
 silence is seen in seconds (a live worker polls again at least that often).
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 pytest.importorskip("temporalio", reason="agentfsm.temporal needs the temporal extra")
@@ -30,12 +32,15 @@ pytest.importorskip("starlette", reason="the studio needs the studio extra")
 
 from starlette.testclient import TestClient
 
-from agentfsm import AgentState, Approval, DecisionConflictError, HumanInTheLoop
+from agentfsm import Agent, AgentState, Approval, DecisionConflictError, HumanInTheLoop, Message
+from agentfsm.providers import ScriptedModel, call_tool
 from agentfsm.studio import create_app
 from agentfsm.temporal import Engine
 from agentfsm.temporal._engine import task_queue
 from tests import _contract_agents, _temporal_machines
+from tests._durable_agent import record
 from tests._temporal import binary, dev_server
+from tests.test_studio import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 ASKED = "expanding calling interrupt_check interrupted"
@@ -373,13 +378,6 @@ def test_the_studio_decides_a_temporal_run_through_the_engine_first_decision_win
     engine's own ``decide``: the first decision is taken (202), a later different one is
     answered 409 in the store's studio's shape (what won, where, the run's status), and
     the same decision again changes nothing."""
-    import httpx
-
-    from agentfsm import Agent, Message
-    from agentfsm.providers import ScriptedModel, call_tool
-    from tests._durable_agent import record
-    from tests.test_studio import serving
-
     name, run_id = _name("studio"), _name("decided")
     url = f"temporal://{server}/default"
     model = ScriptedModel([call_tool("record", note="x", call_id="c1"), Message.assistant("done")])
