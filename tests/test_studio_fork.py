@@ -19,6 +19,7 @@ pytest.importorskip("starlette", reason="agentfsm[studio] is not installed")
 
 from agentfsm import Agent, AgentState, Approval, Message, start_run
 from agentfsm._demo import demo_agent
+from agentfsm._owner import new_owner
 from agentfsm.providers import ScriptedModel
 from agentfsm.store import SQLiteStore, fork_run, load_run
 from agentfsm.studio import create_app
@@ -278,3 +279,29 @@ def test_a_resting_fork_stays_waiting_as_the_index_updates_until_resumed_from_it
         browser.switch_to.window(fork_page)
         browser.close()
         browser.switch_to.window(index)
+
+
+def test_a_live_fork_page_whose_run_is_let_go_shows_it_waiting_with_its_resume_form(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    tmp_path: pathlib.Path,
+) -> None:
+    """A fork some process holds is running and its page live; when the holder lets go
+    without running it, the page is told (no checkpoint moved) and shows it waiting."""
+    from selenium.webdriver.common.by import By
+
+    db = make_store(tmp_path)
+    owner = new_owner()
+    with SQLiteStore(db) as store:
+        fork_run(store, "finished", 3, new_id="fork-1")
+        store.claim("fork-1", owner, None)
+        with serving(create_app(str(db))) as base:
+            browser.get_log("browser")
+            browser.get(f"{base}/runs/fork-1")
+            live = _wait(lambda: browser.find_elements(By.ID, "live"), what="the live page")[0]
+            assert live.text == "● live" and not browser.find_elements(By.ID, "resume")
+            store.release("fork-1", owner, running=True)
+            form = _wait(lambda: browser.find_elements(By.ID, "resume"), what="the resume form")
+            assert "This fork waits" in form[0].text and not browser.find_elements(By.ID, "live")
+            badges = [b.text for b in browser.find_elements(By.CSS_SELECTOR, "#facts .badge")]
+            assert "waiting" in badges
+            assert _severe(browser) == []

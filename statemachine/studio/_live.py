@@ -207,8 +207,16 @@ def run_events(request: Request, catalog: Catalog, run_id: str, *, poll: float) 
             unheld=catalog.store.unheld,
         )
 
+    def mark() -> str | None:
+        head = catalog.head(run_id)
+        # A run its holder lets go of (a fork back at rest) writes no checkpoint: its page
+        # is told as well, and shows it as the page would now.
+        if head is not None and run_id in catalog.store.unheld():
+            return head + ":unheld"
+        return head
+
     async def look() -> str | None:
-        return await asyncio.to_thread(catalog.head, run_id)
+        return await asyncio.to_thread(mark)
 
     async def send(head: str | None) -> tuple[str, dict[str, Any]]:
         try:
