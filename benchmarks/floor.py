@@ -440,7 +440,7 @@ async def engine_parts(ctx: w.RunCtx) -> Ran:
     chain = _chain().update_custom_context({"mode_state": {"run_count": 0}})
     gate: Any  # of the middleware: none here
     max_runs, should_pause, tool_names, middleware = ctx.k + 5, None, (), ()
-    exits, details, machine = STANDARD.exits, STANDARD.details, STANDARD.machine
+    exits, machine = STANDARD.exits, STANDARD.machine
     cursor = _Cursor()
     machine.add_model(cursor, initial="expanding")
     trace: list[Transition] = []
@@ -455,9 +455,8 @@ async def engine_parts(ctx: w.RunCtx) -> Ran:
         if reply is not before.last_message and reply is not None and reply.role == "assistant":
             counts = Usage.of(reply)
             usage = None if counts is None else counts.to_dict()
-        trigger, event = exits[source][kind]
+        trigger, event, describe = exits[source][kind]
         event.fire(cursor)
-        describe = details.get(source)
         if describe is None and usage is None:
             moved = Transition(source, trigger, cursor.state, after, ended - started)
         else:
