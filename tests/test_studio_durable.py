@@ -23,7 +23,7 @@ from agentfsm.studio import create_app
 from tests import _durable_agent
 from tests.test_durable import db, launched, pg_server  # noqa: F401  (the fixtures)
 from tests.test_studio import serving
-from tests.test_studio_browser import _wait
+from tests.test_studio_browser import _shot, _wait
 from tests.test_view import browser  # noqa: F401  (the fixture)
 
 
@@ -108,7 +108,6 @@ def test_a_durable_run_is_decided_from_its_page_in_a_browser(
     tmp_path: Path,
 ) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
 
     url = f"sqlite:///{tmp_path / 'durable.db'}"
     with launched(url, {"gated": _gated_once()}) as engine:
@@ -120,7 +119,28 @@ def test_a_durable_run_is_decided_from_its_page_in_a_browser(
             assert "This run waits for your decision" in browser.page_source
             legend = browser.find_element(By.CSS_SELECTOR, "fieldset.decide legend").text
             assert legend == "record (c1)"
-            Select(browser.find_element(By.NAME, "decision-0")).select_by_value("approve")
+            digest = browser.find_element(By.CSS_SELECTOR, "fieldset.decide .digest code").text
+            assert digest == httpx.get(f"{base}/api/runs/waits").json()["requests"][0]["digest"]
+            radios = browser.find_elements(By.NAME, "decision-0")
+            assert [r.get_attribute("value") for r in radios] == ["approve", "edit", "reject"]
+            assert not any(r.is_selected() for r in radios)  # nothing is chosen for the user
+            for width in (360, 1280):
+                browser.set_window_size(width, 900)
+                _shot(browser, f"durable-run-{width}", tmp_path)
+                assert browser.execute_script(  # a long digest or path wraps: no side scroll
+                    "return document.documentElement.scrollWidth <= window.innerWidth"
+                )
+            browser.find_element(By.ID, "send").click()  # the browser asks for a choice first
+            assert browser.current_url.endswith("/runs/waits")
+            assert engine.status("waits").status == "waiting"
+            csrf = browser.find_element(By.NAME, "csrf").get_attribute("value")
+            unchosen = httpx.post(
+                f"{base}/runs/waits/decide", data={"csrf": csrf, "digest-0": digest}
+            )
+            assert unchosen.status_code == 400 and "choose a decision for record (c1)" in (
+                unchosen.text
+            )
+            radios[0].click()
             browser.find_element(By.ID, "send").click()
             _wait(lambda: browser.current_url.endswith("/runs/waits?said=decided"), what="sent")
             result = engine.result("waits", timeout=10)

@@ -173,7 +173,13 @@ def _approval(
 def _request_box(index: int, approval: Approval) -> str:
     request = approval.requests[index]
     allowed = approval.allowed(request.tool_name) or ["approve", "edit", "reject"]
-    options = "".join(f'<option value="{_e(k)}">{_e(k)}</option>' for k in allowed)
+    # One radio button per decision, none checked: the browser sends nothing until the
+    # user chose (``required``), and the server refuses a request left undecided.
+    options = "".join(
+        f'<label class="choice"><input type="radio" name="decision-{index}" '
+        f'value="{_e(k)}" required> {_e(k)}</label>'
+        for k in allowed
+    )
     arguments = json.dumps(dict(request.arguments), indent=2, ensure_ascii=False)
     edit = (
         f'<label>edited arguments (JSON, for "edit")<textarea name="arguments-{index}" '
@@ -185,8 +191,9 @@ def _request_box(index: int, approval: Approval) -> str:
         f'<fieldset class="decide" data-call="{_e(request.tool_call_id)}">'
         f"<legend>{_e(request.tool_name)} ({_e(request.tool_call_id)})</legend>"
         f"<pre>{_e(request.display_text)}\n{_e(arguments)}</pre>"
+        f'<p class="digest">digest <code>{_e(request.digest)}</code></p>'
         f'<input type="hidden" name="digest-{index}" value="{_e(request.digest)}">'
-        f'<label>decision <select name="decision-{index}">{options}</select></label>{edit}'
+        f'<div class="choices">decision {options}</div>{edit}'
         "</fieldset>"
     )
 
@@ -207,7 +214,8 @@ def _decision_html(
         "approve" in (approval.allowed(r.tool_name) or ["approve"]) for r in approval.requests
     )
     approve_all = (
-        '<button type="submit" name="all" value="approve" id="approve">Approve all</button>'
+        '<button type="submit" name="all" value="approve" id="approve" formnovalidate>'
+        "Approve all</button>"
         if everyone
         else ""
     )
@@ -241,6 +249,12 @@ def _decisions_of(form: Mapping[str, list[str]], approval: Approval) -> list[dic
     out: list[dict[str, Any]] = []
     for index in range(len(approval.requests)):
         kind = everyone or (form.get(f"decision-{index}") or [""])[0]
+        if not kind:
+            request = approval.requests[index]
+            raise ValueError(
+                f"choose a decision for {request.tool_name} ({request.tool_call_id}): "
+                "none is made for you"
+            )
         digest = (form.get(f"digest-{index}") or [""])[0]
         decision: dict[str, Any] = {"type": kind, "digest": digest}
         if kind == "edit":
