@@ -729,3 +729,22 @@ def test_a_bare_mode_run_waiting_on_a_tool_is_refused_a_decision_without_a_diges
         """on its interrupt; answer with: agentfsm runs resume bare --db runs.db --decisions """
         """'[{"type": "approve"}]'"""
     )
+    # A run the command line started with --agent on a machine of the user's own: the
+    # refusal names every module that declares the machine, and the agent to resume with.
+    command = {"agent": "my_agents:mailer", "machines": ["my_agents", "more.agents"]}
+    with pytest.raises(UsageError) as info:
+        check_resumable(saved, [{}], Agent(model, [ask]), "m:agent", "runs.db", command)
+    assert str(info.value) == (
+        "decision 0 carries no digest of the request it decides; agentfsm runs show bare "
+        "--db runs.db --machines my_agents --machines more.agents lists each request with "
+        "its digest. Run bare is waiting for a decision on its interrupt; answer with: "
+        "agentfsm runs resume bare --db runs.db --agent my_agents:mailer --decisions "
+        """'[{"type": "approve"}]'"""
+    )
+    with pytest.raises(UsageError) as info:
+        check_resumable(saved, None, Agent(model, [ask]), "m:agent", "runs.db", command)
+    assert str(info.value) == (
+        "run bare is interrupted, waiting for a decision on its interrupt; answer with: "
+        "agentfsm runs resume bare --db runs.db --agent my_agents:mailer --decisions "
+        """'[{"type": "approve"}]'"""
+    )
