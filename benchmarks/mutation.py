@@ -454,7 +454,7 @@ def _recheck(work: Path, survivors: list[str], extra: tuple[str, ...] = ()) -> d
         if baseline.returncode != 0:
             raise SystemExit(f"the added tests fail unmutated:\n{baseline.stdout[-2000:]!r}")
     for name in survivors:
-        tests = [*_tests_of(work, name), *extra]
+        tests = [*extra, *_tests_of(work, name)]  # the new tests first: -x stops at a kill
         if not tests:
             continue
         finished = subprocess.run(
