@@ -187,7 +187,8 @@ async def test_a_standard_child_counts_its_tokens_and_calls_in_the_parent() -> N
 
 async def test_a_child_that_ends_on_its_model_call_counts_that_call_in_the_parent() -> None:
     """The parent counts a child's model calls as the child's chain stands at its end,
-    when the call is the child's last transition too (here its only one)."""
+    when the call is the child's last transition too (here its only one), and keeps the
+    other keys of its ``mode_state``."""
     asking = MachineTable(
         name="asking_child",
         steps={"asking": (call_llm, _finish)},
@@ -206,13 +207,15 @@ async def test_a_child_that_ends_on_its_model_call_counts_that_call_in_the_paren
         ),
     )
     model = ScriptedModel([say("the answer")])
-    run = Run(parent, LLMChain(model, messages=(Message.user("go"),)), "delegating")
+    counters = {"mode_state": {"run_count": 0, "turn": "kept"}}  # a mode's own key besides
+    chain = LLMChain(model, messages=(Message.user("go"),), custom_context=counters)
+    run = Run(parent, chain, "delegating")
     result = await run.run()
     assert isinstance(result, Ok)
     assert_path(run, "delegating finishing ok")
     assert_path(run.trace.where("delegating")[0].children[0], "asking ok")
     assert [m.text for m in result.chain.messages] == ["go", "the answer"]
-    assert result.chain.custom_context["mode_state"]["run_count"] == 1
+    assert result.chain.custom_context["mode_state"] == {"run_count": 1, "turn": "kept"}
 
 
 def test_run_machine_refuses_what_is_not_a_machine() -> None:
