@@ -496,16 +496,29 @@ def _report(work: Path) -> int:
     for name, verdict in status.items():
         per_module.setdefault(name.split(".x")[0], []).append(verdict)
     dead_verdicts = ("killed", "timeout", "caught by type check", "killed on recheck")
-    print(f"{'module':<24} {'mutants':>8} {'killed':>8} {'rate':>7}")
-    total = killed = 0
-    for module, verdicts in sorted(per_module.items()):
+    columns = ("mutants", "checked", "killed", "no tests", "survived", "rate", "unchecked")
+    print(f"{'module':<20}" + "".join(f"{c:>10}" for c in columns))
+    rows = [(m, v) for m, v in sorted(per_module.items())]
+    rows.append(("all", [v for _, verdicts in rows for v in verdicts]))
+    for module, verdicts in rows:
         done = [v for v in verdicts if v not in ("not checked", "skipped")]
         dead = sum(v in dead_verdicts for v in done)
-        total += len(done)
-        killed += dead
-        rate = dead / len(done) if done else 0.0
-        print(f"{module:<24} {len(done):>8} {dead:>8} {rate:>7.1%}")
-    print(f"{'all':<24} {total:>8} {killed:>8} {killed / max(total, 1):>7.1%}")
+        rate = f"{dead / len(done):.1%}" if done else "-"
+        counts = (len(verdicts), len(done), dead, done.count("no tests"), done.count("survived"))
+        print(
+            f"{module:<20}"
+            + "".join(f"{n:>10}" for n in counts)
+            + f"{rate:>10}{len(verdicts) - len(done):>10}"
+        )
+    times = work / _TIMES
+    if times.exists():
+        seconds = [float(line.split("\t")[1]) for line in times.read_text().splitlines()]
+        if seconds:
+            print(
+                f"{len(seconds)} mutants timed in their workers: "
+                f"{sum(seconds) / len(seconds):.2f} s a mutant on average, "
+                f"median {sorted(seconds)[len(seconds) // 2]:.2f} s"
+            )
     verdicts = list(status.values())
     others = sorted(set(verdicts) - {"killed", "survived"})
     if others:

@@ -294,6 +294,60 @@ def test_values_are_followed_four_levels_deep_and_other_objects_count_by_type() 
     assert got == _digest(data)
 
 
+class _Plan:
+    """Not a table, though it has steps: counted by its type."""
+
+    def __init__(self) -> None:
+        self.steps = ["plan"]
+
+
+def test_a_partial_its_arguments_a_method_and_a_mapping_each_spend_one_level() -> None:
+    """A value nested as deep stops at the same point through each way in: a partial's
+    function, its arguments and keywords, a bound method's function, a mapping's values
+    each spend one of the four levels; an object with steps but no fingerprint is no
+    table."""
+    deep = [[["x"]]]
+    plan = _Plan()
+
+    def holding(result: Any, opts: Any) -> Any:
+        return deep
+
+    class Holder:
+        def step(self, result: Any, opts: Any) -> Any:
+            return deep
+
+    def planned(result: Any, opts: Any) -> Any:
+        return plan
+
+    def function(f: Any, closure: list[Any]) -> dict[str, Any]:
+        return {
+            "function": f.__qualname__,
+            "source": _tree(f),
+            "compiled": None,
+            "names": [],
+            "locals": ["self", "result", "opts"] if f is Holder.step else ["result", "opts"],
+            "column": None,
+            "defaults": [],
+            "kwdefaults": {},
+            "closure": closure,
+        }
+
+    at_two = [[{"type": "list"}]]  # ``deep`` met with two levels left: its third list by type
+    step = functools.partial(holding, [[[["y"]]]], key={"a": {"b": {"c": {"d": 1}}}})
+    assert step_code(step) == _digest(
+        {
+            "partial": function(holding, [at_two]),
+            "args": [[[[{"type": "list"}]]]],
+            "keywords": {"key": {"a": {"b": {"c": {"type": "dict"}}}}},
+        }
+    )
+    method = Holder().step
+    assert step_code(method) == _digest(
+        {"method": function(Holder.step, [at_two]), "of": Holder.__qualname__}
+    )
+    assert step_code(planned) == _digest(function(planned, [{"type": "_Plan", "name": None}]))
+
+
 def _compiled_parts(code: Any) -> dict[str, Any]:
     """What the module says a compiled function counts by: bytecode, constants (a nested
     function's compiled code; a constant tuple followed one level: its items by type), names."""
