@@ -346,6 +346,10 @@ def test_a_partial_its_arguments_a_method_and_a_mapping_each_spend_one_level() -
         {"method": function(Holder.step, [at_two]), "of": Holder.__qualname__}
     )
     assert step_code(planned) == _digest(function(planned, [{"type": "_Plan", "name": None}]))
+    # A callable with no attributes of its own (a builtin): its type, no call, no attributes.
+    assert step_code(len) == _digest(
+        {"object": "builtin_function_or_method", "call": None, "attributes": {}}
+    )
 
 
 def _compiled_parts(code: Any) -> dict[str, Any]:
