@@ -303,9 +303,9 @@ class _Plan:
 
 def test_a_partial_its_arguments_a_method_and_a_mapping_each_spend_one_level() -> None:
     """A value nested as deep stops at the same point through each way in: a partial's
-    function, its arguments and keywords, a bound method's function, a mapping's values
-    each spend one of the four levels; an object with steps but no fingerprint is no
-    table."""
+    function, its arguments and keywords, a bound method's function, a mapping's values,
+    a callable object's attributes each spend one of the four levels; an object with
+    steps but no fingerprint is no table; a class counts by its name."""
     deep = [[["x"]]]
     plan = _Plan()
 
@@ -319,13 +319,27 @@ def test_a_partial_its_arguments_a_method_and_a_mapping_each_spend_one_level() -
     def planned(result: Any, opts: Any) -> Any:
         return plan
 
+    kind = _Plan
+
+    def typed(result: Any, opts: Any) -> Any:
+        return kind
+
+    class Deep:
+        def __init__(self) -> None:
+            self.limit = [[[["z"]]]]
+
+        def __call__(self, result: Any, opts: Any) -> Any:
+            return result
+
     def function(f: Any, closure: list[Any]) -> dict[str, Any]:
         return {
             "function": f.__qualname__,
             "source": _tree(f),
             "compiled": None,
             "names": [],
-            "locals": ["self", "result", "opts"] if f is Holder.step else ["result", "opts"],
+            "locals": ["self", "result", "opts"]
+            if "self" in f.__code__.co_varnames
+            else ["result", "opts"],
             "column": None,
             "defaults": [],
             "kwdefaults": {},
@@ -346,6 +360,15 @@ def test_a_partial_its_arguments_a_method_and_a_mapping_each_spend_one_level() -
         {"method": function(Holder.step, [at_two]), "of": Holder.__qualname__}
     )
     assert step_code(planned) == _digest(function(planned, [{"type": "_Plan", "name": None}]))
+    # A class is counted by its name; a callable object's attributes spend a level too.
+    assert step_code(typed) == _digest(function(typed, [{"type": "type", "name": "_Plan"}]))
+    assert step_code(Deep()) == _digest(
+        {
+            "object": Deep.__qualname__,
+            "call": function(Deep.__call__, []),
+            "attributes": {"limit": [[[{"type": "list"}]]]},
+        }
+    )
     # A callable with no attributes of its own (a builtin): its type, no call, no attributes.
     assert step_code(len) == _digest(
         {"object": "builtin_function_or_method", "call": None, "attributes": {}}
