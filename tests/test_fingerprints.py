@@ -369,10 +369,39 @@ def test_a_partial_its_arguments_a_method_and_a_mapping_each_spend_one_level() -
             "attributes": {"limit": [[[{"type": "list"}]]]},
         }
     )
+
+    # A function's defaults, positional and keyword, spend a level too.
+    def defaulted(result: Any, opts: Any = [[["x"]]], *, k: Any = [[["y"]]]) -> Any:  # noqa: B006
+        return result
+
+    assert step_code(defaulted) == _digest(
+        {
+            **function(defaulted, []),
+            "defaults": [at_two],
+            "kwdefaults": {"k": at_two},
+            "locals": ["result", "opts", "k"],
+        }
+    )
     # A callable with no attributes of its own (a builtin): its type, no call, no attributes.
     assert step_code(len) == _digest(
         {"object": "builtin_function_or_method", "call": None, "attributes": {}}
     )
+
+
+# Lambdas whose line is no statement of its own: counted by the line's text.
+# fmt: off
+_SPLIT = {
+    "one": lambda result, opts=None: result, "other": 1,
+}
+_SPLIT_TOO = {
+    "one": lambda result, opts=None: len(result), "other": 1,
+}
+# fmt: on
+
+
+def test_a_lambda_on_a_line_that_is_no_statement_counts_by_that_lines_text() -> None:
+    assert step_code(_SPLIT["one"]) != step_code(_SPLIT_TOO["one"])
+    assert step_code(_SPLIT["one"]) == step_code(_SPLIT["one"])
 
 
 def _compiled_parts(code: Any) -> dict[str, Any]:
