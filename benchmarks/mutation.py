@@ -1,10 +1,11 @@
 """Mutation testing of the core: which small changes to the engine no test notices.
 
 Not part of CI: on two shared cores, one worker, the first pass over the selected tests
-takes about 15 minutes and the mutants of the small rooms another 20; the mutants of
-the run's and the steps' hot functions (each runs the many tests that call it, about 6
-seconds a mutant) take hours: run them module by module with ``--only``. The last
-run's numbers, and why each survivor is equivalent, are in ``benchmarks/mutation.md``.
+takes about 15 minutes, and the mutants then a fraction of a second to a few seconds each
+(the tests that killed a function's other mutants run first, see :func:`_run_tests_fast`);
+a survivor of a hot function runs its few hundred tests, some tens of seconds. Run the
+modules one by one with ``--only`` if time is short. The last run's numbers, and why each
+survivor is equivalent, are in ``benchmarks/mutation.md``.
 Run by hand::
 
     pip install -e '.[test,mutation]' --config-settings editable_mode=strict
@@ -43,7 +44,9 @@ Which tests run: no list is kept by hand, the code decides, on every run.
 3. mutmut then runs the selection once, unmutated, recording which test calls which
    mutated function (a test that fails there is set aside: it never runs against a
    mutant, which its failure would kill falsely), and runs for each mutant only the
-   tests that call its function.
+   tests that call its function: first the few likeliest to kill it (those that killed
+   the function's other mutants) in a pytest session that collects their files only,
+   then, if it survives them, the rest, fastest first (:func:`_run_tests_fast`).
 4. Each survivor runs those same tests once more in a fresh process, where what
    the package builds on import is built with the mutant in place (mutmut forks
    each mutant's tests from a process that already imported the package).
@@ -67,8 +70,11 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -242,6 +248,122 @@ _KILLED = (1, 2, 3)
 _CACHES = shutil.ignore_patterns("__pycache__", "*.pyc")
 
 
+#: The tests that killed a mutant, one ``function<TAB>test id`` a line, in the work folder:
+#: each mutant's tests run the tests that killed its function's other mutants first.
+_KILLERS = "killers.txt"
+#: Each mutant's time in its worker, one ``mutant<TAB>seconds<TAB>exit code<TAB>tests`` a line.
+_TIMES = "times.txt"
+#: How many of a mutant's tests, the likeliest killers, run in a first short pytest session.
+_FIRST = 8
+
+
+def _ranked(
+    tests: list[str], function: str, durations: dict[str, float], killers: list[tuple[str, str]]
+) -> list[str]:
+    """A mutant's tests, likeliest killer first: those that killed other mutants of its
+    function (most kills first), then those that killed any mutant, then the fastest."""
+    own: dict[str, int] = {}
+    anywhere: dict[str, int] = {}
+    for killed_function, test in killers:
+        anywhere[test] = anywhere.get(test, 0) + 1
+        if killed_function == function:
+            own[test] = own.get(test, 0) + 1
+    return sorted(
+        tests,
+        key=lambda t: (-own.get(t, 0), -anywhere.get(t, 0), durations.get(t, 0.0), t),
+    )
+
+
+#: mutmut's own ``PytestRunner.run_tests``, once :func:`_as_mutmut` replaced it.
+_MUTMUT_RUN_TESTS: list[Any] = []
+
+
+def _run_tests_fast(self: Any, *, mutant_name: str | None, tests: Iterable[str]) -> int:
+    """mutmut's worker for one mutant (in place of ``PytestRunner.run_tests``).
+
+    mutmut hands the tests that call the mutant's function to one pytest session, in no
+    order: pytest collects every file among them (some 70 for the engine's hot
+    functions) before the first test runs, and a killed mutant may die at the last one.
+    Here the likeliest killers (:func:`_ranked`) run first in a session of their own,
+    which collects their few files only; the rest, fastest first, run in a second
+    session only if the mutant survives the first. The test that kills is written down
+    (``killers.txt``) for the next mutants of the same function.
+    """
+    from mutmut.state import state  # mutmut's, in the worker only
+    from mutmut.utils.file_utils import change_cwd  # likewise
+
+    listed = sorted(tests)
+    if not listed:  # mutmut's forced failure: the whole selection, as mutmut runs it
+        return int(_MUTMUT_RUN_TESTS[0](self, mutant_name=mutant_name, tests=listed))
+    work = Path.cwd()
+    started = time.monotonic()
+    function = (mutant_name or "").partition("__mutmut_")[0]
+    killers_file = work / _KILLERS
+    killers = [
+        tuple(line.split("\t", 1))
+        for line in (killers_file.read_text().splitlines() if killers_file.exists() else [])
+    ]
+    ordered = _ranked(listed, function, dict(state().duration_by_test), killers)  # type: ignore[arg-type]
+    batches = [ordered[:_FIRST], ordered[_FIRST:]] if len(ordered) > 2 * _FIRST else [ordered]
+
+    class FirstFailure:
+        nodeid = ""
+
+        def pytest_runtest_logreport(self, report: Any) -> None:
+            if report.failed and not self.nodeid:
+                self.nodeid = report.nodeid
+
+    code = 0
+    for batch in filter(None, batches):
+        failure = FirstFailure()
+        with change_cwd("mutants"):
+            code = int(self.execute_pytest(self._pytest_args_regular_run(batch), plugins=[failure]))
+        if code == 5:  # every test of the batch set aside (failed unmutated): none ran
+            code = 0
+        if code != 0:
+            if failure.nodeid and function:
+                with killers_file.open("a") as out:
+                    out.write(f"{function}\t{failure.nodeid}\n")
+            break
+    with (work / _TIMES).open("a") as out:
+        out.write(f"{mutant_name}\t{time.monotonic() - started:.3f}\t{code}\t{len(listed)}\n")
+    return code
+
+
+def _timed_run_tests(original: Any) -> Any:
+    """mutmut's own worker, timed into ``times.txt`` (``--plain``: the numbers to compare)."""
+
+    def run_tests(self: Any, *, mutant_name: str | None, tests: Iterable[str]) -> int:
+        started = time.monotonic()
+        listed = list(tests)
+        code = int(original(self, mutant_name=mutant_name, tests=listed))
+        with (Path.cwd() / _TIMES).open("a") as out:
+            out.write(f"{mutant_name}\t{time.monotonic() - started:.3f}\t{code}\t{len(listed)}\n")
+        return code
+
+    return run_tests
+
+
+def _as_mutmut(argv: list[str]) -> int:
+    """mutmut's command line, its worker replaced by :func:`_run_tests_fast` (or timed
+    only, with ``MUTATION_PLAIN=1``). The fork server and the workers are forked from
+    this process, so they run the replaced worker too."""
+    from mutmut.__main__ import cli  # mutmut's, only when running as mutmut
+    from mutmut.runners.harness import PytestRunner  # likewise
+
+    sys.path[0] = ""  # as ``python -m mutmut`` has it: the working folder, not benchmarks/
+    _MUTMUT_RUN_TESTS.append(PytestRunner.run_tests)
+    if os.environ.get("MUTATION_PLAIN") == "1":
+        PytestRunner.run_tests = _timed_run_tests(PytestRunner.run_tests)  # type: ignore[method-assign]
+    else:
+        PytestRunner.run_tests = _run_tests_fast  # type: ignore[method-assign]
+    try:
+        cli.main(args=argv, prog_name="mutmut", standalone_mode=False)
+    except SystemExit as stop:
+        return int(stop.code or 0)
+    return 0
+
+
 def _path(module: str) -> str:
     """A module's file in the work folder's copy: ``agentfsm._run`` -> src/agentfsm/_run.py."""
     return "src/" + module.replace(".", "/") + ".py"
@@ -280,7 +402,7 @@ def _toml_list(items: tuple[str, ...] | list[str]) -> str:
 
 def _mutmut(work: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mutmut", *args],
+        [sys.executable, __file__, "--as-mutmut", *args],
         cwd=work,
         text=True,
         capture_output=True,
@@ -332,7 +454,7 @@ def _recheck(work: Path, survivors: list[str], extra: tuple[str, ...] = ()) -> d
         if baseline.returncode != 0:
             raise SystemExit(f"the added tests fail unmutated:\n{baseline.stdout[-2000:]!r}")
     for name in survivors:
-        tests = [*_tests_of(work, name), *extra]
+        tests = [*extra, *_tests_of(work, name)]  # the new tests first: -x stops at a kill
         if not tests:
             continue
         finished = subprocess.run(
@@ -374,16 +496,29 @@ def _report(work: Path) -> int:
     for name, verdict in status.items():
         per_module.setdefault(name.split(".x")[0], []).append(verdict)
     dead_verdicts = ("killed", "timeout", "caught by type check", "killed on recheck")
-    print(f"{'module':<24} {'mutants':>8} {'killed':>8} {'rate':>7}")
-    total = killed = 0
-    for module, verdicts in sorted(per_module.items()):
+    columns = ("mutants", "checked", "killed", "no tests", "survived", "rate", "unchecked")
+    print(f"{'module':<20}" + "".join(f"{c:>10}" for c in columns))
+    rows = [(m, v) for m, v in sorted(per_module.items())]
+    rows.append(("all", [v for _, verdicts in rows for v in verdicts]))
+    for module, verdicts in rows:
         done = [v for v in verdicts if v not in ("not checked", "skipped")]
         dead = sum(v in dead_verdicts for v in done)
-        total += len(done)
-        killed += dead
-        rate = dead / len(done) if done else 0.0
-        print(f"{module:<24} {len(done):>8} {dead:>8} {rate:>7.1%}")
-    print(f"{'all':<24} {total:>8} {killed:>8} {killed / max(total, 1):>7.1%}")
+        rate = f"{dead / len(done):.1%}" if done else "-"
+        counts = (len(verdicts), len(done), dead, done.count("no tests"), done.count("survived"))
+        print(
+            f"{module:<20}"
+            + "".join(f"{n:>10}" for n in counts)
+            + f"{rate:>10}{len(verdicts) - len(done):>10}"
+        )
+    times = work / _TIMES
+    if times.exists():
+        seconds = [float(line.split("\t")[1]) for line in times.read_text().splitlines()]
+        if seconds:
+            print(
+                f"{len(seconds)} mutants timed in their workers: "
+                f"{sum(seconds) / len(seconds):.2f} s a mutant on average, "
+                f"median {sorted(seconds)[len(seconds) // 2]:.2f} s"
+            )
     verdicts = list(status.values())
     others = sorted(set(verdicts) - {"killed", "survived"})
     if others:
@@ -409,6 +544,9 @@ def _changed(diff: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--as-mutmut"]:
+        return _as_mutmut(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "mutation")
     parser.add_argument("--workers", type=int, default=1, help="mutants tested at once")
@@ -455,7 +593,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work / "mutants", ignore_errors=True)
             (work / "recheck.json").unlink(missing_ok=True)
         _lay_out(work, tests)
-        command = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.workers)]
+        command = [sys.executable, __file__, "--as-mutmut", "run", "--max-children"]
+        command.append(str(args.workers))
         finished = subprocess.run([*command, *args.only], cwd=work, check=False)
         if finished.returncode not in (0, 1):
             return finished.returncode

@@ -729,3 +729,81 @@ def test_a_bare_mode_run_waiting_on_a_tool_is_refused_a_decision_without_a_diges
         """on its interrupt; answer with: agentfsm runs resume bare --db runs.db --decisions """
         """'[{"type": "approve"}]'"""
     )
+    # A run the command line started with --agent on a machine of the user's own: the
+    # refusal names every module that declares the machine, and the agent to resume with.
+    command = {"agent": "my_agents:mailer", "machines": ["my_agents", "more.agents"]}
+    with pytest.raises(UsageError) as info:
+        check_resumable(saved, [{}], Agent(model, [ask]), "m:agent", "runs.db", command)
+    assert str(info.value) == (
+        "decision 0 carries no digest of the request it decides; agentfsm runs show bare "
+        "--db runs.db --machines my_agents --machines more.agents lists each request with "
+        "its digest. Run bare is waiting for a decision on its interrupt; answer with: "
+        "agentfsm runs resume bare --db runs.db --agent my_agents:mailer --decisions "
+        """'[{"type": "approve"}]'"""
+    )
+    with pytest.raises(UsageError) as info:
+        check_resumable(saved, None, Agent(model, [ask]), "m:agent", "runs.db", command)
+    assert str(info.value) == (
+        "run bare is interrupted, waiting for a decision on its interrupt; answer with: "
+        "agentfsm runs resume bare --db runs.db --agent my_agents:mailer --decisions "
+        """'[{"type": "approve"}]'"""
+    )
+
+
+def test_a_recorded_command_is_read_back_checked(tmp_path: pathlib.Path) -> None:
+    """The command a run was started with is data from a saved file: read back as it was
+    recorded when it has the shape the command line writes, its module names checked one
+    by one, and nothing of it when it is of another shape (never a name to import)."""
+    from agentfsm import LLMChain, Message
+    from agentfsm._modes import StandardMode
+    from agentfsm._resumable import recorded_command
+    from agentfsm.providers import ScriptedModel
+    from agentfsm.store import SQLiteStore, checkpoint
+
+    spec = "my_agents:mailer"
+    read = {
+        "as recorded": (
+            {"agent": spec, "machines": ["my_agents", "pkg.more_agents"]},
+            {"agent": spec, "machines": ["my_agents", "pkg.more_agents"]},
+        ),
+        "bad machines": (
+            {"agent": spec, "machines": ["ok", "not a module", "os;rm", 3, None, "a.b"]},
+            {"agent": spec, "machines": ["ok", "a.b"]},
+        ),
+        "machines not a list": (
+            {"agent": spec, "machines": "my_agents"},
+            {"agent": spec, "machines": []},
+        ),
+        "no machines": ({"agent": spec}, {"agent": spec, "machines": []}),
+        "no attribute": ({"agent": "my_agents", "machines": ["m"]}, {}),
+        "not a spec": ({"agent": "os.system('x'):y"}, {}),
+        "agent not text": ({"agent": ["my_agents:mailer"]}, {}),
+        "own agent": (
+            {"provider": "openai", "model": "gpt-x", "base_url": None, "max_runs": 3, "x": 1},
+            {"provider": "openai", "model": "gpt-x", "base_url": None, "max_runs": 3},
+        ),
+        "own agent at a url": (
+            {"provider": "scripted", "model": "m", "base_url": "http://h/v1", "max_runs": 1},
+            {"provider": "scripted", "model": "m", "base_url": "http://h/v1", "max_runs": 1},
+        ),
+        "anthropic": (
+            {"provider": "anthropic", "model": "m", "max_runs": 2},
+            {"provider": "anthropic", "model": "m", "base_url": None, "max_runs": 2},
+        ),
+        "unknown provider": ({"provider": "other", "model": "m", "max_runs": 1}, {}),
+        "model not text": ({"provider": "openai", "model": 5, "max_runs": 1}, {}),
+        "url not text": ({"provider": "openai", "model": "m", "base_url": 5, "max_runs": 1}, {}),
+        "runs a flag": ({"provider": "openai", "model": "m", "max_runs": True}, {}),
+        "no runs": ({"provider": "openai", "model": "m", "max_runs": 0}, {}),
+        "runs as text": ({"provider": "openai", "model": "m", "max_runs": "3"}, {}),
+        "no runs given": ({"provider": "openai", "model": "m"}, {}),
+        "not recorded": (None, {}),
+    }
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        for run_id, (command, _) in read.items():
+            run = StandardMode().start(LLMChain(ScriptedModel([])).add_message(Message.user("go")))
+            checkpoint(run, store, run_id=run_id, command=command)
+        assert {run_id: recorded_command(store, run_id) for run_id in read} == {
+            run_id: expected for run_id, (_, expected) in read.items()
+        }
+        assert recorded_command(store, "no such run") == {}

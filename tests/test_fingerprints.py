@@ -294,6 +294,116 @@ def test_values_are_followed_four_levels_deep_and_other_objects_count_by_type() 
     assert got == _digest(data)
 
 
+class _Plan:
+    """Not a table, though it has steps: counted by its type."""
+
+    def __init__(self) -> None:
+        self.steps = ["plan"]
+
+
+def test_a_partial_its_arguments_a_method_and_a_mapping_each_spend_one_level() -> None:
+    """A value nested as deep stops at the same point through each way in: a partial's
+    function, its arguments and keywords, a bound method's function, a mapping's values,
+    a callable object's attributes each spend one of the four levels; an object with
+    steps but no fingerprint is no table; a class counts by its name."""
+    deep = [[["x"]]]
+    plan = _Plan()
+
+    def holding(result: Any, opts: Any) -> Any:
+        return deep
+
+    class Holder:
+        def step(self, result: Any, opts: Any) -> Any:
+            return deep
+
+    def planned(result: Any, opts: Any) -> Any:
+        return plan
+
+    kind = _Plan
+
+    def typed(result: Any, opts: Any) -> Any:
+        return kind
+
+    class Deep:
+        def __init__(self) -> None:
+            self.limit = [[[["z"]]]]
+
+        def __call__(self, result: Any, opts: Any) -> Any:
+            return result
+
+    def function(f: Any, closure: list[Any]) -> dict[str, Any]:
+        return {
+            "function": f.__qualname__,
+            "source": _tree(f),
+            "compiled": None,
+            "names": [],
+            "locals": ["self", "result", "opts"]
+            if "self" in f.__code__.co_varnames
+            else ["result", "opts"],
+            "column": None,
+            "defaults": [],
+            "kwdefaults": {},
+            "closure": closure,
+        }
+
+    at_two = [[{"type": "list"}]]  # ``deep`` met with two levels left: its third list by type
+    step = functools.partial(holding, [[[["y"]]]], key={"a": {"b": {"c": {"d": 1}}}})
+    assert step_code(step) == _digest(
+        {
+            "partial": function(holding, [at_two]),
+            "args": [[[[{"type": "list"}]]]],
+            "keywords": {"key": {"a": {"b": {"c": {"type": "dict"}}}}},
+        }
+    )
+    method = Holder().step
+    assert step_code(method) == _digest(
+        {"method": function(Holder.step, [at_two]), "of": Holder.__qualname__}
+    )
+    assert step_code(planned) == _digest(function(planned, [{"type": "_Plan", "name": None}]))
+    # A class is counted by its name; a callable object's attributes spend a level too.
+    assert step_code(typed) == _digest(function(typed, [{"type": "type", "name": "_Plan"}]))
+    assert step_code(Deep()) == _digest(
+        {
+            "object": Deep.__qualname__,
+            "call": function(Deep.__call__, []),
+            "attributes": {"limit": [[[{"type": "list"}]]]},
+        }
+    )
+
+    # A function's defaults, positional and keyword, spend a level too.
+    def defaulted(result: Any, opts: Any = [[["x"]]], *, k: Any = [[["y"]]]) -> Any:  # noqa: B006
+        return result
+
+    assert step_code(defaulted) == _digest(
+        {
+            **function(defaulted, []),
+            "defaults": [at_two],
+            "kwdefaults": {"k": at_two},
+            "locals": ["result", "opts", "k"],
+        }
+    )
+    # A callable with no attributes of its own (a builtin): its type, no call, no attributes.
+    assert step_code(len) == _digest(
+        {"object": "builtin_function_or_method", "call": None, "attributes": {}}
+    )
+
+
+# Lambdas whose line is no statement of its own: counted by the line's text.
+# fmt: off
+_SPLIT = {
+    "one": lambda result, opts=None: result, "other": 1,
+}
+_SPLIT_TOO = {
+    "one": lambda result, opts=None: len(result), "other": 1,
+}
+# fmt: on
+
+
+def test_a_lambda_on_a_line_that_is_no_statement_counts_by_that_lines_text() -> None:
+    assert step_code(_SPLIT["one"]) != step_code(_SPLIT_TOO["one"])
+    assert step_code(_SPLIT["one"]) == step_code(_SPLIT["one"])
+
+
 def _compiled_parts(code: Any) -> dict[str, Any]:
     """What the module says a compiled function counts by: bytecode, constants (a nested
     function's compiled code; a constant tuple followed one level: its items by type), names."""

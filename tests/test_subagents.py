@@ -42,7 +42,7 @@ from agentfsm import (
 from agentfsm._middleware import request_digest
 from agentfsm._subagents import MAX_DEPTH
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
-from agentfsm.steps import Continue, PipelineResult
+from agentfsm.steps import Continue, PipelineResult, call_llm
 from agentfsm.store import Checkpointer, SQLiteStore, load_run
 from agentfsm.testing import assert_path
 
@@ -183,6 +183,39 @@ async def test_a_standard_child_counts_its_tokens_and_calls_in_the_parent() -> N
         consulted.children[0],
         "expanding calling interrupt_check executing propagating until_check deciding ok",
     )
+
+
+async def test_a_child_that_ends_on_its_model_call_counts_that_call_in_the_parent() -> None:
+    """The parent counts a child's model calls as the child's chain stands at its end,
+    when the call is the child's last transition too (here its only one), and keeps the
+    other keys of its ``mode_state``."""
+    asking = MachineTable(
+        name="asking_child",
+        steps={"asking": (call_llm, _finish)},
+        terminals=("ok", "paused", "error"),
+        entries={"fresh": "asking"},
+        edges=(Edge("asking", "ok", on=Ok, trigger="answered", why="one model call"),),
+    )
+    parent = MachineTable(
+        name="asking_parent",
+        steps={"delegating": (run_machine(asking, name="asker"),), "finishing": (_finish,)},
+        terminals=("ok", "paused", "error"),
+        entries={"fresh": "delegating"},
+        edges=(
+            Edge("delegating", "finishing", on=Continue, trigger="delegated", why="it answered"),
+            Edge("finishing", "ok", on=Ok, trigger="finished", why="all done"),
+        ),
+    )
+    model = ScriptedModel([say("the answer")])
+    counters = {"mode_state": {"run_count": 0, "turn": "kept"}}  # a mode's own key besides
+    chain = LLMChain(model, messages=(Message.user("go"),), custom_context=counters)
+    run = Run(parent, chain, "delegating")
+    result = await run.run()
+    assert isinstance(result, Ok)
+    assert_path(run, "delegating finishing ok")
+    assert_path(run.trace.where("delegating")[0].children[0], "asking ok")
+    assert [m.text for m in result.chain.messages] == ["go", "the answer"]
+    assert result.chain.custom_context["mode_state"] == {"run_count": 1, "turn": "kept"}
 
 
 def test_run_machine_refuses_what_is_not_a_machine() -> None:
