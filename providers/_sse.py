@@ -53,6 +53,13 @@ class SSEDecoder:
         self._data_size = 0
         self._id: str | None = None
         self._retry: int | None = None
+        #: Nothing begun and no bound nearer than this: a chunk of this size or less
+        #: that is one whole event may be read at once (:meth:`feed`'s first path).
+        self._whole = 0
+        #: The size of chunk no line or event in it can pass a bound in.
+        self._bound = min(
+            (bound for bound in (max_line, max_event) if bound is not None), default=1 << 62
+        )
 
     @property
     def pending(self) -> bool:
@@ -60,7 +67,32 @@ class SSEDecoder:
         return bool(self._partial or self._data or self._event)
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
-        """The events completed by ``chunk``."""
+        """The events completed by ``chunk``.
+
+        Most often a chunk is one whole event, as a server writes it: one ``data: ``
+        line, or an ``event: `` line and a ``data: `` line, and a blank line. With
+        nothing begun before it (no line, no event, no ``\\r`` before), such a chunk
+        is read here at once; any other goes line by line (:meth:`_feed`)."""
+        if len(chunk) <= self._whole and chunk[-2:] == b"\n\n" and chunk.find(b"\r") == -1:
+            head = chunk[:6]
+            if head == b"data: ":
+                value = chunk[6:-2]
+                if value.find(b"\n") == -1:
+                    data = value.decode("utf-8", "replace")
+                    return [ServerSentEvent("message", data, self._id, self._retry)]
+            elif head == b"event:" and chunk[6:7] == b" ":
+                name, _, value = chunk[7:-2].partition(b"\n")
+                if value[:6] == b"data: " and value.find(b"\n") == -1:
+                    data = value[6:].decode("utf-8", "replace")
+                    event = name.decode("utf-8", "replace") or "message"
+                    return [ServerSentEvent(event, data, self._id, self._retry)]
+        self._whole = 0  # the state may change: whether it is clean is known at the end
+        events = self._feed(chunk)
+        if self._started and not (self._partial or self._after_cr or self._data or self._event):
+            self._whole = self._bound
+        return events
+
+    def _feed(self, chunk: bytes) -> list[ServerSentEvent]:
         if not chunk:
             return []
         start = 0
@@ -184,7 +216,8 @@ class SSEDecoder:
         if "\n" in "".join(values):  # a piece holds a line end
             return False
         last_id, retry = self._id, self._retry
-        events.extend([ServerSentEvent(data=value, id=last_id, retry=retry) for value in values])
+        # positional: a named tuple's keywords cost more, once per event
+        events.extend([ServerSentEvent("message", value, last_id, retry) for value in values])
         return True
 
     def _named(self, ended: bytes, events: list[ServerSentEvent]) -> bool:
@@ -214,7 +247,7 @@ class SSEDecoder:
         last_id, retry = self._id, self._retry
         events.extend(
             [
-                ServerSentEvent(event=name or "message", data=value, id=last_id, retry=retry)
+                ServerSentEvent(name or "message", value, last_id, retry)
                 for name, value in zip(names, values, strict=True)
             ]
         )

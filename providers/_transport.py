@@ -21,7 +21,7 @@ import random
 import socket
 import time
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import attrs
@@ -152,8 +152,10 @@ def _ack_now(sock: Any) -> None:
     a delayed ACK on a reused connection would stall every reply ~40 ms."""
     if sock is None or _QUICKACK is None:
         return
-    with suppress(OSError, AttributeError, TypeError):
+    try:  # noqa: SIM105 (not ``suppress``: a streamed reply comes here once per chunk)
         sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def _too_large(label: str, what: str, limit: int, setting: str) -> ChainError:
@@ -184,6 +186,7 @@ class EventStream:
         limits = transport.limits
         self._limits = limits
         self._deadline = started + limits.max_stream_seconds
+        self._max_bytes = limits.max_response_bytes
         self._received = 0
         self._chunks = response.aiter_bytes()
         self._socket = _socket(response)
@@ -196,15 +199,16 @@ class EventStream:
         return self
 
     async def __anext__(self) -> ServerSentEvent:
-        while not self._ready:
-            if self._ended:
-                raise StopAsyncIteration
+        ready = self._ready
+        if ready:
+            return ready.popleft()
+        while not self._ended:
             try:
                 chunk = await anext(self._chunks)
             except StopAsyncIteration:
                 self._ended = True
-                self._ready.extend(self._decoder.flush())
-                continue
+                ready.extend(self._decoder.flush())
+                break
             except httpx.TimeoutException:
                 raise ProviderError(
                     "timeout",
@@ -217,15 +221,22 @@ class EventStream:
                     retryable=True,
                 ) from None
             _ack_now(self._socket)
-            self._check(len(chunk))
+            self._received += len(chunk)
+            if self._received > self._max_bytes or time.monotonic() > self._deadline:
+                self._check()
             try:
-                self._ready.extend(self._decoder.feed(chunk))
+                events = self._decoder.feed(chunk)
             except SSELimitError as exc:
                 setting = "max_line_bytes" if exc.what == "line" else "max_event_bytes"
                 raise _too_large(
                     self._label, f"an event-stream {exc.what}", exc.limit, setting
                 ) from None
-        return self._ready.popleft()
+            if events:  # most often one: handed out without the queue
+                ready.extend(events[1:])
+                return events[0]
+        if ready:
+            return ready.popleft()
+        raise StopAsyncIteration
 
     async def prime(self) -> None:
         """Read up to the first event, so a stream that fails before it fails here,
@@ -236,8 +247,8 @@ class EventStream:
             except StopAsyncIteration:
                 raise self.cut_off("its first event") from None
 
-    def _check(self, size: int) -> None:
-        self._received += size
+    def _check(self) -> None:
+        """A bound passed: the stream's size or its time."""
         limits = self._limits
         if self._received > limits.max_response_bytes:
             raise _too_large(

@@ -8,7 +8,6 @@ compact text a store's rows hold), :class:`Unpacker` reads them back.
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeAlias
@@ -206,8 +205,6 @@ class Packer:
         for index in range(start, len(transitions)):
             transition = transitions[index]
             chain = transition._chain
-            grown = None if before is None else self.grown_text(before, chain)
-            before = chain
             edge = (transition._source, transition._trigger, transition._dest)
             head = heads.get(edge)
             if head is None:
@@ -215,14 +212,20 @@ class Packer:
                 head = f'{{"source":{source},"trigger":{trigger},"dest":{dest},"chain":'
                 if len(heads) < _HEADS_MAX:
                     heads[edge] = head
-            text = head + (self.chain_text(chain) if grown is None else grown)
+            if chain is before:  # most moves carry the chain on as it was
+                text = head + "{}"
+            else:
+                grown = None if before is None else self.grown_text(before, chain)
+                text = head + (self.chain_text(chain) if grown is None else grown)
+                before = chain
             elapsed = transition._elapsed
             if elapsed:
-                plain = type(elapsed) is float and math.isfinite(elapsed)
+                plain = elapsed.__class__ is float and -_FINITE <= elapsed <= _FINITE
                 text += ',"elapsed":' + (f"{elapsed:.6f}" if plain else compact_json(elapsed))
-            detail = transition.detail
-            if detail is not None:
-                text += ',"detail":' + compact_any(detail)
+            if transition._before is not None or transition._detail is not None:
+                detail = transition.detail  # built when first read
+                if detail is not None:
+                    text += ',"detail":' + compact_any(detail)
             children = transition._children
             if children:
                 text += ',"children":' + compact_json([self.trace(c) for c in children])
@@ -318,6 +321,8 @@ def _runs_text(runs: Runs) -> str:
 
 
 _HEADS_MAX: Final = 256
+#: Past this, a float is not finite (``inf``) or not a number (``nan`` fails both sides).
+_FINITE: Final = 1.7976931348623157e308
 
 
 def mapping(value: Any, what: str) -> Mapping[str, Any]:

@@ -23,13 +23,13 @@ def _checkpoint_doc(write: StoreWrite) -> str:
     parts = []
     if write.header is not None:
         parts.append('"header":' + write.header)
-    for kind, rows in (
-        ("messages", write.messages),
-        ("contexts", write.contexts),
-        ("transitions", write.transitions),
-    ):
-        if rows:
-            parts.append(f'"{kind}":[' + ",".join([f"[{i},{text}]" for i, text in rows]) + "]")
+    if write.messages:  # each kind written out: a run writes two documents per model call
+        parts.append('"messages":[' + ",".join([f"[{i},{t}]" for i, t in write.messages]) + "]")
+    if write.contexts:
+        parts.append('"contexts":[' + ",".join([f"[{i},{t}]" for i, t in write.contexts]) + "]")
+    if write.transitions:
+        rows = ",".join([f"[{i},{t}]" for i, t in write.transitions])
+        parts.append('"transitions":[' + rows + "]")
     return "{" + ",".join(parts) + "}"
 
 

@@ -19,7 +19,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from .._serialization import FormatError
 from . import _search
@@ -262,13 +262,22 @@ class SQLiteStore(EvalRows):
     def write(self, run_id: str, write: StoreWrite) -> None:
         now = time.time()
         doc = _checkpoint_doc(write)
-        row = (run_id, write.segment, write.steps, write.state, now, doc)
         with self._lock:
             con, cur = self._con, self._cursor
             try:
                 upgrade = self._older
-                if write.head is None and not upgrade and self._append_held(cur, row, write, now):
-                    return
+                owner = write.owner
+                if (  # the holder's checkpoint with more than half its lease left: one statement
+                    write.head is None
+                    and not upgrade
+                    and write.status == "running"
+                    and not write.create
+                    and owner is not None
+                ):
+                    held = (run_id, write.segment, write.steps, write.state, now, doc, owner)
+                    if cur.execute(_APPEND_HELD, (*held, now + self.lease / 2)).rowcount == 1:
+                        return
+                row = (run_id, write.segment, write.steps, write.state, now, doc)
                 cur.execute("BEGIN IMMEDIATE")
                 try:
                     if write.head is not None and not write.create:
@@ -285,16 +294,6 @@ class SQLiteStore(EvalRows):
                     raise
             except sqlite3.DatabaseError as exc:
                 raise _store_error(self.path, exc) from exc
-
-    def _append_held(
-        self, cur: sqlite3.Cursor, row: tuple[Any, ...], write: StoreWrite, now: float
-    ) -> bool:
-        """Append ``row`` in one statement if ``write``'s owner holds the running run with
-        more than half its lease left (the run's row is then left as it is)."""
-        if write.status != "running" or write.create or write.owner is None:
-            return False
-        held = (*row, write.owner, now + self.lease / 2)
-        return bool(cur.execute(_APPEND_HELD, held).rowcount == 1)
 
     def _write_run(self, cur: sqlite3.Cursor, run_id: str, write: StoreWrite, now: float) -> None:
         """The run's row: its holder renews its lease in one statement; a write that finds

@@ -288,3 +288,90 @@ def test_any_cut_decodes_as_byte_by_byte(
         start = end
     assert failed_at is None
     assert decoder.flush() == []
+
+
+# ---------------------------------------------------------------- against the standard, plainly
+
+
+def _reference(stream: bytes) -> list[ServerSentEvent]:
+    """The HTML standard's event-stream interpretation, written as plainly as it reads:
+    the stream cut into lines at CRLF, LF or CR, a leading byte-order mark dropped, each
+    line a field, a blank line dispatching the event; an unended event is dropped."""
+    text = stream.removeprefix(b"\xef\xbb\xbf")
+    lines, line = [], bytearray()
+    index = 0
+    while index < len(text):
+        byte = text[index : index + 1]
+        if byte in (b"\r", b"\n"):
+            lines.append(bytes(line))
+            line.clear()
+            if byte == b"\r" and text[index + 1 : index + 2] == b"\n":
+                index += 1
+        else:
+            line += byte
+        index += 1
+    events, kind, data, last_id, retry = [], "", [], None, None
+    for raw in lines:
+        if not raw:
+            if data:
+                events.append(ServerSentEvent(kind or "message", "\n".join(data), last_id, retry))
+            kind, data = "", []
+            continue
+        if raw.startswith(b":"):
+            continue
+        field, colon, value = raw.decode("utf-8", "replace").partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            kind = value
+        elif field == "id" and "\0" not in value:
+            last_id = value
+        elif field == "retry" and value.isdigit():
+            retry = int(value)
+    return events
+
+
+#: Whole events of the shapes a server writes one a chunk, and what may come between.
+_WHOLE = st.sampled_from(
+    [
+        b"data: x\n\n",
+        b'data: {"a":1}\n\n',
+        b"data: \n\n",
+        b"data: \xc3\xa9 \xff\n\n",
+        b"event: e\ndata: x\n\n",
+        b"event: \ndata: y\n\n",
+        b"event:  e\ndata:  y\n\n",
+        b"event: e\ndata: x\r\n\r\n",
+        b"data: a\r\n\r\n",
+        b"data: a\rdata: b\r\r",
+        b"id: 3\n",
+        b"retry: 10\n",
+        b": c\n",
+        b"\n",
+        b"\r",
+        b"data: ",
+        b"event: e\n",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    pieces=st.lists(_WHOLE, max_size=30),
+    cuts=st.lists(st.integers(min_value=0, max_value=300), max_size=6),
+    whole=st.booleans(),
+)
+def test_chunks_decode_as_the_standard_reads_the_stream(
+    pieces: list[bytes], cuts: list[int], whole: bool
+) -> None:
+    # chunks at the pieces (each event in a chunk of its own, the fast path's case)
+    # or anywhere: the events are the standard's, however the stream is cut
+    stream = b"".join(pieces)
+    if whole:
+        chunks = pieces
+    else:
+        ends = sorted({min(cut, len(stream)) for cut in cuts} | {len(stream)})
+        chunks = [stream[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    assert decode(*chunks) == _reference(stream)
