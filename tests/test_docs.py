@@ -33,8 +33,6 @@ from typing import NamedTuple
 
 import pytest
 
-from tests._temporal import temporal_server as temporal_server  # a fixture
-
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]

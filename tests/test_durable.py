@@ -44,19 +44,10 @@ from agentfsm.durable import Engine, RunResult
 from agentfsm.durable._workflow import WAITING_EVENT, WORKER
 from agentfsm.providers import ScriptedModel, call_tool
 from tests import _durable_agent
-from tests._postgres import binaries, postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = "tests._durable_agent:agent"
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
-
-
-@pytest.fixture(scope="module")
-def pg_server() -> Iterator[str]:
-    if binaries() is None:
-        pytest.skip("PostgreSQL is not installed here (.ci/run installs it)")
-    with postgres() as url:
-        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

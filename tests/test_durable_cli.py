@@ -18,7 +18,6 @@ from agentfsm import STANDARD, Agent, AgentfsmError, AgentState, Approval, Store
 from agentfsm.durable import Engine, list_runs
 from tests.test_durable import ROOT, _record_agent, _wait_for_decisions, _Workers
 from tests.test_durable import db as db  # a fixture
-from tests.test_durable import pg_server as pg_server  # a fixture
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -37,7 +37,6 @@ from tests.test_durable import (
     _Workers,
 )
 from tests.test_durable import db as db  # a fixture
-from tests.test_durable import pg_server as pg_server  # a fixture
 
 
 @pytest.fixture

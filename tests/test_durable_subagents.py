@@ -36,7 +36,6 @@ from agentfsm.durable._workflow import CHILD_WORKFLOW, WAITING_EVENT, WORKFLOW
 from agentfsm.providers import ScriptedModel, call_tool, call_tools, say
 from tests.test_durable import _assert_paths, _wait_for_decisions, _Workers, launched
 from tests.test_durable import db as db  # a fixture
-from tests.test_durable import pg_server as pg_server  # a fixture
 from tests.test_durable_shared import race_decides
 
 WORKER_AGENT = "tests.test_durable_subagents:coordinator"

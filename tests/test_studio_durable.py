@@ -21,7 +21,7 @@ from agentfsm.durable import Engine
 from agentfsm.providers import ScriptedModel, call_tool
 from agentfsm.studio import create_app
 from tests import _durable_agent
-from tests.test_durable import db, launched, pg_server  # noqa: F401  (the fixtures)
+from tests.test_durable import db, launched  # noqa: F401  (a fixture)
 from tests.test_studio import serving
 from tests.test_studio_browser import _shot, _wait
 from tests.test_view import browser  # noqa: F401  (the fixture)

@@ -37,7 +37,6 @@ from agentfsm.temporal import Engine
 from agentfsm.temporal._convert import ENCODING, data_converter
 from agentfsm.temporal._engine import task_queue
 from tests import _durable_agent
-from tests._temporal import temporal_server as temporal_server  # a fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"

@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 
 from agentfsm import AgentState, Approval, DecisionConflictError
-from tests._temporal import temporal_server as temporal_server  # a fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 LOOP = "expanding calling interrupt_check executing propagating until_check deciding"
@@ -124,16 +123,6 @@ class Side:
                     stream.close()
         if self.client is not None:
             self.client.close()
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[str]:
-    from tests._postgres import binaries, postgres
-
-    if binaries() is None:
-        pytest.skip("PostgreSQL is not installed here (.ci/run installs it)")
-    with postgres() as url:
-        yield url
 
 
 @pytest.fixture(params=["dbos-sqlite", "dbos-postgres", "temporal"])
