@@ -25,10 +25,18 @@ from .._results import Terminal
 from .._trace import Trace
 from ..store import SavedRun
 from ._clock import wall_clock
-from ._model import page_data
+from ._model import page_data, unanswered_calls
 from ._svg import machine_svg
 
-__all__ = ["page", "page_data", "render_page", "saved_run_page", "traces_page", "wall_clock"]
+__all__ = [
+    "page",
+    "page_data",
+    "render_page",
+    "saved_run_page",
+    "traces_page",
+    "unanswered_calls",
+    "wall_clock",
+]
 
 
 def _asset(name: str) -> str:

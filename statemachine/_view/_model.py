@@ -144,7 +144,7 @@ def _outcome(result: Terminal | None, last: Transition) -> dict[str, Any]:
     return out
 
 
-def _pending_calls(trace: Trace) -> list[ToolCall] | None:
+def unanswered_calls(trace: Trace) -> list[ToolCall] | None:
     """The tool calls an interrupted segment left unanswered (None if it did not interrupt)."""
     if not trace.transitions or trace.terminal != "interrupted":
         return None
@@ -309,7 +309,7 @@ def page_data(
         }
         if pending:
             segment["decisions"] = _decisions(pending, trace)
-        pending = _pending_calls(trace)
+        pending = unanswered_calls(trace)
         for index, t in enumerate(trace):
             context = t.chain.custom_context
             steps.append(

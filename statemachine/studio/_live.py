@@ -31,8 +31,7 @@ from starlette.responses import Response, StreamingResponse
 from .._approval import request_digest
 from .._errors import AgentfsmError
 from .._machine import MachineTable, machine_named
-from .._messages import ToolCall
-from .._view import page_data
+from .._view import page_data, unanswered_calls
 from ..store import RunInfo, SavedRun, load_run
 from ._catalog import Catalog
 from ._forks import shown_status
@@ -322,17 +321,7 @@ def _asked(saved: SavedRun) -> dict[str, tuple[int, str, str]]:
     its call id and tool (an interrupt asks for the calls it left unanswered)."""
     asked = {}
     for number, trace in enumerate(saved.traces):
-        if not trace.transitions or trace.terminal != "interrupted":
-            continue
-        # In order: a call answered earlier does not answer a later call of the same id
-        # (a scripted model numbers its calls afresh in each process that resumes a run).
-        pending: dict[str, ToolCall] = {}
-        for m in trace.transitions[-1].chain.messages:
-            if m.role == "assistant":
-                pending.update((c.call_id, c) for c in m.tool_calls)
-            for r in m.tool_results:
-                pending.pop(r.tool_call_id, None)
-        for call in pending.values():
+        for call in unanswered_calls(trace) or ():
             shown = {
                 "tool_call_id": call.call_id,
                 "tool_name": call.name,
