@@ -711,8 +711,8 @@ class Engine:
             return
         state = converter.structure(output["state"], AgentState) if "state" in output else None
         if state is None or state.status != "interrupted" or not waits_on(state.interrupt_data):
-            if claims:  # as the run answered while it ran: its wait was decided first
-                won = claim_of(decisions, claims) or claims[0]
+            won = claim_of(decisions, claims)  # the wait they name, decided otherwise
+            if won is not None:  # as the run answered while it ran: decided first
                 raise DecisionConflictError(
                     f"Run {run_id!r} took other decisions first: {json.dumps(won)[:300]}; "
                     "these were not sent.",
