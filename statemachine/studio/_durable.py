@@ -50,7 +50,7 @@ from .._serialization import dump_trace
 from .._view import page
 from ..store import SavedRun
 from ._compare_page import compare_form, compare_page
-from ._pages import document
+from ._pages import DECIDED_AS, decided_words, document
 
 __all__ = ["create_durable_app", "unknown_machine_page"]
 
@@ -303,7 +303,7 @@ def _decide_now(
                     "tool": request.tool_name if request is not None else None,
                     "call_id": d.get("tool_call_id")
                     or (request.tool_call_id if request is not None else None),
-                    "decision": "rejected" if d.get("type") == "reject" else "approved",
+                    "decision": DECIDED_AS.get(str(d.get("type")), "approved"),
                     "where": "elsewhere",
                 }
             )
@@ -354,8 +354,8 @@ async def _decide_form(request: Request) -> Response:
     except ValueError as exc:
         return HTMLResponse(_decision_html(durable, record, result, approval, _one_line(exc)), 400)
     if refusal is not None:
-        won = json.dumps(refusal["decisions"]) if refusal["decisions"] is not None else "unknown"
-        text = f"refused: {refusal['error']} (the decisions that won: {won})"
+        decided = refusal["decided"]
+        text = "; ".join(decided_words(d) for d in decided) if decided else refusal["error"]
         return HTMLResponse(_decision_html(durable, record, result, approval, text), 409)
     return RedirectResponse(_link(run_id) + "?said=decided", 303)
 

@@ -35,7 +35,7 @@ from .._view import page_data, unanswered_calls
 from ..store import RunInfo, SavedRun, load_run
 from ._catalog import Catalog
 from ._forks import shown_status
-from ._pages import index_change
+from ._pages import DECIDED_AS, decided_words, index_change
 
 __all__ = [
     "LIVE",
@@ -58,7 +58,6 @@ LIVE: Final = frozenset({"running", "interrupted", "paused"})
 STREAM_FOR: Final = 300.0
 
 #: How a decision is said: the decision's type as a reader reads it.
-_SAID: Final = {"approve": "approved", "edit": "edited", "reject": "rejected"}
 
 
 def counts(request: Request) -> tuple[int, int]:
@@ -269,7 +268,9 @@ class Referee:
                 self._decided[(run_id, request["digest"])] = {
                     "tool": request["tool"],
                     "call_id": request["call_id"],
-                    "decision": _SAID.get(str(decision.get("type")), str(decision.get("type"))),
+                    "decision": DECIDED_AS.get(
+                        str(decision.get("type")), str(decision.get("type"))
+                    ),
                 }
 
     def first(
@@ -312,7 +313,7 @@ class Referee:
                         "where": "elsewhere",
                     }
                 )
-        words = "; ".join(_said(d) for d in decided)
+        words = "; ".join(decided_words(d) for d in decided)
         return {"error": words, "decided": decided, "status": saved.status}, now
 
 
@@ -329,10 +330,3 @@ def _asked(saved: SavedRun) -> dict[str, tuple[int, str, str]]:
             }
             asked[request_digest(shown)] = (number, call.call_id, call.name)
     return asked
-
-
-def _said(decided: Mapping[str, Any]) -> str:
-    what = f"{decided['tool']} ({decided['call_id']})"
-    if decided["decision"] is None:
-        return f"{what} was decided {decided['where']}"
-    return f"decided {decided['where']}: {decided['decision']} {what}"

@@ -15,10 +15,18 @@ import html
 import shlex
 from collections.abc import Mapping
 from importlib.resources import files
-from typing import Any
+from typing import Any, Final
 from urllib.parse import quote, urlencode
 
-__all__ = ["cells", "document", "index_change", "index_page", "policy"]
+__all__ = [
+    "DECIDED_AS",
+    "cells",
+    "decided_words",
+    "document",
+    "index_change",
+    "index_page",
+    "policy",
+]
 
 
 def _asset(name: str) -> str:
@@ -199,3 +207,16 @@ def index_page(
 </form>
 <nav id="pager"><span id="shown">{listing["total"]} shown</span> · {" · ".join(pager)}</nav>"""
     return document("runs", style, body, script=_asset("index.js") if mark else "")
+
+
+#: A decision's type in the words a page tells it with ("decided elsewhere: edited ...").
+DECIDED_AS: Final = {"approve": "approved", "edit": "edited", "reject": "rejected"}
+
+
+def decided_words(decided: Mapping[str, Any]) -> str:
+    """A decision that came first, as a page tells the user whose click lost:
+    ``decided in another window: approved write_file (call_2)``."""
+    what = f"{decided['tool']} ({decided['call_id']})"
+    if decided["decision"] is None:
+        return f"{what} was decided {decided['where']}"
+    return f"decided {decided['where']}: {decided['decision']} {what}"
