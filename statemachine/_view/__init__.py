@@ -32,6 +32,7 @@ __all__ = [
     "page",
     "page_data",
     "render_page",
+    "saved_run_data",
     "saved_run_page",
     "traces_page",
     "unanswered_calls",
@@ -141,13 +142,11 @@ def traces_page(traces: Sequence[Trace], *, title: str, table: MachineTable = ST
     return page(traces, title=title, table=table)
 
 
-def saved_run_page(
-    saved: SavedRun, *, table: MachineTable | None = None, clock: Sequence[float | None] = ()
-) -> str:
-    """The page of a run loaded from a store, with how it ended, on the machine it ran on
-    (and the run it was forked from, if it was)."""
-    table = table or machine_named(saved.trace.machine)
-    data = page_data(
+def saved_run_data(
+    saved: SavedRun, table: MachineTable, clock: Sequence[float | None] = ()
+) -> dict[str, Any]:
+    """The data of a saved run's page (its live updates are drawn from the same)."""
+    return page_data(
         saved.traces,
         table,
         title=f"run {saved.run_id}",
@@ -155,6 +154,15 @@ def saved_run_page(
         result=saved.result,
         clock=clock,
     )
+
+
+def saved_run_page(
+    saved: SavedRun, *, table: MachineTable | None = None, clock: Sequence[float | None] = ()
+) -> str:
+    """The page of a run loaded from a store, with how it ended, on the machine it ran on
+    (and the run it was forked from, if it was)."""
+    table = table or machine_named(saved.trace.machine)
+    data = saved_run_data(saved, table, clock)
     if saved.forked_from is not None:
         parent, step = saved.forked_from
         data["forked_from"] = {"run_id": parent, "step": step}

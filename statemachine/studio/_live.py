@@ -31,7 +31,7 @@ from starlette.responses import Response, StreamingResponse
 from .._approval import request_digest
 from .._errors import AgentfsmError
 from .._machine import MachineTable, machine_named
-from .._view import page_data, unanswered_calls
+from .._view import page_data, saved_run_data, unanswered_calls
 from ..store import RunInfo, SavedRun, load_run
 from ._catalog import Catalog
 from ._forks import shown_status
@@ -89,14 +89,7 @@ def run_change(
     and the run as it is now (``from``/``messages_from`` say where the new rows go), in
     the status its page shows it with (``unheld``: the store's runs no lease holds, see
     :func:`~agentfsm.studio._forks.shown_status`)."""
-    data = page_data(
-        saved.traces,
-        table,
-        title=f"run {saved.run_id}",
-        run_id=saved.run_id,
-        result=saved.result,
-        clock=clock,
-    )
+    data = saved_run_data(saved, table, clock)
     if len(data["steps"]) < steps_from or len(data["messages"]) < messages_from:
         # Not the run the page holds (it was replaced): all of it, which the page refuses
         # to append, and starts afresh from.
