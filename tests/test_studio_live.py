@@ -258,7 +258,11 @@ def test_a_half_typed_edit_survives_an_update(
         assert browser.find_element(By.CSS_SELECTOR, "#act input[value=edit]").is_selected()
         box.send_keys('.json"}')
         browser.find_element(By.ID, "send").click()
-        _wait(lambda: _said(browser).startswith("decided here: approved restore"), what="done")
+        _wait(
+            lambda: _said(browser).startswith("decided here: approved restore"),
+            what="done",
+            timeout=30,
+        )
         assert browser.execute_script(KEPT), "the page reloaded"
         assert _severe(browser) == []
         browser.get("about:blank")  # the page's stream ends before the server does
