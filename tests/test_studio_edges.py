@@ -28,25 +28,17 @@ from agentfsm.steps import Continue, call_llm, check_max_runs, check_response_co
 from agentfsm.store import SQLiteStore
 from agentfsm.studio import create_app
 from agentfsm.studio._app import CSRF_HEADER
+from tests.test_serve import must_cite
 from tests.test_studio import addon_data, make_store, serving
 from tests.test_studio_cli import _agentfsm, _store_of_my_machine
 from tests.test_view import browser  # noqa: F401  (the fixture)
-
-
-def _must_cite(result: Any, opts: Any) -> Any:
-    if not isinstance(result, Continue):
-        return result
-    if "source:" in result.chain.last_message.text:
-        return Ok(result.chain)
-    return Continue(result.chain.add_message(Message.user("Name your source.")))
-
 
 #: A small machine of the user's own: two working states, three terminals.
 CITED = MachineTable(
     name="cited_in_the_studio",
     steps={
         "answering": (check_max_runs, call_llm, check_response_complete),
-        "checking": (_must_cite,),
+        "checking": (must_cite,),
     },
     terminals=("ok", "paused", "error"),
     entries={"fresh": "answering", "pending tool calls": "answering", "tool results": "answering"},
