@@ -419,6 +419,7 @@ async def test_a_tools_own_interrupt_is_answered_at_propagating_with_no_middlewa
     assert_path(run, f"propagating until_check deciding {LOOP} ok")
     (answer,) = model.requests[1].messages[-1].tool_results
     assert (answer.content, answer.is_interrupt) == ("PostgreSQL", False)
+    assert (answer.tool_call_id, answer.name) == ("call_1", "ask_user")  # it answers its call
     assert "answer" not in run.chain.custom_context
 
 
