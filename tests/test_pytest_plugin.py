@@ -111,6 +111,18 @@ def test_path(case):
     result.stdout.fnmatch_lines(["until_success: 25 runs; edges 10/10 (100%), paths 25/25 (100%)"])
 
 
+def test_coverage_under_xdist_is_refused_with_what_to_do(pytester: pytest.Pytester) -> None:
+    """Each xdist worker would count its own share and the report none: refused, not wrong."""
+    pytester.makepyfile(AGENT_TEST)
+    for option in ("--agentfsm-coverage", "--agentfsm-fail-under=10", "--agentfsm-coverage-dir=d"):
+        result = pytester.runpytest("-p", "no:cacheprovider", "-n", "2", option)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["*pytest-xdist (-n) spreads the tests*add -n 0*"])
+    alone = pytester.runpytest("-p", "no:cacheprovider", "-n", "0", "--agentfsm-coverage")
+    alone.assert_outcomes(passed=1)
+    alone.stdout.fnmatch_lines(["standard: 1 runs; edges 8/25 *"])
+
+
 def test_coverage_dir_draws_each_machine(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(AGENT_TEST)
     result = pytester.runpytest("-p", "no:cacheprovider", "--agentfsm-coverage-dir=drawn")

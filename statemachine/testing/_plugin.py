@@ -118,6 +118,11 @@ def pytest_configure(config: pytest.Config) -> None:
         or config.getoption("agentfsm_coverage_dir") is not None
     )
     if wanted:
+        if getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
+            raise pytest.UsageError(
+                "--agentfsm-coverage counts the runs of one pytest process, and pytest-xdist "
+                "(-n) spreads the tests over several: add -n 0 to measure coverage"
+            )
         config.pluginmanager.register(CoverageReport(config), _COVERAGE)
 
 
