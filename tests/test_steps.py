@@ -37,6 +37,7 @@ from agentfsm.steps import (
     execute_tools,
     expand_tool_results,
     propagate_state,
+    take_tool_answers,
 )
 from tests.support import add, chain_of, texts
 
@@ -347,3 +348,26 @@ async def test_pipe_reads_like_the_seed() -> None:
         ("tool", "3"),
         ("assistant", "3"),
     ]
+
+
+class TestTakeToolAnswers:
+    """An answer a resume brought becomes its interrupted call's result, whatever it left out."""
+
+    def waiting(self, answers: object) -> LLMChain:
+        asked = ToolResult("c1", "ask_user", "Which database?", is_interrupt=True)
+        chain = with_tool_message(_chain(), asked)
+        return chain.update_custom_context({"answer": answers})
+
+    def test_an_answer_without_text_or_error_flag_is_an_empty_success(self) -> None:
+        result = take_tool_answers(Continue(self.waiting([{"tool_call_id": "c1"}])))
+        assert isinstance(result, Continue)
+        (answered,) = result.chain.last_message.tool_results
+        assert (answered.tool_call_id, answered.name, answered.content) == ("c1", "ask_user", "")
+        assert answered.is_error is False and answered.is_interrupt is False
+        assert "answer" not in result.chain.custom_context
+
+    def test_an_answer_carries_its_text_error_flag_and_updates(self) -> None:
+        given = {"tool_call_id": "c1", "content": "no", "is_error": True, "state_updates": {"a": 1}}
+        result = take_tool_answers(Continue(self.waiting([given])))
+        (answered,) = result.chain.last_message.tool_results
+        assert (answered.content, answered.is_error, answered.state_updates) == ("no", True, {"a": 1})
