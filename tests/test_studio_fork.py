@@ -185,8 +185,16 @@ def test_a_fork_waits_until_resumed_from_its_page_on_a_chosen_model(
         at = next(n for n, t in enumerate(steps, 1) if t.dest == "calling")
         fork_run(store, "finished", at, new_id="fork-1")
     with serving(create_app(str(db))) as base:
-        listed = {r["run_id"]: r["status"] for r in httpx.get(f"{base}/api/runs").json()["runs"]}
+        index = httpx.get(f"{base}/api/runs").json()
+        listed = {r["run_id"]: r["status"] for r in index["runs"]}
         assert listed["fork-1"] == "waiting" and listed["finished"] == "ok"
+        # counted, filtered and listed first as what it is shown: waiting, not running
+        assert index["statuses"].get("waiting") == 1 and "running" not in index["statuses"]
+        assert [r["status"] for r in index["runs"]] == ["interrupted", "waiting", "ok", "ok"]
+        only = httpx.get(f"{base}/api/runs", params={"status": "waiting"}).json()["runs"]
+        assert [r["run_id"] for r in only] == ["fork-1"]
+        assert not httpx.get(f"{base}/api/runs", params={"status": "running"}).json()["runs"]
+        assert "waiting 1" in httpx.get(f"{base}/").text
         data = addon_data(httpx.get(f"{base}/runs/fork-1").text)
         assert (data["status"], data["live"], data["resting"]) == ("waiting", False, True)
         assert data["agents"] == ["agentfsm._demo:demo_agent"] or len(data["agents"]) == 1

@@ -35,8 +35,9 @@ PAGE_SIZE: Final = 50
 #: A store of up to this many runs is read whole for its index (machines and tools known).
 EAGER: Final = 500
 
-#: The order of the index: runs waiting for a human first.
-_FIRST: Final = {"interrupted": 0, "paused": 1, "running": 2}
+#: The order of the index: runs waiting for a human first (a fork nothing runs waits for
+#: someone to resume it).
+_FIRST: Final = {"interrupted": 0, "paused": 1, "waiting": 1, "running": 2}
 
 #: What loading a run may raise when the run (or its machine) cannot be shown.
 _UNREADABLE: Final = (
@@ -278,10 +279,16 @@ class Catalog:
         infos = self.store.runs()
         eager = len(infos) <= EAGER
         rows = self.rows(detailed=eager, infos=infos)
+        # Counted, filtered and ordered by the status every page shows (a fork nothing
+        # runs is waiting, not running); the store's unheld runs read once, for a fork only.
+        unheld = functools.cache(self.store.unheld)
+        shown = {r.run_id: shown_status(r.run_id, r.status, r.forked, unheld) for r in rows}
+        if any(shown[r.run_id] != r.status for r in rows):
+            rows.sort(key=lambda r: (_FIRST.get(shown[r.run_id], 3), -r.updated, r.run_id))
         counts: dict[str, int] = {}
         for r in rows:
-            counts[r.status] = counts.get(r.status, 0) + 1
-        picked = [r for r in rows if not status or r.status == status]
+            counts[shown[r.run_id]] = counts.get(shown[r.run_id], 0) + 1
+        picked = [r for r in rows if not status or shown[r.run_id] == status]
         indexed = None if eager else self._search(machine=machine, tool=tool, text=needle)
         if indexed is not None:
             found, every_machine, every_tool = indexed
@@ -306,7 +313,7 @@ class Catalog:
             ]
         pages = max(1, -(-len(picked) // PAGE_SIZE))
         page = min(max(1, page), pages)
-        shown = self._detail(picked[(page - 1) * PAGE_SIZE : page * PAGE_SIZE])
+        page_rows = self._detail(picked[(page - 1) * PAGE_SIZE : page * PAGE_SIZE])
         with self._lock:
             read = [row for _, row in self._rows.values()]
             seen = [f.digest for f in self._facts.values()]
@@ -319,9 +326,8 @@ class Catalog:
                 {r.machine for r in read if r.machine} | {f.machine for f in seen if f.machine}
             )
             tools = sorted({t for r in read for t in r.tools} | {t for f in seen for t in f.tools})
-        unheld = functools.cache(self.store.unheld)  # read once, and only for a fork
         return {
-            "runs": [_shown(r, unheld) for r in shown],
+            "runs": [_shown(r, unheld) for r in page_rows],
             "total": len(picked),
             "all": len(rows),
             "page": page,

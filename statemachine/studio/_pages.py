@@ -130,7 +130,7 @@ def _row(run: Mapping[str, Any]) -> str:
     )
 
 
-_STATUSES = ("interrupted", "paused", "running", "ok", "error")
+_STATUSES = ("interrupted", "paused", "waiting", "running", "ok", "error")
 
 
 def _tally(listing: Mapping[str, Any]) -> str:
