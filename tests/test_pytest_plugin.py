@@ -111,16 +111,48 @@ def test_path(case):
     result.stdout.fnmatch_lines(["until_success: 25 runs; edges 10/10 (100%), paths 25/25 (100%)"])
 
 
-def test_coverage_under_xdist_is_refused_with_what_to_do(pytester: pytest.Pytester) -> None:
-    """Each xdist worker would count its own share and the report none: refused, not wrong."""
-    pytester.makepyfile(AGENT_TEST)
-    for option in ("--agentfsm-coverage", "--agentfsm-fail-under=10", "--agentfsm-coverage-dir=d"):
-        result = pytester.runpytest("-p", "no:cacheprovider", "-n", "2", option)
-        assert result.ret == pytest.ExitCode.USAGE_ERROR
-        result.stderr.fnmatch_lines(["*pytest-xdist (-n) spreads the tests*add -n 0*"])
-    alone = pytester.runpytest("-p", "no:cacheprovider", "-n", "0", "--agentfsm-coverage")
-    alone.assert_outcomes(passed=1)
-    alone.stdout.fnmatch_lines(["standard: 1 runs; edges 8/25 *"])
+ANSWER_TEST = """
+from agentfsm import Agent, AgentState
+from agentfsm.providers import say
+
+
+def test_answers_at_once(scripted_model):
+    run = Agent(scripted_model(say("hi")), []).start(AgentState.of("hi?"))
+    run.run_sync()
+    assert run.result.__class__.__name__ == "Ok"
+"""
+
+
+def test_coverage_under_xdist_adds_up_every_workers_runs(pytester: pytest.Pytester) -> None:
+    """Each xdist worker counts its own tests' runs; the report, the verdict and the
+    drawing are the session's, the same as with the tests run in one process."""
+    pytester.makepyfile(test_tools=AGENT_TEST, test_answer=ANSWER_TEST)
+    pytester.makeconftest(
+        "import os, pathlib, pytest\n"
+        "@pytest.fixture(autouse=True)\n"
+        "def _where():\n"
+        "    pathlib.Path('ran-on-' + os.environ.get('PYTEST_XDIST_WORKER', 'one')).touch()\n"
+    )
+    options = ("--agentfsm-coverage=full", "--agentfsm-fail-under=30", "--agentfsm-coverage-dir=d")
+
+    def report(*spread: str) -> tuple[list[str], str, pytest.ExitCode | int]:
+        result = pytester.runpytest("-p", "no:cacheprovider", *spread, *options)
+        result.assert_outcomes(passed=2)
+        lines = result.stdout.str().splitlines()
+        start = lines.index(next(line for line in lines if "agentfsm coverage" in line))
+        end = next(i for i, line in enumerate(lines) if "edges taken over all" in line)
+        drawn = (pytester.path / "d" / "standard.mmd").read_text()
+        return [line for line in lines[start + 1 : end + 1] if line], drawn, result.ret
+
+    alone, drawn_alone, ret_alone = report("-n", "0")
+    spread, drawn_spread, ret_spread = report("-n", "2")
+    assert alone[0] == "standard: 2 runs; edges 8/25 (32%), paths 2/95 (2%; 2 no run can take)"
+    assert "    fresh: expanding calling interrupt_check executing … ok" not in alone  # taken
+    assert sorted(p.name for p in pytester.path.glob("ran-on-gw*")) == ["ran-on-gw0", "ran-on-gw1"]
+    assert spread == alone
+    assert drawn_spread == drawn_alone and "Calling --> InterruptCheck : called x3" in drawn_alone
+    assert ret_alone == ret_spread == pytest.ExitCode.OK
+    assert alone[-1] == "edges taken over all machines: 32.0% (--agentfsm-fail-under=30): ok"
 
 
 def test_coverage_dir_draws_each_machine(pytester: pytest.Pytester) -> None:

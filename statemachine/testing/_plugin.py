@@ -21,7 +21,7 @@ took (``--agentfsm-coverage=full`` lists them);
 ``--agentfsm-fail-under=PCT`` fails the session when the edges taken, over all those
 machines, are under ``PCT`` percent; ``--agentfsm-coverage-dir=DIR`` draws each machine
 (Mermaid) with every edge's count; ``--agentfsm-cassettes=strict|new_episodes|rewrite``
-says how ``cassette`` replays.
+says how ``cassette`` replays. Under pytest-xdist the coverage is every worker's, added up.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import pytest
 
 if TYPE_CHECKING:
     from agentfsm._chat_model import ChatModel
-    from agentfsm._machine import Edge, MachineTable
+    from agentfsm._machine import MachineTable
     from agentfsm._run import Run
     from agentfsm.store import SQLiteStore
 
@@ -118,11 +118,6 @@ def pytest_configure(config: pytest.Config) -> None:
         or config.getoption("agentfsm_coverage_dir") is not None
     )
     if wanted:
-        if getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput"):
-            raise pytest.UsageError(
-                "--agentfsm-coverage counts the runs of one pytest process, and pytest-xdist "
-                "(-n) spreads the tests over several: add -n 0 to measure coverage"
-            )
         config.pluginmanager.register(CoverageReport(config), _COVERAGE)
 
 
@@ -178,60 +173,79 @@ class _Taken:
 
 
 class CoverageReport:
-    """Counts the runs of the session; reports, draws and judges their coverage."""
+    """Counts the runs of the session; reports, draws and judges their coverage.
+
+    Under pytest-xdist each worker counts its own tests' runs and sends what it saw (plain
+    data, :func:`covered`) to the controller, which adds them up and reports once."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.taken = _Taken()
+        #: Each machine's coverage, by name: this process's, or the workers' added up.
+        self.covered: dict[str, Covered] = {}
         self._remove: Callable[[], None] | None = None
         self.ratio: float | None = None
+        self._worker = hasattr(config, "workerinput")
+        #: The controller of an xdist session: it runs no test, its workers do.
+        self._spread = not self._worker and bool(getattr(config.option, "numprocesses", None))
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # import time: pytest loads the plugin in every session
         from agentfsm._hooks import add_global_hook
 
-        self._remove = add_global_hook(self.taken)
+        if not self._spread:
+            self._remove = add_global_hook(self.taken)
 
     def _stop(self) -> None:
         if self._remove is not None:
             self._remove()
             self._remove = None
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """An xdist worker is done: add what its runs took."""
+        sent = getattr(node, "workeroutput", {}).get(_COVERAGE) or {}
+        for name, seen in sent.items():
+            known = self.covered.get(name)
+            self.covered[name] = seen if known is None else merged(known, seen)
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self._stop()
+        folder = self.config.getoption("agentfsm_coverage_dir")
+        if not self._spread:
+            taken = self.taken
+            self.covered = {
+                name: covered(table, taken.edges[name], taken.paths[name], draw=folder is not None)
+                for name, table in taken.tables.items()
+            }
+        if self._worker:  # the controller reports
+            self.config.workeroutput[_COVERAGE] = self.covered  # type: ignore[attr-defined]
+            return
         under = self.config.getoption("agentfsm_fail_under")
         self.ratio = self._edge_ratio()
         failing = under is not None and self.ratio is not None and self.ratio * 100 < under
         if failing and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        folder = self.config.getoption("agentfsm_coverage_dir")
         if folder is not None:
             self._draw(Path(folder))
 
     def _edge_ratio(self) -> float | None:
-        total = sum(len(t.edges) for t in self.taken.tables.values())
-        if not total:
+        edges = [e for seen in self.covered.values() for e in seen["edges"]]
+        if not edges:
             return None
-        taken = sum(self._edges_taken(name) for name in self.taken.tables)
-        return taken / total
-
-    def _edges_taken(self, name: str) -> int:
-        table = self.taken.tables[name]
-        counts = self.taken.edges[name]
-        return sum(1 for e in table.edges if counts[(e.source, e.trigger)])
+        return sum(1 for e in edges if e[4]) / len(edges)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self._worker:
+            return
         write = terminalreporter.write_line
         terminalreporter.section("agentfsm coverage")
-        if not self.taken.tables:
+        if not self.covered:
             write("no run of any machine was made")
         full = self.config.getoption("agentfsm_coverage") == "full"
-        for name, table in sorted(self.taken.tables.items()):
-            report = machine_report(
-                table, self.taken.edges[name], self.taken.paths[name], full=full
-            )
-            for line in report:
+        for name, seen in sorted(self.covered.items()):
+            for line in machine_report(name, seen, full=full):
                 write(line)
         under = self.config.getoption("agentfsm_fail_under")
         if under is not None and self.ratio is not None:
@@ -247,48 +261,93 @@ class CoverageReport:
 
     def _draw(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        for name, table in self.taken.tables.items():
-            (folder / f"{name}.mmd").write_text(coverage_mermaid(table, self.taken.edges[name]))
+        for name, seen in self.covered.items():
+            (folder / f"{name}.mmd").write_text(coverage_mermaid(seen))
 
 
-def machine_report(
+#: One machine's coverage as plain data (it crosses from an xdist worker to the controller):
+#: ``edges``, every edge as ``[source, trigger, dest, why, runs that took it]``; ``paths``,
+#: every path as ``[entry, text, [[source, trigger], ...], runs that took it, why no run
+#: can take it or None]``; ``runs``, how many runs; ``drawing``, the machine in Mermaid
+#: with each edge's label left as ``@@index@@``, or None when no drawing was asked for.
+Covered = dict[str, Any]
+
+
+def covered(
     table: MachineTable,
     edges: Counter[tuple[str, str]],
     runs: Counter[tuple[tuple[str, str], ...]],
     *,
-    full: bool = True,
-) -> list[str]:
+    draw: bool = False,
+) -> Covered:
+    """What the runs of ``table`` took (``edges`` and whole paths counted) as plain data."""
+    # import time: pytest loads the plugin in every session
+    from agentfsm._paths import paths
+
+    every = [(p, tuple((e.source, e.trigger) for e in p.edges)) for p in paths(table)]
+    missed = any(not runs[key] for _, key in every)
+    impossible = _impossible(table) if missed else {}
+    return {
+        "edges": [
+            [e.source, e.trigger, e.dest, e.why, edges[(e.source, e.trigger)]] for e in table.edges
+        ],
+        "paths": [
+            [p.entry, p.text, [list(k) for k in key], runs[key], impossible.get(p.edges)]
+            for p, key in every
+        ],
+        "runs": sum(runs.values()),
+        "drawing": _drawing(table) if draw else None,
+    }
+
+
+def merged(one: Covered, other: Covered) -> Covered:
+    """The coverage of two sets of runs of the same machine, added up."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for e in (*one["edges"], *other["edges"]):
+        counts[(e[0], e[1])] += e[4]
+    took: Counter[str] = Counter()
+    why: dict[str, str | None] = {}
+    for p in (*one["paths"], *other["paths"]):
+        key = json.dumps(p[2])
+        took[key] += p[3]
+        why[key] = why.get(key) or p[4]
+    return {
+        "edges": [[*e[:4], counts[(e[0], e[1])]] for e in one["edges"]],
+        "paths": [[*p[:3], took[json.dumps(p[2])], why[json.dumps(p[2])]] for p in one["paths"]],
+        "runs": one["runs"] + other["runs"],
+        "drawing": one["drawing"] or other["drawing"],
+    }
+
+
+def machine_report(name: str, seen: Covered, *, full: bool = True) -> list[str]:
     """The lines that report one machine: edges and paths taken, and the untaken ones
     (the untaken paths listed when ``full``, else counted).
 
     An untaken path that no run can take (:attr:`PathCase.unforceable`) says so.
     """
-    # import time: pytest loads the plugin in every session
-    from agentfsm._paths import paths
-
-    untaken = [e for e in table.edges if not edges[(e.source, e.trigger)]]
-    all_paths = paths(table)
-    took = set(runs)
-    missed = [p for p in all_paths if tuple((e.source, e.trigger) for e in p.edges) not in took]
-    impossible = _impossible(table) if missed else {}
-    n_edges, n_paths = len(table.edges), len(all_paths)
+    untaken = [e for e in seen["edges"] if not e[4]]
+    missed = [p for p in seen["paths"] if not p[3]]
+    impossible = sum(1 for p in missed if p[4])
+    n_edges, n_paths = len(seen["edges"]), len(seen["paths"])
     taken_paths = n_paths - len(missed)
-    note = f"; {len(impossible)} no run can take" if impossible else ""
+    note = f"; {impossible} no run can take" if impossible else ""
     lines = [
-        f"{table.name}: {_n_runs(runs)} runs; edges {n_edges - len(untaken)}/{n_edges} "
+        f"{name}: {seen['runs']} runs; edges {n_edges - len(untaken)}/{n_edges} "
         f"({(n_edges - len(untaken)) / n_edges:.0%}), "
         f"paths {taken_paths}/{n_paths} ({taken_paths / n_paths:.0%}{note})"
     ]
     if untaken:
         lines.append("  edges never taken:")
-        lines += [f"    {e.source} --{e.trigger}--> {e.dest}  ({e.why})" for e in untaken]
+        lines += [
+            f"    {source} --{trigger}--> {dest}  ({why})"
+            for source, trigger, dest, why, _ in untaken
+        ]
     if missed and not full:
         lines.append(f"  {len(missed)} paths never taken (--agentfsm-coverage=full lists them)")
     elif missed:
         lines.append("  paths never taken:")
-        for p in missed:
-            why = impossible.get(p.edges)
-            lines.append(f"    {p.entry}: {p.text}" + ("  (no run can take it)" if why else ""))
+        for entry, text, _, _, why in missed:
+            lines.append(f"    {entry}: {text}" + ("  (no run can take it)" if why else ""))
     return lines
 
 
@@ -304,31 +363,35 @@ def _impossible(table: MachineTable) -> dict[tuple[Any, ...], str]:
     }
 
 
-def _n_runs(runs: Counter[Any]) -> int:
-    return sum(runs.values())
-
-
-def coverage_mermaid(table: MachineTable, edges: Counter[tuple[str, str]]) -> str:
-    """The machine as a Mermaid state diagram, each edge labelled with its count."""
+def _drawing(table: MachineTable) -> str:
+    """The machine as a Mermaid state diagram, edge ``i`` labelled ``@@i@@`` (counts go there)."""
     # import time: pytest loads the plugin in every session
     from agentfsm._mermaid import Drawing, mermaid
 
     # import time: pytest loads the plugin in every session
     from agentfsm._paths import state_label
 
-    def edge_label(e: Edge) -> str:
-        count = edges[(e.source, e.trigger)]
-        return f"{e.trigger} x{count}" if count else f"{e.trigger} NEVER"
-
+    index = {(e.source, e.trigger): i for i, e in enumerate(table.edges)}
     drawing = Drawing(
         states=table.states,
         terminals=table.terminals,
         entries=table.entries,
         edges=table.edges,
         id=state_label,
-        edge_label=edge_label,
+        edge_label=lambda e: f"@@{index[(e.source, e.trigger)]}@@",
     )
     return mermaid(drawing)
+
+
+def coverage_mermaid(seen: Covered) -> str:
+    """The machine as a Mermaid state diagram, each edge labelled with its count."""
+    edges = seen["edges"]
+
+    def label(found: re.Match[str]) -> str:
+        _, trigger, _, _, count = edges[int(found[1])]
+        return f"{trigger} x{count}" if count else f"{trigger} NEVER"
+
+    return re.sub(r"@@(\d+)@@", label, seen["drawing"] or "")
 
 
 # ---------------------------------------------------------------- fixtures
