@@ -30,6 +30,7 @@ SHOTS = os.environ.get("AGENTFSM_SCREENSHOTS")
 
 def _shot(driver: Any, name: str, tmp_path: pathlib.Path) -> None:
     folder = pathlib.Path(SHOTS) if SHOTS else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.png"
     assert driver.save_screenshot(str(path))
     assert path.read_bytes().startswith(b"\x89PNG")
