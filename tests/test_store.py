@@ -800,3 +800,21 @@ def test_an_edited_row_of_a_store_made_before_the_log_is_a_format_error(
         con.commit()
     with SQLiteStore(db) as store, pytest.raises(FormatError, match="the store is damaged"):
         load_run(store, "old", strict=False)
+
+
+def test_unheld_names_the_runs_nothing_holds_and_answers_for_one(db: Path) -> None:
+    """A fork is saved running with no holder; a run stepping holds its lease; an ended
+    run is held by no one but is not running. Asked of one run, the store looks at that one."""
+    from agentfsm.store import fork_run
+
+    agent = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
+    with SQLiteStore(db) as store:
+        start_run(agent, AgentState.of("1+2?"), store, run_id="done").run_sync()
+        again = Agent(ScriptedModel([call_tool("add", a=1, b=2), say("3")]), [add])
+        held = start_run(again, AgentState.of("1+2?"), store, run_id="held")
+        held.step_sync()  # expanding: its first checkpoint claims it
+        fork_run(store, "done", 3, new_id="fork")
+        assert store.unheld() == {"fork"}
+        assert store.unheld("fork") == {"fork"}
+        assert store.unheld("held") == store.unheld("done") == store.unheld("nope") == set()
+        held.run_sync()

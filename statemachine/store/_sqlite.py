@@ -180,6 +180,7 @@ class SQLiteStore(EvalRows):
         self.lease = lease
         self._lock = threading.Lock()
         self._older = False
+        self._leases = False  # the runs table has its lease columns (checked until seen)
         if os.path.isdir(self.path):
             raise StoreError(f"The store {self.path} is a directory, not a store file")
         with _guard(self.path):
@@ -500,19 +501,27 @@ class SQLiteStore(EvalRows):
             except sqlite3.DatabaseError:
                 return None
 
-    def unheld(self) -> set[str]:
+    def unheld(self, run_id: str | None = None) -> set[str]:
         """The runs saved running that no live lease holds: nothing runs them now (a
-        fork, a migration, a run whose process died); a resume may take them at once."""
+        fork, a migration, a run whose process died); a resume may take them at once.
+        With ``run_id``, that run alone is looked at (a live page asks of its own run
+        several times a second): ``{run_id}`` or nothing."""
         with self._lock, _guard(self.path):
-            columns = {r[1] for r in self._con.execute("PRAGMA table_info(runs)")}
-            if "lease_until" not in columns:  # a store written before leases
-                return set()
-            rows = self._con.execute(
+            if not self._leases:
+                columns = {r[1] for r in self._con.execute("PRAGMA table_info(runs)")}
+                if "lease_until" not in columns:  # a store written before leases
+                    return set()
+                self._leases = True  # a column, once there, stays
+            query = (
                 "SELECT run_id FROM runs WHERE status = 'running' "
-                "AND (owner IS NULL OR lease_until IS NULL OR lease_until < ?)",
-                (time.time(),),
-            ).fetchall()
-        return {run_id for (run_id,) in rows}
+                "AND (owner IS NULL OR lease_until IS NULL OR lease_until < ?)"
+            )
+            now = time.time()
+            if run_id is None:
+                rows = self._con.execute(query, (now,)).fetchall()
+            else:
+                rows = self._con.execute(query + " AND run_id = ?", (now, run_id)).fetchall()
+        return {found for (found,) in rows}
 
     def search_index(self) -> _search.SearchIndex | None:
         """The store's search index (:class:`~agentfsm.store._search.SearchIndex`) on a

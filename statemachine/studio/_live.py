@@ -202,7 +202,7 @@ def run_events(request: Request, catalog: Catalog, run_id: str, *, poll: float) 
         head = catalog.head(run_id)
         # A run its holder lets go of (a fork back at rest) writes no checkpoint: its page
         # is told as well, and shows it as the page would now.
-        if head is not None and run_id in catalog.store.unheld():
+        if head is not None and catalog.store.unheld(run_id):
             return head + ":unheld"
         return head
 
