@@ -444,10 +444,6 @@ def main() -> None:
                 laid_out(functools.partial(_unpacked, commit), args.k, args.repeat),
             )
     swept = {k: laid_out(_copied, k, args.repeat, collect=True) for k in GC_SWEEP}
-    # The same run lengths with the collector off: what a short run costs more per call
-    # (per-run work spread over fewer calls) is not the collector's.
-    unswept = {k: laid_out(_copied, k, args.repeat) for k in GC_SWEEP}
-    share = {k: swept[k] / unswept[k] for k in GC_SWEEP}
     store = calls["store"] - calls["agentfsm"]
     engine = calls["chain"] - calls["steps"]
     triggers = calls["floor_lean"] - calls["floor_asyncio"]
@@ -499,13 +495,6 @@ def main() -> None:
             f"{swept[GC_SWEEP[-1]]:,.0f}",
             f"{swept[GC_SWEEP[0]]:,.0f} (K={GC_SWEEP[0]})",
             f"{swept[GC_SWEEP[-1]] / swept[GC_SWEEP[0]]:.3f}x",
-            "1.02x",
-        ],
-        [
-            f"what the collector adds (on ÷ off), K={GC_SWEEP[-1]}",
-            f"{share[GC_SWEEP[-1]]:.3f}x",
-            f"{share[GC_SWEEP[0]]:.3f}x (K={GC_SWEEP[0]})",
-            f"{share[GC_SWEEP[-1]] / share[GC_SWEEP[0]]:.3f}x",
             "1.02x",
         ],
         [
