@@ -305,18 +305,23 @@ def merged(one: Covered, other: Covered) -> Covered:
     counts: Counter[tuple[str, str]] = Counter()
     for e in (*one["edges"], *other["edges"]):
         counts[(e[0], e[1])] += e[4]
-    took: Counter[str] = Counter()
-    why: dict[str, str | None] = {}
+    took: Counter[tuple[tuple[str, str], ...]] = Counter()
+    why: dict[tuple[tuple[str, str], ...], str | None] = {}
     for p in (*one["paths"], *other["paths"]):
-        key = json.dumps(p[2])
+        key = _edges_of(p)
         took[key] += p[3]
         why[key] = why.get(key) or p[4]
     return {
         "edges": [[*e[:4], counts[(e[0], e[1])]] for e in one["edges"]],
-        "paths": [[*p[:3], took[json.dumps(p[2])], why[json.dumps(p[2])]] for p in one["paths"]],
+        "paths": [[*p[:3], took[key], why[key]] for p in one["paths"] for key in [_edges_of(p)]],
         "runs": one["runs"] + other["runs"],
         "drawing": one["drawing"] or other["drawing"],
     }
+
+
+def _edges_of(path: list[Any]) -> tuple[tuple[str, str], ...]:
+    """A path of :data:`Covered` by what tells it apart: its (source, trigger) pairs."""
+    return tuple((source, trigger) for source, trigger in path[2])
 
 
 def machine_report(name: str, seen: Covered, *, full: bool = True) -> list[str]:
