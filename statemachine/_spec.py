@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -29,6 +30,8 @@ def import_attribute(
         raise error(f"cannot import {module_name!r} for {what}: {exc}") from exc
     for part in attribute.split("."):
         if not hasattr(value, part):
-            raise error(f"{module_name!r} has no attribute {attribute!r} for {what}")
+            close = difflib.get_close_matches(part, [n for n in dir(value) if n[:2] != "__"], 1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise error(f"{module_name!r} has no attribute {attribute!r} for {what}{hint}")
         value = getattr(value, part)
     return value

@@ -403,7 +403,7 @@ def test_a_decision_resumes_with_the_agent_the_run_was_started_with(
 ) -> None:
     """A run that ``agentfsm run --agent`` started: a studio with no ``--agent`` refuses the
     decision with the flag to start it with (a saved run's names are data, never loaded);
-    one started with that agent resumes the run with it."""
+    one given that agent (among others) resumes the run with it."""
     from tests.test_cli_hints import AGENTS
 
     (tmp_path / "studio_recorded_agents.py").write_text(AGENTS, encoding="utf-8")
@@ -432,7 +432,9 @@ def test_a_decision_resumes_with_the_agent_the_run_was_started_with(
             "studio_recorded_agents:mailer"
         )
         assert "studio_recorded_agents" not in sys.modules
-    app = create_app(str(tmp_path / "r.db"), agent="studio_recorded_agents:mailer")
+    # Of the agents a studio is given, a run goes on with the one it was started with.
+    given = ["agentfsm._demo:demo_agent", "studio_recorded_agents:mailer"]
+    app = create_app(str(tmp_path / "r.db"), agent=given)
     with serving(app) as base:
         extra = addon_data(httpx.get(f"{base}/runs/{run_id.group(1)}").text)
         sent = httpx.post(

@@ -314,3 +314,60 @@ def test_a_live_fork_page_whose_run_is_let_go_shows_it_waiting_with_its_resume_f
             badges = [b.text for b in browser.find_elements(By.CSS_SELECTOR, "#facts .badge")]
             assert "waiting" in badges
             assert _severe(browser) == []
+
+
+TWO_AGENTS = '''
+from agentfsm._demo import demo_agent
+
+
+def quick():
+    """The demo agent without its pauses, on a model of its own name: the second agent."""
+    agent = demo_agent(delay=0, stream=False)
+    agent.model.model_name = "quick-demo"
+    return agent
+'''
+
+
+def test_a_studio_of_several_agents_offers_each_and_resumes_with_the_one_chosen(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--agent`` repeated: a fork's page offers every agent named, the first as its
+    default; the one picked resumes the fork, one not named is refused naming them all,
+    and a name that imports nothing is refused before the studio serves."""
+    import sys
+
+    from agentfsm._agent_spec import UsageError
+
+    (tmp_path / "studio_two_agents.py").write_text(TWO_AGENTS, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "studio_two_agents", raising=False)
+    db = make_store(tmp_path)
+    with SQLiteStore(db) as store:
+        steps = [t for trace in load_run(store, "finished", strict=False).traces for t in trace]
+        at = next(n for n, t in enumerate(steps, 1) if t.dest == "calling")
+        fork = fork_run(store, "finished", at)
+    specs = ["agentfsm._demo:demo_agent", "studio_two_agents:quick"]
+    with pytest.raises(UsageError, match=r"has no attribute 'quik'.*did you mean 'quick'"):
+        create_app(str(db), agent=[specs[0], "studio_two_agents:quik"])
+    with serving(create_app(str(db), agent=[*specs, specs[0]])) as base:
+        data = addon_data(httpx.get(f"{base}/runs/{fork}").text)
+        assert data["agents"] == specs  # each once, in order
+        headers = {CSRF_HEADER: data["csrf"]}
+        other = httpx.post(base + data["resume"], json={"agent": "x:y"}, headers=headers)
+        assert other.status_code == 400
+        assert f"resumes runs with {specs[0]} or {specs[1]};" in other.json()["error"]
+        sent = httpx.post(base + data["resume"], json={"agent": specs[1]}, headers=headers)
+        assert sent.status_code == 202, sent.text
+        assert (sent.json()["agent"], sent.json()["model"]) == (specs[1], "quick-demo")
+
+        def ended() -> bool:
+            with SQLiteStore(db, read_only=True) as store:
+                return load_run(store, fork, strict=False).status != "running"
+
+        _wait(ended, timeout=20, what="the resumed fork to end")
+    with SQLiteStore(db, read_only=True) as store:
+        resumed = load_run(store, fork, strict=False)
+    assert resumed.status == "interrupted"  # at the demo's write_file, for approval
+    replies = [m for m in resumed.agent_state.messages if m.role == "assistant"]
+    assert replies[-1].metadata["model"] == "quick-demo"

@@ -787,9 +787,11 @@ def _parser() -> _Parser:
     studio.add_argument(
         "--agent",
         metavar="MODULE:ATTR",
-        help="the agent decisions resume runs with, as 'agentfsm runs resume --agent' "
-        "(default: each run's own, when 'agentfsm run --agent' started it, else the demo "
-        f"agent, {DEFAULT_AGENT})",
+        action="append",
+        help="the agent decisions resume runs with, as 'agentfsm runs resume --agent'; "
+        "repeat it for several: a run started with one of them ('agentfsm run --agent') "
+        "goes on with it, any other with the first, and a fork's page offers them all "
+        f"(default: the demo agent, {DEFAULT_AGENT})",
     )
     studio.set_defaults(handler=_cmd_studio)
 

@@ -15,6 +15,7 @@ import secrets
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from .._moved import forward
@@ -32,7 +33,7 @@ def serve(
     host: str | None = None,
     port: int = 0,
     token: str | None = None,
-    agent: str | None = None,
+    agent: str | Sequence[str] | None = None,
     out: TextIO | None = None,
 ) -> None:
     """Serve the studio over ``db`` until interrupted; its address goes to ``out``.

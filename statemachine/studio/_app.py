@@ -136,40 +136,60 @@ class _Guard(BaseHTTPMiddleware):
 
 
 class _Studio:
-    """The app's state: the store read, the store written, the agent, the CSRF token."""
+    """The app's state: the store read, the store written, the agents, the CSRF token."""
 
-    def __init__(self, db: str, agent: str | Agent | None) -> None:
+    def __init__(self, db: str, agent: str | Sequence[str] | Agent | None) -> None:
         self.db = db
         self.catalog = Catalog(db)
-        self.agent_spec = agent if isinstance(agent, str) else None
+        #: The agents named (``--agent``, repeated), the first the one a run goes on with
+        #: unless it was started with another of them.
+        self.agent_specs: tuple[str, ...] = ()
+        if isinstance(agent, str):
+            self.agent_specs = (agent,)
+        elif agent is not None and not isinstance(agent, Agent):
+            self.agent_specs = tuple(dict.fromkeys(agent))  # in order, each once
         self.csrf = secrets.token_urlsafe(32)
-        self._agent: Agent | None = agent if isinstance(agent, Agent) else None
+        self._given: Agent | None = agent if isinstance(agent, Agent) else None
         #: Whether the agent was given as an object (not named by a spec).
         self.given = isinstance(agent, Agent)
-        #: Agents runs recorded (``agentfsm run --agent``), by spec, when none was given.
+        # Loaded now: an agent named wrong is refused before the studio serves anything.
+        self._loaded = {spec: load_agent(spec, from_cwd=True) for spec in self.agent_specs}
         self._writer: SQLiteStore | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self.referee = Referee()
 
+    @property
+    def agent_spec(self) -> str | None:
+        """The first agent named, the one a run goes on with unless it names another."""
+        return self.agent_specs[0] if self.agent_specs else None
+
+    def spec_for(self, recorded: str | None = None) -> str | None:
+        """The named agent a run ``recorded`` as started with ``--agent recorded`` goes on
+        with: that one when the studio was given it, else the first."""
+        return recorded if recorded in self.agent_specs else self.agent_spec
+
     def agent(self, recorded: str | None = None) -> Agent:
-        """The agent given, else the demo agent. A run ``recorded`` as started with an
-        ``--agent`` of its own is refused with the flag to start the studio with: a
+        """The agent given, else the one named for a run ``recorded`` as started with
+        (:meth:`spec_for`), else the demo agent. A run started with an ``--agent`` of its
+        own in a studio given none is refused with the flag to start the studio with: a
         saved file names code, and the studio loads only what its user named."""
-        if self._agent is None and self.agent_spec is None and recorded is not None:
+        if self._given is not None:
+            return self._given
+        if not self.agent_specs and recorded is not None:
             raise UsageError(
                 f"this run was started with --agent {recorded}, which a saved run names but "
                 f"does not load: start the studio with --agent {shlex.quote(recorded)}"
             )
-        if self._agent is None:
-            spec = self.agent_spec or DEFAULT_AGENT
-            self._agent = load_agent(spec, from_cwd=self.agent_spec is not None)
-        return self._agent
+        spec = self.spec_for(recorded) or DEFAULT_AGENT
+        if spec not in self._loaded:  # the demo agent, the first time it is asked for
+            self._loaded[spec] = load_agent(spec, from_cwd=False)
+        return self._loaded[spec]
 
     def agent_named(self, recorded: str | None = None) -> str:
         """The agent as a refusal names it."""
-        if self._agent is None and self.agent_spec is None and recorded is not None:
+        if self._given is None and not self.agent_specs and recorded is not None:
             return recorded
-        return self.agent_spec or ("the given agent" if self._agent else DEFAULT_AGENT)
+        return self.spec_for(recorded) or ("the given agent" if self._given else DEFAULT_AGENT)
 
     def writer(self) -> SQLiteStore:
         if self._writer is None:
@@ -527,13 +547,16 @@ _ROUTES: Final = [
 ]
 
 
-def create_app(db: str, *, agent: str | Agent | None = None, token: str | None = None) -> Starlette:
+def create_app(
+    db: str, *, agent: str | Sequence[str] | Agent | None = None, token: str | None = None
+) -> Starlette:
     """The studio over the SQLite store at ``db`` (a DBOS database or a Temporal server,
     ``temporal://HOST:PORT/NAMESPACE``: their durable runs, decided through the engine).
 
     ``agent`` (an :class:`~agentfsm.Agent`, or ``module:attribute`` as ``agentfsm runs
-    resume --agent`` takes it; the demo agent by default) is the agent decisions resume
-    runs with; ``token``, when given, is needed by every
+    resume --agent`` takes it, or several of those names; the demo agent by default) is
+    the agent decisions resume runs with (of several, the one a run was started with, else
+    the first); ``token``, when given, is needed by every
     request (as ``?token=``, then a cookie, or ``Authorization: Bearer``), and without
     it only requests addressed to a loopback host are answered.
     """

@@ -20,7 +20,7 @@ from .._resumable import check_resumable
 from .._resume import restore_run
 from ..store import SavedRun
 
-__all__ = ["MODELS", "agent_label", "naming", "resting", "resume_fork", "shown_status"]
+__all__ = ["MODELS", "agent_labels", "naming", "resting", "resume_fork", "shown_status"]
 
 #: The models a resume offers by name (any PROVIDER:NAME may be typed).
 MODELS: Final = ("scripted:echo", "openai:gpt-4.1-mini", "anthropic:claude-sonnet-4-5")
@@ -30,18 +30,19 @@ MODELS: Final = ("scripted:echo", "openai:gpt-4.1-mini", "anthropic:claude-sonne
 _FIX: Final = "start the studio with --agent MODULE:ATTR, the agent the run was made with"
 
 
-def agent_label(studio: Any) -> str:
-    """The agent a resume from the page names: the studio's --agent, else its own."""
-    if studio.agent_spec is not None:
-        return str(studio.agent_spec)
-    return "the agent the studio was given" if studio.given else DEFAULT_AGENT
+def agent_labels(studio: Any) -> list[str]:
+    """The agents a resume from the page offers, the first its default: the studio's
+    ``--agent``s, else the one it was given or the demo agent."""
+    if studio.agent_specs:
+        return list(studio.agent_specs)
+    return ["the agent the studio was given" if studio.given else DEFAULT_AGENT]
 
 
 def naming(studio: Any, recorded: str | None = None) -> dict[str, str]:
     """How a refusal of the studio's agent (it lacks the run's tools) names it, and the
     fix (:func:`~agentfsm._resumable.check_resumable`'s ``named`` and ``fix``)."""
-    if studio.agent_spec is not None:
-        named = f"the studio's agent (--agent {studio.agent_spec})"
+    if studio.agent_specs:
+        named = f"the studio's agent (--agent {studio.spec_for(recorded)})"
     elif studio.given and recorded is None:
         tools = ", ".join(sorted(t.name for t in studio.agent().tools)) or "no tools"
         named = f"the agent the studio was given (with {tools})"
@@ -72,7 +73,7 @@ def resting(studio: Any, saved: SavedRun) -> dict[str, Any]:
     return {
         "resting": True,
         "resume": f"/api/runs/{quote(saved.run_id, safe='')}/resume",
-        "agents": [agent_label(studio)],
+        "agents": agent_labels(studio),
         "models": list(MODELS),
     }
 
@@ -84,17 +85,18 @@ async def resume_fork(
     not yet stepped, and what the answer says of it. UsageError (400) for an agent the
     studio has not or a model that is not ``PROVIDER:NAME`` of a known provider;
     ResumeError (409) for a run that is no fork at rest."""
-    label = agent_label(studio)
-    chosen, model = body.get("agent") or label, body.get("model") or ""
-    if chosen != label or not isinstance(model, str):
+    labels = agent_labels(studio)
+    chosen, model = body.get("agent") or labels[0], body.get("model") or ""
+    if chosen not in labels or not isinstance(model, str):
+        offered = " or ".join(labels)
         raise UsageError(
-            f"this studio resumes runs with {label}; start it with --agent MODULE:ATTR for "
-            "another, and name a model as PROVIDER:NAME"
+            f"this studio resumes runs with {offered}; start it with --agent MODULE:ATTR "
+            "(repeated for several) for another, and name a model as PROVIDER:NAME"
         )
     saved: SavedRun = studio.load(run_id)
     if not resting(studio, saved):
         raise ResumeError(f"run {run_id} is {saved.status}: only a fork nothing runs goes on here")
-    agent = studio.agent()
+    agent = studio.agent(chosen if chosen in studio.agent_specs else None)
     if model:
         provider, _, name = model.partition(":")
         if not provider or not name:
@@ -104,7 +106,8 @@ async def resume_fork(
 
         agent = copy.copy(agent)  # the studio's agent itself keeps its model
         agent.model = create_model(provider, name)
-    check_resumable(saved, None, agent, label, studio.db, None, **naming(studio))
+    names = naming(studio, chosen if chosen in studio.agent_specs else None)
+    check_resumable(saved, None, agent, chosen, studio.db, None, **names)
     run = await restore_run(agent, run_id, studio.writer())
-    said = {"run_id": run_id, "resumed": True, "agent": label, "model": agent.model.name}
+    said = {"run_id": run_id, "resumed": True, "agent": chosen, "model": agent.model.name}
     return run, said
