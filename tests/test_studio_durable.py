@@ -64,6 +64,22 @@ def test_a_durable_run_is_listed_shown_compared_and_decided_first_decision_wins(
         assert [(r["run_id"], r["status"]) for r in runs] == [("waits", "waiting"), ("job-1", "ok")]
         index = httpx.get(f"{base}/").text
         assert index.index('data-run="waits"') < index.index('data-run="job-1"')
+        assert "2 durable runs" in index and '<option value="gated">gated</option>' in index
+
+        def listed(**filters: str) -> list[str]:
+            return [
+                r["run_id"] for r in httpx.get(f"{base}/api/runs", params=filters).json()["runs"]
+            ]
+
+        assert listed(status="waiting") == listed(agent="gated") == listed(q="WAI") == ["waits"]
+        assert listed(agent="plain", status="ok") == ["job-1"]
+        assert listed(status="paused") == listed(agent="nobody") == []
+        only = httpx.get(f"{base}/", params={"agent": "plain"}).text
+        assert 'data-run="job-1"' in only and 'data-run="waits"' not in only
+        assert '<span id="shown">1 shown</span>' in only
+        assert '<option value="plain" selected>plain</option>' in only
+        none = httpx.get(f"{base}/", params={"queue": "nope"}).text
+        assert "No runs match." in none and "2 durable runs" in none
         shown = httpx.get(f"{base}/api/runs/waits").json()
         [request] = shown["requests"]
         assert (request["tool_name"], request["tool_call_id"]) == ("record", "c1")

@@ -50,7 +50,7 @@ from .._serialization import dump_trace
 from .._view import page
 from ..store import SavedRun
 from ._compare_page import compare_form, compare_page
-from ._pages import DECIDED_AS, decided_words, document
+from ._pages import DECIDED_AS, decided_words, document, select
 
 __all__ = ["create_durable_app", "unknown_machine_page"]
 
@@ -110,35 +110,76 @@ def _state(request: Request) -> _Durable:
     return durable
 
 
-def _index_html(durable: _Durable) -> str:
-    runs = sorted(
-        durable.engine().runs(limit=200),
+#: The newest runs an index lists: a durable engine lists its workflows newest first.
+LISTED: Final = 200
+
+#: What the index filters on: a run's status, agent and queue, each chosen from those listed.
+_FILTERS: Final = ("status", "agent", "queue")
+
+
+def _listing(
+    durable: _Durable, filters: Mapping[str, str]
+) -> tuple[list[RunRecord], list[RunRecord]]:
+    """The :data:`LISTED` newest runs (those waiting for a human first), and those of them
+    ``filters`` pick: ``status``, ``agent`` and ``queue`` equal, ``q`` in the run's id or
+    why (any case). A value no run has picks none, as on the store's index."""
+    every = sorted(
+        durable.engine().runs(limit=LISTED),
         key=lambda r: (_FIRST.get(r.status, 4), -(r.updated or 0.0), r.run_id),
     )
-    rows = (
-        "\n".join(
-            f'<tr class="{_e(r.status)}" data-run="{_e(r.run_id)}">'
-            f'<td><a href="{_e(_link(r.run_id))}">{_e(r.run_id)}</a></td>'
-            f'<td><span class="badge {_e(r.status)}">{_e(r.status)}</span></td>'
-            f"<td>{_e(r.agent or '-')}</td><td>{_e(r.queue or '-')}</td>"
-            f"<td>{_e(r.executor or '-')}</td><td>{_e(_when(r.created))}</td>"
-            f"<td>{_e(_when(r.updated))}</td>"
-            f'<td class="summary">{_e(r.reason or "")}</td></tr>'
-            for r in runs
-        )
-        or '<tr><td colspan="8" class="empty">No durable runs yet: start a worker on this '
-        "database (<code>agentfsm worker --db URL module:agent</code>) and submit one "
-        "(<code>Engine(URL).submit(...)</code>).</td></tr>"
+    wanted = {k: filters.get(k, "") for k in _FILTERS}
+    needle = filters.get("q", "").strip().lower()
+    picked = [
+        r
+        for r in every
+        if all(not v or getattr(r, k) == v for k, v in wanted.items())
+        and (not needle or needle in r.run_id.lower() or needle in (r.reason or "").lower())
+    ]
+    return every, picked
+
+
+def _filters_of(request: Request) -> dict[str, str]:
+    return {k: request.query_params.get(k, "") for k in (*_FILTERS, "q")}
+
+
+def _index_html(durable: _Durable, filters: Mapping[str, str]) -> str:
+    every, runs = _listing(durable, filters)
+    rows = "\n".join(
+        f'<tr class="{_e(r.status)}" data-run="{_e(r.run_id)}">'
+        f'<td><a href="{_e(_link(r.run_id))}">{_e(r.run_id)}</a></td>'
+        f'<td><span class="badge {_e(r.status)}">{_e(r.status)}</span></td>'
+        f"<td>{_e(r.agent or '-')}</td><td>{_e(r.queue or '-')}</td>"
+        f"<td>{_e(r.executor or '-')}</td><td>{_e(_when(r.created))}</td>"
+        f"<td>{_e(_when(r.updated))}</td>"
+        f'<td class="summary">{_e(r.reason or "")}</td></tr>'
+        for r in runs
+    ) or (
+        '<tr><td colspan="8" class="empty">No runs match.</td></tr>'
+        if every
+        else '<tr><td colspan="8" class="empty">No durable runs yet: start a worker on '
+        "this database (<code>agentfsm worker --db URL module:agent</code>) and submit "
+        "one (<code>Engine(URL).submit(...)</code>).</td></tr>"
     )
     counts: dict[str, int] = {}
-    for r in runs:
+    for r in every:
         counts[r.status] = counts.get(r.status, 0) + 1
     tally = " · ".join(f"{_e(s)} {n}" for s, n in sorted(counts.items()))
+    newest = f"the {LISTED} newest" if len(every) >= LISTED else f"{len(every)}"
+    selects = "\n  ".join(
+        select(k, k, sorted({str(v) for r in every if (v := getattr(r, k))}), filters[k])
+        for k in _FILTERS
+    )
     body = f"""<header>
   <h1>agentfsm studio</h1>
-  <div class="sub">{_e(durable.db)} · {len(runs)} durable runs · {tally} ·
+  <div class="sub">{_e(durable.db)} · {newest} durable runs · {tally} ·
   <a href="/compare">compare two runs</a></div>
 </header>
+<form id="filters" method="get" action="/">
+  {selects}
+  <label>text <input type="search" name="q" value="{_e(filters.get("q", ""))}"
+    placeholder="run id or why"></label>
+  <button type="submit">Show</button>
+</form>
 <div class="scroll">
 <table id="runs">
 <thead><tr><th>run</th><th>status</th><th>agent</th><th>queue</th><th>worker</th>
@@ -147,7 +188,8 @@ def _index_html(durable: _Durable) -> str:
 {rows}
 </tbody>
 </table>
-</div>"""
+</div>
+<nav id="pager"><span id="shown">{len(runs)} shown</span></nav>"""
     return document("runs", _style(), body)
 
 
@@ -446,11 +488,11 @@ def _saved(durable: _Durable, run_id: str) -> SavedRun:
 
 
 async def _index(request: Request) -> Response:
-    return HTMLResponse(await asyncio.to_thread(_index_html, _state(request)))
+    return HTMLResponse(await asyncio.to_thread(_index_html, _state(request), _filters_of(request)))
 
 
 async def _runs_json(request: Request) -> Response:
-    runs = await asyncio.to_thread(lambda: _state(request).engine().runs(limit=200))
+    _, runs = await asyncio.to_thread(_listing, _state(request), _filters_of(request))
     return JSONResponse({"runs": [attrs.asdict(r) for r in runs]})
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "index_change",
     "index_page",
     "policy",
+    "select",
 ]
 
 
@@ -63,7 +64,8 @@ def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _select(name: str, label: str, options: list[str], chosen: str) -> str:
+def select(name: str, label: str, options: list[str], chosen: str) -> str:
+    """A filter's choice: any, or one of ``options`` (``chosen`` selected)."""
     items = [f'<option value=""{"" if chosen else " selected"}>any {label}</option>']
     for option in options:
         mark = " selected" if option == chosen else ""
@@ -186,9 +188,9 @@ def index_page(
     <a href="/evals">evals</a> <span id="live" class="live"></span></div>
 </header>
 <form id="filters" method="get" action="/">
-  {_select("status", "status", statuses, filters.get("status", ""))}
-  {_select("machine", "machine", list(listing["machines"]), filters.get("machine", ""))}
-  {_select("tool", "tool", list(listing["tools"]), filters.get("tool", ""))}
+  {select("status", "status", statuses, filters.get("status", ""))}
+  {select("machine", "machine", list(listing["machines"]), filters.get("machine", ""))}
+  {select("tool", "tool", list(listing["tools"]), filters.get("tool", ""))}
   <label>text <input type="search" name="q" value="{_e(filters.get("q", ""))}"
     placeholder="search messages"></label>
   <button type="submit">Show</button>
