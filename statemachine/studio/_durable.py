@@ -9,6 +9,9 @@ waiting for approval shows its requests in a form (no script: a plain POST carry
 page's CSRF token), and the decision goes through the engine's own ``decide``, so the
 first decision wins in whichever process sends it, and a later different one is told
 which won (409). Every value from the engine goes through :func:`html.escape`.
+
+One idea: the app over a durable engine, as ``_app`` is the app over a store: its routes,
+pages and decisions all read and act through the one engine it opens.
 """
 
 from __future__ import annotations
