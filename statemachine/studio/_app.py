@@ -150,8 +150,6 @@ class _Studio:
             self.agent_specs = tuple(dict.fromkeys(agent))  # in order, each once
         self.csrf = secrets.token_urlsafe(32)
         self._given: Agent | None = agent if isinstance(agent, Agent) else None
-        #: Whether the agent was given as an object (not named by a spec).
-        self.given = isinstance(agent, Agent)
         # Loaded now: an agent named wrong is refused before the studio serves anything.
         self._loaded = {spec: load_agent(spec, from_cwd=True) for spec in self.agent_specs}
         self._writer: SQLiteStore | None = None
@@ -159,14 +157,16 @@ class _Studio:
         self.referee = Referee()
 
     @property
-    def agent_spec(self) -> str | None:
-        """The first agent named, the one a run goes on with unless it names another."""
-        return self.agent_specs[0] if self.agent_specs else None
+    def given(self) -> bool:
+        """Whether the agent was given as an object (not named by a spec)."""
+        return self._given is not None
 
     def spec_for(self, recorded: str | None = None) -> str | None:
         """The named agent a run ``recorded`` as started with ``--agent recorded`` goes on
-        with: that one when the studio was given it, else the first."""
-        return recorded if recorded in self.agent_specs else self.agent_spec
+        with: that one when the studio was given it, else the first (None: none named)."""
+        if recorded in self.agent_specs:
+            return recorded
+        return self.agent_specs[0] if self.agent_specs else None
 
     def agent(self, recorded: str | None = None) -> Agent:
         """The agent given, else the one named for a run ``recorded`` as started with
