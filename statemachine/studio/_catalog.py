@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 import attrs
@@ -150,11 +150,11 @@ def _row(info: RunInfo, saved: SavedRun | None, problem: str | None) -> Row:
     )
 
 
-def _shown(row: Row, unheld: Callable[[], Container[str]]) -> dict[str, Any]:
-    """The row as the index shows it, in the status every page shows the run with
-    (:func:`~agentfsm.studio._forks.shown_status`: a fork nothing runs is waiting)."""
+def _shown(row: Row, status: str) -> dict[str, Any]:
+    """The row as the index shows it, in ``status``, the one every page shows the run
+    with (:func:`~agentfsm.studio._forks.shown_status`: a fork nothing runs is waiting)."""
     out = row.as_json()
-    out["status"] = shown_status(row.run_id, row.status, row.forked, unheld)
+    out["status"] = status
     return out
 
 
@@ -327,7 +327,7 @@ class Catalog:
             )
             tools = sorted({t for r in read for t in r.tools} | {t for f in seen for t in f.tools})
         return {
-            "runs": [_shown(r, unheld) for r in page_rows],
+            "runs": [_shown(r, shown[r.run_id]) for r in page_rows],
             "total": len(picked),
             "all": len(rows),
             "page": page,
