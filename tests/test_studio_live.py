@@ -215,6 +215,52 @@ def test_the_card_shows_what_is_decided_and_a_lost_race_says_who_won(
     assert (tmp_path / "a.md").read_text(encoding="utf-8") == "hello " + HOSTILE
 
 
+@tool
+def restore(entry: str) -> str:
+    """Restore a backup entry."""
+    return f"restored {entry}"
+
+
+def _waiting_restore(tmp_path: pathlib.Path) -> tuple[Agent, pathlib.Path]:
+    """An agent whose ``restore`` call waits for approval, and a store where a run of it,
+    ``waiting``, does."""
+    agent = Agent(
+        ScriptedModel([call_tool("restore", entry="a.json"), Message.assistant("restored")]),
+        [restore],
+        middleware=[HumanInTheLoop({"restore": True})],
+    )
+    db = tmp_path / "runs.db"
+    with SQLiteStore(db) as store:
+        start_run(agent, AgentState.of("restore it"), store, run_id="waiting").run_sync()
+    return agent, db
+
+
+def test_a_decision_answered_after_the_run_moved_on_still_says_it_was_decided_here(
+    browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
+    tmp_path: pathlib.Path,
+) -> None:
+    """The run can end, and the page be told, before the answer to the page's own
+    decision arrives (a loaded machine): the card says the decision was made here, what it
+    was, and nothing after it."""
+    from selenium.webdriver.common.by import By
+
+    agent, db = _waiting_restore(tmp_path)
+    with serving(create_app(str(db), agent=agent)) as base:
+        browser.get(base + "/runs/waiting")
+        _wait(lambda: browser.find_elements(By.ID, "approve"), what="the card")
+        browser.execute_script(  # every answer to this page arrives 1.5 s late
+            "const send = window.fetch; window.fetch = (...args) => send(...args).then("
+            "(r) => new Promise((ok) => setTimeout(() => ok(r), 1500)))"
+        )
+        browser.find_element(By.ID, "approve").click()
+        _wait(lambda: "ended ok" in browser.find_element(By.ID, "live").text, what="the end")
+        assert _said(browser) == "sending…"  # the run moved on; whose decision: not yet known
+        _wait(lambda: _said(browser) != "sending…", what="the answer", timeout=10)
+        assert _said(browser) == "decided here: approved restore (call_1)"
+        assert _severe(browser) == []
+        browser.get("about:blank")
+
+
 def test_a_half_typed_edit_survives_an_update(
     browser: Any,  # noqa: F811  (the fixture of tests/test_view.py)
     tmp_path: pathlib.Path,
@@ -227,20 +273,7 @@ def test_a_half_typed_edit_survives_an_update(
     from agentfsm.studio import _live
 
     monkeypatch.setattr(_live, "STREAM_FOR", 0.6)
-
-    @tool
-    def restore(entry: str) -> str:
-        """Restore a backup entry."""
-        return f"restored {entry}"
-
-    agent = Agent(
-        ScriptedModel([call_tool("restore", entry="a.json"), Message.assistant("restored")]),
-        [restore],
-        middleware=[HumanInTheLoop({"restore": True})],
-    )
-    db = tmp_path / "runs.db"
-    with SQLiteStore(db) as store:
-        start_run(agent, AgentState.of("restore it"), store, run_id="waiting").run_sync()
+    agent, db = _waiting_restore(tmp_path)
     with serving(create_app(str(db), agent=agent)) as base:
         browser.get_log("browser")
         browser.get(base + "/runs/waiting")

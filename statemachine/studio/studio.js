@@ -88,7 +88,7 @@
   // One fieldset per request: the tool, the exact arguments decided (as sent, pretty
   // JSON, as text) and the digest the decision is bound to; no decision is chosen until
   // the reviewer chooses one, and "Send" waits for a choice on every request.
-  let card = null;  // { requests, key, choices, said, sent, settled }
+  let card = null;  // { requests, key, choices, said, submit, sent, settled, busy, found }
   function keyOf(requests) {
     return requests.map((r) => r.digest).join(" ");
   }
@@ -161,7 +161,15 @@
     for (const choice of card.choices) choice.edit.hidden = picked(choice) !== "edit";
     card.submit.disabled = card.busy || !card.choices.every(picked);
   }
+  // What a decided card says: what was decided and where, once the run shows it.
+  function outcome(c) {
+    const where = c.sent ? "decided here: " : "decided elsewhere: ";
+    if (c.found) return where + c.found.map(words).join("; ");
+    return c.sent ? "sent: following the run…" : "decided elsewhere: following the run…";
+  }
   // The card's requests were decided (here or elsewhere): say what, once it is known.
+  // While this page's own decision is in flight, its answer says whose it was (the run
+  // can move on before the answer arrives): the words wait for it.
   function decided(segments) {
     if (!card || card.settled) return;
     const ids = new Set(card.requests.map((r) => r.call_id));
@@ -171,10 +179,11 @@
       if (mine.length) found = mine;
     }
     controls(false);
-    const where = card.sent ? "decided here: " : "decided elsewhere: ";
-    card.said.textContent = found.length ? where + found.map(words).join("; ")
-      : card.sent ? "sent: following the run…" : "decided elsewhere: following the run…";
-    if (found.length) card.settled = true;
+    if (found.length) {
+      card.found = found;
+      card.settled = true;
+    }
+    if (!card.busy) card.said.textContent = outcome(card);
   }
   function send(all) {
     let decisions;
@@ -208,7 +217,8 @@
       .then(([status, body]) => {
         if (status === 202) {
           mine.sent = true;
-          mine.said.textContent = "sent: following the run…";
+          mine.busy = false;
+          mine.said.textContent = outcome(mine);
         } else if (status === 409 && body.decided) {
           // Another window (or client) decided first: say what it decided, in words.
           mine.settled = true;
