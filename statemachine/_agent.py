@@ -256,6 +256,7 @@ class Agent:
             run = self.start(state, **options)
         except ChainError as error:
             return attrs.evolve(state, status="error", error=error)
+        del state, options  # what the run needs is in its chain: a parked run keeps no more
         await run.run()
         return run.agent_state
 
@@ -390,6 +391,7 @@ class Agent:
             run = await self.start_resume(state, answer, unbound=unbound, **options)
         except ChainError as error:
             return attrs.evolve(state, status="error", error=error)
+        del state, answer, options  # as in ``execute``: the run's chain holds what it needs
         await run.run()
         return run.agent_state
 

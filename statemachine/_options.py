@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections.abc
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import attrs
@@ -199,11 +200,18 @@ def _middleware(value: Any) -> tuple[Any, ...]:
     return tuple(value)
 
 
-def _extra_steps(value: Any) -> dict[str, tuple[Any, ...]]:
+#: What options hold where they hold nothing: one read-only mapping, shared by every
+#: run's options (most runs have no extra steps and no options of their machine's own).
+_NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+def _extra_steps(value: Any) -> Mapping[str, tuple[Any, ...]]:
     if not isinstance(value, Mapping):
         raise TypeError(
             f"extra_steps must be a mapping of state names to steps, got {_kind(value)}"
         )
+    if not value:
+        return _NOTHING
     return {state: tuple(steps) for state, steps in value.items()}
 
 
@@ -232,9 +240,11 @@ class Options(Mapping[str, Any]):
     require_tool_success: bool = False
     middleware: tuple[Any, ...] = attrs.field(default=(), converter=_middleware)
     token_budget: int | None = attrs.field(default=None, validator=_token_budget)
-    extra_steps: Mapping[str, tuple[Any, ...]] = attrs.field(factory=dict, converter=_extra_steps)
+    extra_steps: Mapping[str, tuple[Any, ...]] = attrs.field(
+        default=_NOTHING, converter=_extra_steps
+    )
     #: A machine's own options, by name (``{"drafts": 3}``), for an open class.
-    extra: Mapping[str, Any] = attrs.field(factory=dict)
+    extra: Mapping[str, Any] = attrs.field(default=_NOTHING)
 
     #: Whether options the class does not declare go into ``extra`` (else: ValueError).
     open: ClassVar[bool] = True
@@ -261,7 +271,7 @@ class Options(Mapping[str, Any]):
             extra[name] = given.pop(name)
         if unknown or (extra and not cls.open):
             _refuse_typos(cls, unknown if cls.open else sorted(extra), declared)
-        return cls(**given, extra=extra)
+        return cls(**given, extra=extra or _NOTHING)
 
     @classmethod
     def declared(cls) -> frozenset[str]:

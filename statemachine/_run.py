@@ -26,7 +26,7 @@ import attrs
 from ._chain import LLMChain
 from ._errors import ChainError, IllegalTransitionError
 from ._hooks import Hook, current_global_hooks
-from ._machine import COROUTINE, RESULTS, MachineTable, Work, not_a_result
+from ._machine import COROUTINE, RESULTS, MachineTable, not_a_result
 from ._messages import Usage
 from ._options import Options
 from ._results import Continue, Failed, Interrupted, Paused, PipelineResult, Terminal
@@ -50,11 +50,6 @@ _NO_USAGE: Final = Usage()
 def current_run() -> Run | None:
     """The run whose steps are running here (inside its ``run()`` or ``step()``), if any."""
     return _RUNNING.get()
-
-
-def _no_work(start: Continue, opts: Mapping[str, Any]) -> PipelineResult:
-    """The work ``Run._pending`` names before any state's work was awaited."""
-    return start
 
 
 class _Cursor:
@@ -149,8 +144,10 @@ class Run:
         self._cursor = _Cursor()
         self._requested_pause: Any = None
         self._carried: Continue | None = None
-        #: The state, chain, start and work of the state whose work is being awaited.
-        self._pending: tuple[str, LLMChain, float, Work] = ("", chain, 0.0, _no_work)
+        #: When the work being awaited started, and the chain it was given (its state is
+        #: the run's until it lands): a parked run holds no record of its own for them.
+        self._started = 0.0
+        self._given = chain
         self._busy = False
         self._bridge: SyncBridge | None = None  # made by the first *_sync call
         self._usage = _NO_USAGE  # of the transitions counted so far
@@ -240,7 +237,8 @@ class Run:
         moved = self._advance(time.perf_counter())
         if moved.__class__ is Transition:
             return moved
-        running = _RUNNING.set(self)
+        outer = _RUNNING.get()
+        _RUNNING.set(self)  # the token is not kept: a parked run holds one object less
         try:
             try:  # as in ``run``: the work is awaited here, in no coroutine of its own
                 result = await moved  # type: ignore[misc]
@@ -251,12 +249,12 @@ class Run:
                 return self._broke(exc)
             return self._landed(result)
         finally:
-            _RUNNING.reset(running)
+            _RUNNING.set(outer)
 
     def _advance(self, started: float) -> Transition | Awaitable[PipelineResult]:
         """Start the current state's work (at ``started``): its transition when no step
         awaited anything, else the awaitable the caller awaits and hands to
-        :meth:`_landed` (what it needs to finish is kept in ``_pending``). Most
+        :meth:`_landed` (what it needs to finish is kept in ``_started`` and ``_given``). Most
         states' steps are plain functions, so a run pays for awaiting only where a
         step awaits (a model call, tools)."""
         if self.result is not None:
@@ -281,26 +279,28 @@ class Run:
             return self._finish(source, chain, started, _crashed(source, chain, exc), worked=False)
         if done:  # an illegal result raises from here, to the host: a machine's bug
             return self._finish(source, chain, started, out, worked=True)  # type: ignore[arg-type]
-        self._pending = (source, chain, started, work)
+        self._started = started
+        self._given = chain
         return out  # type: ignore[return-value]
 
     def _landed(self, result: Any) -> Transition:
         """Finish the state whose work's awaitable gave ``result``."""
-        source, chain, started, work = self._pending
+        source = self._cursor.state
         if result.__class__ not in RESULTS:  # a state of one step: the step's own value
-            return self._broke(TypeError(not_a_result(work, result)))
-        return self._finish(source, chain, started, result, worked=True)
+            return self._broke(TypeError(not_a_result(self._work[source], result)))
+        return self._finish(source, self._given, self._started, result, worked=True)
 
     def _broke(self, exc: Exception) -> Transition:
         """Finish the state whose awaited work raised ``exc``: the run fails."""
-        source, chain, started, _ = self._pending
-        return self._finish(source, chain, started, _crashed(source, chain, exc), worked=False)
+        source, chain = self._cursor.state, self._given
+        crashed = _crashed(source, chain, exc)
+        return self._finish(source, chain, self._started, crashed, worked=False)
 
     def _cancelled(self) -> None:
         """Finish the state whose awaited work was cancelled: the run pauses."""
-        source, chain, started, _ = self._pending
+        source, chain = self._cursor.state, self._given
         cancelled = Paused(chain=chain, reason="cancelled")
-        self._finish(source, chain, started, cancelled, {"cancelled": True}, worked=False)
+        self._finish(source, chain, self._started, cancelled, {"cancelled": True}, worked=False)
 
     def _count_tokens(self, result: PipelineResult) -> tuple[PipelineResult, dict[str, int] | None]:
         """A new last message's usage, when it is a reply (the step's detail records it,
@@ -437,7 +437,8 @@ class Run:
         reading per step.
         """
         self._ended = time.perf_counter()
-        running = _RUNNING.set(self)  # once for every step (current_run)
+        outer = _RUNNING.get()
+        _RUNNING.set(self)  # once for every step (current_run); as in ``step``, no token kept
         try:
             while self.result is None:
                 moved = self._advance(self._ended)
@@ -453,7 +454,7 @@ class Run:
                 else:
                     self._landed(result)
         finally:
-            _RUNNING.reset(running)
+            _RUNNING.set(outer)
         return self.result
 
     def __aiter__(self) -> AsyncIterator[Transition]:

@@ -113,12 +113,7 @@ async def _model_call(chain: LLMChain, *, count: bool) -> Continue | Failed:
         if chain.current_failure_count >= chain.max_retry_count:
             chain.fire("on_retries_exceeded", chain)
             return Failed(chain=chain, error=failure_budget_spent(chain))
-        on_delta = None
-        if chain.callbacks:
-
-            def on_delta(delta: Any) -> None:
-                chain.fire("on_llm_new_delta", chain, delta)
-
+        on_delta = _deltas_to(chain) if chain.callbacks else None
         try:
             reply = await chain.llm.complete(chain.messages, chain.tools, on_delta=on_delta)
         except ChainError as exc:
@@ -153,6 +148,17 @@ async def _model_call(chain: LLMChain, *, count: bool) -> Continue | Failed:
         return Continue(chain=chain)
     except ChainError as error:  # a callback raised
         return Failed(chain=chain, error=error)
+
+
+def _deltas_to(chain: LLMChain) -> Callable[[Any], None]:
+    """What the model is given to stream its reply's pieces to ``chain``'s callbacks (made
+    here, not in the model call: a closure there makes every call keep a cell, and every
+    parked run hold it)."""
+
+    def on_delta(delta: Any) -> None:
+        chain.fire("on_llm_new_delta", chain, delta)
+
+    return on_delta
 
 
 def _model_failed(chain: LLMChain, error: ChainError) -> Failed:

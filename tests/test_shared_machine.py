@@ -47,6 +47,31 @@ async def test_an_abandoned_run_is_collected_and_leaves_the_machine() -> None:
     assert len(STANDARD.machine.models) == before
 
 
+async def test_a_parked_run_keeps_no_copy_of_the_state_it_was_started_with() -> None:
+    """A run waiting on its model holds its chain, not the state it was given (the
+    chain has its messages): thousands of parked runs would each keep one."""
+    gate = asyncio.Event()
+    asked = asyncio.Event()
+
+    async def slow(messages: Any) -> Any:
+        asked.set()
+        await gate.wait()
+        return say("done")
+
+    given = AgentState.of("go", topic="x")
+    gone = weakref.ref(given)
+    task = asyncio.create_task(Agent(ScriptedModel(slow)).execute(given, max_runs=3))
+    del given
+    await asyncio.wait_for(asked.wait(), 5)
+    gc.collect()
+    assert gone() is None
+    gate.set()
+    final = await task
+    assert final.status == "ok"
+    assert [(m.role, m.text) for m in final.messages] == [("user", "go"), ("assistant", "done")]
+    assert final.state == {"topic": "x"}
+
+
 class _Counted:
     """A model that counts how often the machine compares it with another."""
 
