@@ -30,7 +30,7 @@ from agentfsm import (
     UnknownToolError,
 )
 from agentfsm._errors import RETRYABLE_TYPES
-from agentfsm._messages import DEFAULT_RESULT_CONTENT
+from agentfsm._messages import DEFAULT_RESULT_CONTENT, MessageLog
 from agentfsm._results import Terminal
 from agentfsm._serialization import (
     FORMAT,
@@ -530,3 +530,35 @@ def test_text_that_is_not_json_is_a_format_error() -> None:
 def test_values_that_are_not_serialized_are_refused() -> None:
     with pytest.raises(TypeError, match="does not serialize"):
         dumps(object())  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    size=st.integers(min_value=0, max_value=12),
+    seen_first=st.lists(st.integers(min_value=0, max_value=11), max_size=12),
+    cuts=st.lists(st.integers(min_value=0, max_value=12), max_size=4),
+)
+def test_packed_runs_spell_out_every_log_whatever_was_indexed_before(
+    size: int, seen_first: list[int], cuts: list[int]
+) -> None:
+    """A log packed after some of its messages were indexed (out of order, say) and
+    after shorter logs of its own list were packed reads back as the same messages."""
+    messages = [Message.user(f"m{n}") for n in range(size)]
+    packer = Packer()
+    for n in seen_first:
+        if n < size:
+            packer.message(messages[n])
+    log = MessageLog()
+    logs = []
+    for message in messages:
+        log = log.append(message)
+        logs.append(log)
+    for cut in [*sorted(c for c in cuts if c <= size), size]:
+        if cut == 0:
+            continue
+        grown = logs[cut - 1]
+        runs = packer.runs(grown)
+        spelled = [packer.messages[start + i] for start, count in runs for i in range(count)]
+        assert all(a is b for a, b in zip(spelled, grown, strict=True))
+        assert all(count > 0 for _, count in runs)
+        assert all(a[0] + a[1] != b[0] for a, b in zip(runs, runs[1:]))  # stretches merged

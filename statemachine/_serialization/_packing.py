@@ -8,6 +8,7 @@ compact text a store's rows hold), :class:`Unpacker` reads them back.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeAlias
@@ -87,12 +88,25 @@ class Packer:
             grown = self._grown.get(id(items))
             if grown is not None and grown[0] is items and grown[1] <= length:
                 start, runs = grown[1], list(grown[2])
-        for position in range(start, length):
-            index = self.message(source[position])
-            if runs and runs[-1][0] + runs[-1][1] == index:
-                runs[-1] = [runs[-1][0], runs[-1][1] + 1]
+        known = self._message_index  # most were indexed when their move was written
+        indices = [known.get(id(m)) for m in itertools.islice(source, start, length)]
+        if None in indices:
+            indices = [self.message(m) for m in itertools.islice(source, start, length)]
+        if indices:
+            first = indices[0]
+            if runs and runs[-1][0] + runs[-1][1] == first:
+                first, before = runs.pop()
             else:
-                runs.append([index, 1])
+                before = 0
+            if indices == list(range(indices[0], indices[0] + len(indices))):
+                runs.append([first, before + len(indices)])  # most logs: one stretch
+            else:
+                runs.append([first, before])
+                for index in indices:
+                    if runs[-1][0] + runs[-1][1] == index:
+                        runs[-1] = [runs[-1][0], runs[-1][1] + 1]
+                    else:
+                        runs.append([index, 1])
         if items is not None:
             self._grown[id(items)] = (items, length, runs)
         self._runs[id(messages)] = (messages, runs)
