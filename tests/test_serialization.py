@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -561,4 +562,4 @@ def test_packed_runs_spell_out_every_log_whatever_was_indexed_before(
         spelled = [packer.messages[start + i] for start, count in runs for i in range(count)]
         assert all(a is b for a, b in zip(spelled, grown, strict=True))
         assert all(count > 0 for _, count in runs)
-        assert all(a[0] + a[1] != b[0] for a, b in zip(runs, runs[1:]))  # stretches merged
+        assert all(a[0] + a[1] != b[0] for a, b in itertools.pairwise(runs))  # stretches merged
