@@ -89,8 +89,8 @@ class Packer:
             if grown is not None and grown[0] is items and grown[1] <= length:
                 start, runs = grown[1], list(grown[2])
         known = self._message_index  # most were indexed when their move was written
-        indices = [known.get(id(m)) for m in itertools.islice(source, start, length)]
-        if None in indices:
+        indices = [known.get(id(m), -1) for m in itertools.islice(source, start, length)]
+        if -1 in indices:
             indices = [self.message(m) for m in itertools.islice(source, start, length)]
         if indices:
             first = indices[0]
