@@ -92,21 +92,18 @@ class Packer:
         indices = [known.get(id(m), -1) for m in itertools.islice(source, start, length)]
         if -1 in indices:
             indices = [self.message(m) for m in itertools.islice(source, start, length)]
-        if indices:
-            first = indices[0]
+        if indices and indices == list(range(indices[0], indices[0] + len(indices))):
+            first, count = indices[0], len(indices)  # most logs: one stretch of the table
             if runs and runs[-1][0] + runs[-1][1] == first:
-                first, before = runs.pop()
+                runs[-1] = [runs[-1][0], runs[-1][1] + count]
             else:
-                before = 0
-            if indices == list(range(indices[0], indices[0] + len(indices))):
-                runs.append([first, before + len(indices)])  # most logs: one stretch
-            else:
-                runs.append([first, before])
-                for index in indices:
-                    if runs[-1][0] + runs[-1][1] == index:
-                        runs[-1] = [runs[-1][0], runs[-1][1] + 1]
-                    else:
-                        runs.append([index, 1])
+                runs.append([first, count])
+        else:
+            for index in indices:
+                if runs and runs[-1][0] + runs[-1][1] == index:
+                    runs[-1] = [runs[-1][0], runs[-1][1] + 1]
+                else:
+                    runs.append([index, 1])
         if items is not None:
             self._grown[id(items)] = (items, length, runs)
         self._runs[id(messages)] = (messages, runs)
